@@ -1,0 +1,199 @@
+//! Benchmarks that print figures. `bench ingest` posts simulated batches through the real HTTP ingest
+//! and, in the same run, `COPY`s the same rows into a scratch copy of the table: the floor that
+//! ingest's validation, idempotency and rollups are measured against. Everything happens in a scratch
+//! schema that is dropped at the end.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use futures_util::{StreamExt, TryStreamExt};
+use sqlx::postgres::PgConnectOptions;
+
+use crate::auth::Role;
+use crate::collector::Cadence;
+use crate::collector::shipper::Shipper;
+use crate::db::{self, tokens};
+use crate::domain::batch::Batch;
+use crate::domain::time::{floor_hour, months_touched};
+use crate::http::ServerConfig;
+use crate::server;
+use crate::sim::SimFleet;
+use crate::simulate;
+
+#[derive(Debug, clap::Args)]
+pub struct IngestBenchArgs {
+    /// The database to work in (a scratch schema is created and dropped).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// GPUs in the simulated fleet.
+    #[arg(long, default_value_t = 64)]
+    pub gpus: usize,
+    /// Hours of 60 s windows to generate.
+    #[arg(long, default_value_t = 6)]
+    pub hours: i64,
+    /// Time one batch reports on: 60 s is what a live collector sends.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub batch_period: Duration,
+    /// Batches in flight at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
+    let schema = format!("slicemeter_bench_{}", std::process::id());
+    let admin = db::connect(&args.database_url, 2).await?;
+    sqlx::query(&format!("create schema {schema}")).execute(&admin).await?;
+    let result = run(&args, &schema).await;
+    sqlx::query(&format!("drop schema {schema} cascade"))
+        .execute(&admin)
+        .await
+        .context("dropping the scratch schema")?;
+    result
+}
+
+async fn run(args: &IngestBenchArgs, schema: &str) -> anyhow::Result<()> {
+    let options = PgConnectOptions::from_str(&args.database_url)?
+        .options([("search_path", schema)]);
+    let pool = db::connect_with(options, (args.concurrency as u32 + 4).max(8)).await?;
+    db::migrate(&pool).await?;
+
+    let fleet = SimFleet::generate(args.seed, args.gpus);
+    let from = floor_hour(Utc::now()) - chrono::Duration::hours(args.hours + 1);
+    let to = from + chrono::Duration::hours(args.hours);
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(5),
+        window: Duration::from_secs(60),
+        batch_period: args.batch_period,
+    };
+    let mut batches: Vec<Batch> = Vec::new();
+    simulate::generate(&fleet, from, to, cadence, |day| {
+        batches.extend(day);
+        true
+    })?;
+    let windows: u64 = batches.iter().map(|b| b.windows.len() as u64).sum();
+    eprintln!(
+        "bench ingest: {} GPUs, {} h of 60 s windows: {} batches, {} windows",
+        args.gpus,
+        args.hours,
+        batches.len(),
+        windows
+    );
+    // Partitions exist before either side is timed.
+    db::Partitions::default()
+        .ensure(&pool, &months_touched(from, to))
+        .await?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let serving = tokio::spawn(server::serve(
+        pool.clone(),
+        listener,
+        ServerConfig::default(),
+        async move {
+            let _ = stopped.changed().await;
+        },
+    ));
+    let (_, token) = tokens::create(&pool, Role::Admin, None, None, Some("bench"), None).await?;
+    let shipper = Shipper::new(&base, &token)?;
+
+    let started = Instant::now();
+    let mut latencies: Vec<Duration> = futures_util::stream::iter(batches.iter().map(|b| {
+        let shipper = shipper.clone();
+        async move {
+            let t = Instant::now();
+            shipper.send(b).await.map(|o| (t.elapsed(), o))
+        }
+    }))
+    .buffer_unordered(args.concurrency.max(1))
+    .map_ok(|(latency, outcome)| {
+        debug_assert_eq!(outcome.duplicates, 0);
+        latency
+    })
+    .try_collect()
+    .await?;
+    let http_elapsed = started.elapsed();
+    stop.send(true).ok();
+    serving.await??;
+    latencies.sort();
+
+    let stored: i64 = sqlx::query_scalar("select count(*) from occupancy")
+        .fetch_one(&pool)
+        .await?;
+    anyhow::ensure!(
+        stored as u64 == windows,
+        "stored {stored} windows, generated {windows}"
+    );
+
+    // The floor: the same rows, COPY'd into an empty copy of the table.
+    let mut conn = pool.acquire().await?;
+    sqlx::query(
+        "create table occupancy_copy (like occupancy including all) partition by range (window_start)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    for month in months_touched(from, to) {
+        sqlx::query(&format!(
+            "create table occupancy_copy_{} partition of occupancy_copy for values from ('{month} 00:00:00+00') to ('{} 00:00:00+00')",
+            month.format("%Y%m"),
+            crate::domain::time::next_month(month)
+        ))
+        .execute(&mut *conn)
+        .await?;
+    }
+    const COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
+                           memory_byte_seconds, memory_peak_bytes, compute_active_seconds)";
+    let rows: Vec<u8> = conn
+        .copy_out_raw(&format!("copy occupancy {COLUMNS} to stdout"))
+        .await?
+        .try_fold(Vec::new(), |mut acc, chunk| async move {
+            acc.extend_from_slice(&chunk);
+            Ok(acc)
+        })
+        .await?;
+    let started = Instant::now();
+    let mut copy = conn
+        .copy_in_raw(&format!("copy occupancy_copy {COLUMNS} from stdin"))
+        .await?;
+    copy.send(rows.as_slice()).await?;
+    let copied = copy.finish().await?;
+    let copy_elapsed = started.elapsed();
+    anyhow::ensure!(copied == windows, "copied {copied} rows, expected {windows}");
+
+    let http_rate = windows as f64 / http_elapsed.as_secs_f64();
+    let copy_rate = windows as f64 / copy_elapsed.as_secs_f64();
+    println!("windows                      {windows}");
+    println!(
+        "HTTP ingest                  {:>10.0} windows/s  ({:.2} s, {} batches, concurrency {})",
+        http_rate,
+        http_elapsed.as_secs_f64(),
+        batches.len(),
+        args.concurrency
+    );
+    println!(
+        "  per batch latency          p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&latencies, 0.50).as_secs_f64() * 1e3,
+        percentile(&latencies, 0.99).as_secs_f64() * 1e3
+    );
+    println!(
+        "plain COPY (floor)           {:>10.0} windows/s  ({:.2} s)",
+        copy_rate,
+        copy_elapsed.as_secs_f64()
+    );
+    println!(
+        "ratio HTTP ingest / COPY     {:>10.3}",
+        http_rate / copy_rate
+    );
+    Ok(())
+}

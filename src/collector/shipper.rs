@@ -1,0 +1,141 @@
+//! Ships batches to the server: gzip'd JSON over HTTP, retried with exponential backoff and jitter
+//! while the server is unreachable, busy or failing; a batch the server refuses (4xx) is not retried,
+//! since sending it again cannot make it valid.
+
+use std::io::Write;
+use std::time::Duration;
+
+use rand::Rng;
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
+use tokio::sync::mpsc;
+
+use crate::domain::batch::{Batch, IngestOutcome};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShipError {
+    /// Worth retrying: the server was unreachable, overloaded or failed.
+    #[error("the server is not taking batches now: {reason}")]
+    Transient {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// The server refused the batch; it will refuse it again.
+    #[error("the server refused the batch ({status}): {body}")]
+    Rejected { status: StatusCode, body: String },
+}
+
+#[derive(Clone)]
+pub struct Shipper {
+    client: reqwest::Client,
+    url: String,
+    authorization: String,
+    max_backoff: Duration,
+}
+
+impl Shipper {
+    /// A shipper to `server` (e.g. `http://127.0.0.1:8080`) with a bearer token.
+    pub fn new(server: &str, token: &str) -> Result<Shipper, reqwest::Error> {
+        Ok(Shipper {
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .connect_timeout(Duration::from_secs(10))
+                .build()?,
+            url: format!("{}/v1/ingest", server.trim_end_matches('/')),
+            authorization: format!("Bearer {token}"),
+            max_backoff: Duration::from_secs(60),
+        })
+    }
+
+    /// One attempt.
+    pub async fn send(&self, batch: &Batch) -> Result<IngestOutcome, ShipError> {
+        let json = serde_json::to_vec(batch).expect("a batch serialises");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&json).expect("writing to memory");
+        let body = gz.finish().expect("writing to memory");
+        let response = self
+            .client
+            .post(&self.url)
+            .header(AUTHORIZATION, &self.authorization)
+            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_ENCODING, "gzip")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ShipError::Transient {
+                reason: e.to_string(),
+                retry_after: None,
+            })?;
+        let status = response.status();
+        if status.is_success() {
+            return response
+                .json::<IngestOutcome>()
+                .await
+                .map_err(|e| ShipError::Transient {
+                    reason: format!("unreadable answer: {e}"),
+                    retry_after: None,
+                });
+        }
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_secs);
+        let body = response.text().await.unwrap_or_default();
+        if status.is_server_error()
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status == StatusCode::REQUEST_TIMEOUT
+        {
+            Err(ShipError::Transient {
+                reason: format!("{status}: {body}"),
+                retry_after,
+            })
+        } else {
+            Err(ShipError::Rejected { status, body })
+        }
+    }
+
+    /// Sends until the server takes the batch or refuses it.
+    pub async fn send_with_retry(&self, batch: &Batch) -> Result<IngestOutcome, ShipError> {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            match self.send(batch).await {
+                Err(ShipError::Transient {
+                    reason,
+                    retry_after,
+                }) => {
+                    let jitter = rand::rng().random_range(0.5..1.5);
+                    let wait = retry_after.unwrap_or(backoff.mul_f64(jitter));
+                    tracing::warn!(%reason, wait_ms = wait.as_millis() as u64, "Shipping a batch failed; retrying.");
+                    metrics::counter!("slicemeter_collector_retries_total").increment(1);
+                    tokio::time::sleep(wait).await;
+                    backoff = (backoff * 2).min(self.max_backoff);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Ships every batch of `queue` in order until the queue closes.
+    pub async fn run(self, mut queue: mpsc::Receiver<Batch>) {
+        while let Some(batch) = queue.recv().await {
+            match self.send_with_retry(&batch).await {
+                Ok(outcome) => {
+                    tracing::debug!(
+                        start = %batch.period.start,
+                        inserted = outcome.inserted,
+                        duplicates = outcome.duplicates,
+                        "A batch was stored."
+                    );
+                    metrics::counter!("slicemeter_collector_windows_shipped_total")
+                        .increment(outcome.inserted + outcome.duplicates);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, start = %batch.period.start, "The server refused a batch; it is dropped.");
+                    metrics::counter!("slicemeter_collector_batches_refused_total").increment(1);
+                }
+            }
+        }
+    }
+}

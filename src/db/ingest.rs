@@ -1,0 +1,661 @@
+//! Storing one validated batch in one transaction: the GPUs, slices and consumers it names, the
+//! GPUs' presence, its windows (`COPY`, falling back to a staged `INSERT ... ON CONFLICT DO NOTHING`
+//! only when a window is already stored) and the hourly rollups of what was new.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rust_decimal::Decimal;
+use sqlx::{PgConnection, PgPool};
+
+use crate::domain::batch::IngestOutcome;
+use crate::domain::slice::Reservation;
+use crate::ingest::rollup::{Figures, Rollup, seconds_by_hour};
+use crate::ingest::validate::{FieldError, ValidBatch, ValidWindow};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The batch contradicts what is stored: a GPU or slice described differently, or a period that
+    /// overlaps one already reported.
+    #[error("the batch contradicts stored data")]
+    Conflict(Vec<FieldError>),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+const UNIQUE_VIOLATION: &str = "23505";
+
+pub async fn store(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, StoreError> {
+    let mut tx = pool.begin().await?;
+    lock_gpus(&mut tx, b).await?;
+    let gpu_ids = upsert_gpus(&mut tx, b).await?;
+    let slice_ids = upsert_slices(&mut tx, b, &gpu_ids).await?;
+    let consumer_ids = upsert_consumers(&mut tx, b).await?;
+    record_presence(&mut tx, b, &gpu_ids).await?;
+    let new = insert_windows(&mut tx, b, &slice_ids, &consumer_ids).await?;
+    update_usage_rollup(&mut tx, &new, &slice_ids, &consumer_ids).await?;
+    tx.commit().await?;
+    let inserted = new.len() as u64;
+    Ok(IngestOutcome {
+        inserted,
+        duplicates: b.windows.len() as u64 - inserted,
+    })
+}
+
+/// Serialises batches that report the same GPU, so that the presence overlap check below cannot race.
+/// Locks are taken in a fixed order (sorted hashes) so two batches never deadlock.
+async fn lock_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<(), sqlx::Error> {
+    let uuids: Vec<String> = b.gpus.iter().map(|g| g.uuid.clone()).collect();
+    sqlx::query!(
+        r#"select pg_advisory_xact_lock(h) as "locked"
+           from (select hashtextextended(u, 7102) as h from unnest($1::text[]) u order by 1) s"#,
+        &uuids
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Registers new GPUs and returns every batch GPU's id, in batch order. A GPU's model and geometry
+/// never change; its node and MIG mode may.
+async fn upsert_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i32>, StoreError> {
+    let uuids: Vec<String> = b.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let models: Vec<String> = b.gpus.iter().map(|g| g.model.clone()).collect();
+    let memory: Vec<i64> = b
+        .gpus
+        .iter()
+        .map(|g| g.geometry.memory_bytes as i64)
+        .collect();
+    let compute: Vec<i16> = b
+        .gpus
+        .iter()
+        .map(|g| i16::from(g.geometry.compute_slices))
+        .collect();
+    let memory_slices: Vec<i16> = b
+        .gpus
+        .iter()
+        .map(|g| i16::from(g.geometry.memory_slices))
+        .collect();
+    let mig: Vec<bool> = b.gpus.iter().map(|g| g.mig_enabled).collect();
+    sqlx::query!(
+        "insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
+         select u, $2, m, b, c, s, g
+         from unnest($1::text[], $3::text[], $4::int8[], $5::int2[], $6::int2[], $7::bool[]) as x(u, m, b, c, s, g)
+         on conflict (gpu_uuid) do nothing",
+        &uuids,
+        b.node,
+        &models,
+        &memory,
+        &compute,
+        &memory_slices,
+        &mig
+    )
+    .execute(&mut *tx)
+    .await?;
+    let stored = sqlx::query!(
+        "select gpu_id, gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled
+         from gpu where gpu_uuid = any($1)",
+        &uuids
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let by_uuid: HashMap<&str, _> = stored.iter().map(|r| (r.gpu_uuid.as_str(), r)).collect();
+    let mut ids = Vec::with_capacity(b.gpus.len());
+    let mut conflicts = Vec::new();
+    for (i, g) in b.gpus.iter().enumerate() {
+        let r = by_uuid[g.uuid.as_str()];
+        if (
+            r.model.as_str(),
+            r.memory_bytes,
+            r.compute_slices,
+            r.memory_slices,
+        ) != (
+            g.model.as_str(),
+            g.geometry.memory_bytes as i64,
+            i16::from(g.geometry.compute_slices),
+            i16::from(g.geometry.memory_slices),
+        ) {
+            conflicts.push(FieldError::new(
+                format!("gpus[{i}]"),
+                format!(
+                    "{} is registered as {:?} with {} bytes, {} compute and {} memory slices; a GPU's model and geometry do not change",
+                    g.uuid, r.model, r.memory_bytes, r.compute_slices, r.memory_slices
+                ),
+            ));
+        } else if r.node != b.node || r.mig_enabled != g.mig_enabled {
+            if r.node != b.node {
+                tracing::warn!(gpu = %g.uuid, from = %r.node, to = %b.node, "A GPU is now reported by another node.");
+            }
+            sqlx::query!(
+                "update gpu set node = $2, mig_enabled = $3 where gpu_id = $1",
+                r.gpu_id,
+                b.node,
+                g.mig_enabled
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        ids.push(r.gpu_id);
+    }
+    if conflicts.is_empty() {
+        Ok(ids)
+    } else {
+        Err(StoreError::Conflict(conflicts))
+    }
+}
+
+/// The stored columns of a reservation, in the order of the `slice` table.
+struct ReservationColumns {
+    profile: Option<String>,
+    profile_id: Option<i32>,
+    compute_slices: Option<i16>,
+    memory_slices: Option<i16>,
+    memory_bytes: Option<i64>,
+    active_thread_percentage: Option<i16>,
+    pinned_memory_bytes: Option<i64>,
+    fraction: Option<Decimal>,
+    replicas: Option<i16>,
+    replica: Option<i16>,
+}
+
+impl ReservationColumns {
+    fn of(r: &Reservation) -> Self {
+        let mut c = ReservationColumns {
+            profile: None,
+            profile_id: None,
+            compute_slices: None,
+            memory_slices: None,
+            memory_bytes: None,
+            active_thread_percentage: None,
+            pinned_memory_bytes: None,
+            fraction: None,
+            replicas: None,
+            replica: None,
+        };
+        match r {
+            Reservation::Mig {
+                profile,
+                profile_id,
+                compute_slices,
+                memory_slices,
+                memory_bytes,
+            } => {
+                c.profile = Some(profile.clone());
+                c.profile_id = profile_id.map(|id| id as i32);
+                c.compute_slices = Some(i16::from(*compute_slices));
+                c.memory_slices = Some(i16::from(*memory_slices));
+                c.memory_bytes = Some(*memory_bytes as i64);
+            }
+            Reservation::Mps {
+                active_thread_percentage,
+                pinned_memory_bytes,
+            } => {
+                c.active_thread_percentage = Some(i16::from(*active_thread_percentage));
+                c.pinned_memory_bytes = Some(*pinned_memory_bytes as i64);
+            }
+            Reservation::Vgpu { fraction } => c.fraction = Some(*fraction),
+            Reservation::Timeslice { replicas, replica } => {
+                c.replicas = Some(*replicas as i16);
+                c.replica = Some(*replica as i16);
+            }
+            Reservation::Whole => {}
+        }
+        c
+    }
+}
+
+/// Registers new slices and returns every batch slice's id, in batch order. A slice's GPU and
+/// reservation are part of its identity and never change.
+async fn upsert_slices(
+    tx: &mut PgConnection,
+    b: &ValidBatch,
+    gpu_ids: &[i32],
+) -> Result<Vec<i32>, StoreError> {
+    let n = b.slices.len();
+    let mut uuids = Vec::with_capacity(n);
+    let mut gpus = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut cols: Vec<ReservationColumns> = Vec::with_capacity(n);
+    let mut compute_share = Vec::with_capacity(n);
+    let mut memory_share = Vec::with_capacity(n);
+    let mut reserved_bytes = Vec::with_capacity(n);
+    let mut reserved = Vec::with_capacity(n);
+    for s in &b.slices {
+        uuids.push(s.uuid.clone());
+        gpus.push(gpu_ids[s.gpu]);
+        kinds.push(s.reservation.kind().as_str().to_owned());
+        cols.push(ReservationColumns::of(&s.reservation));
+        compute_share.push(s.share.compute);
+        memory_share.push(s.share.memory);
+        reserved_bytes.push(s.share.memory_reserved_bytes as i64);
+        reserved.push(s.share.kind.is_reserved());
+    }
+    let profile: Vec<Option<String>> = cols.iter().map(|c| c.profile.clone()).collect();
+    let profile_id: Vec<Option<i32>> = cols.iter().map(|c| c.profile_id).collect();
+    let compute_slices: Vec<Option<i16>> = cols.iter().map(|c| c.compute_slices).collect();
+    let memory_slices: Vec<Option<i16>> = cols.iter().map(|c| c.memory_slices).collect();
+    let memory_bytes: Vec<Option<i64>> = cols.iter().map(|c| c.memory_bytes).collect();
+    let threads: Vec<Option<i16>> = cols.iter().map(|c| c.active_thread_percentage).collect();
+    let pinned: Vec<Option<i64>> = cols.iter().map(|c| c.pinned_memory_bytes).collect();
+    let fraction: Vec<Option<Decimal>> = cols.iter().map(|c| c.fraction).collect();
+    let replicas: Vec<Option<i16>> = cols.iter().map(|c| c.replicas).collect();
+    let replica: Vec<Option<i16>> = cols.iter().map(|c| c.replica).collect();
+    sqlx::query!(
+        "insert into slice (slice_uuid, gpu_id, kind, profile, profile_id, compute_slices, memory_slices,
+                            memory_bytes, active_thread_percentage, pinned_memory_bytes, fraction, replicas,
+                            replica, compute_share, memory_share, memory_reserved_bytes, reserved)
+         select * from unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int4[], $6::int2[],
+                              $7::int2[], $8::int8[], $9::int2[], $10::int8[], $11::numeric[], $12::int2[],
+                              $13::int2[], $14::numeric[], $15::numeric[], $16::int8[], $17::bool[])
+         on conflict (slice_uuid) do nothing",
+        &uuids,
+        &gpus,
+        &kinds,
+        &profile as &[Option<String>],
+        &profile_id as &[Option<i32>],
+        &compute_slices as &[Option<i16>],
+        &memory_slices as &[Option<i16>],
+        &memory_bytes as &[Option<i64>],
+        &threads as &[Option<i16>],
+        &pinned as &[Option<i64>],
+        &fraction as &[Option<Decimal>],
+        &replicas as &[Option<i16>],
+        &replica as &[Option<i16>],
+        &compute_share,
+        &memory_share,
+        &reserved_bytes,
+        &reserved
+    )
+    .execute(&mut *tx)
+    .await?;
+    let stored = sqlx::query!(
+        "select slice_id, slice_uuid, gpu_id, kind, profile, compute_slices, memory_slices, memory_bytes,
+                active_thread_percentage, pinned_memory_bytes, fraction, replicas, replica
+         from slice where slice_uuid = any($1)",
+        &uuids
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let by_uuid: HashMap<&str, _> = stored.iter().map(|r| (r.slice_uuid.as_str(), r)).collect();
+    let mut ids = Vec::with_capacity(n);
+    let mut conflicts = Vec::new();
+    for (i, s) in b.slices.iter().enumerate() {
+        let r = by_uuid[s.uuid.as_str()];
+        let c = &cols[i];
+        let same = r.gpu_id == gpus[i]
+            && r.kind == kinds[i]
+            && (
+                &r.profile,
+                r.compute_slices,
+                r.memory_slices,
+                r.memory_bytes,
+                r.active_thread_percentage,
+                r.pinned_memory_bytes,
+                r.fraction.map(|f| f.normalize()),
+                r.replicas,
+                r.replica,
+            ) == (
+                &c.profile,
+                c.compute_slices,
+                c.memory_slices,
+                c.memory_bytes,
+                c.active_thread_percentage,
+                c.pinned_memory_bytes,
+                c.fraction.map(|f| f.normalize()),
+                c.replicas,
+                c.replica,
+            );
+        if !same {
+            conflicts.push(FieldError::new(
+                format!("slices[{i}]"),
+                format!(
+                    "{} is registered with another GPU or reservation ({} {}); a slice's reservation never changes, so report a changed slice under a new uuid",
+                    s.uuid,
+                    r.kind,
+                    r.profile.as_deref().unwrap_or("")
+                ),
+            ));
+        }
+        ids.push(r.slice_id);
+    }
+    if conflicts.is_empty() {
+        Ok(ids)
+    } else {
+        Err(StoreError::Conflict(conflicts))
+    }
+}
+
+/// Registers new consumers (and the teams their `team` labels name) and returns every batch
+/// consumer's id, in batch order. A new consumer is attributed to its labelled team, else to the team
+/// that owns its namespace, else to `unattributed`.
+async fn upsert_consumers(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i64>, sqlx::Error> {
+    let labelled: Vec<String> = b
+        .consumers
+        .iter()
+        .filter_map(|c| c.team_label.as_ref().map(|t| t.as_str().to_owned()))
+        .collect();
+    if !labelled.is_empty() {
+        sqlx::query!(
+            "insert into team (team_id, display_name) select t, t from unnest($1::text[]) t
+             on conflict (team_id) do nothing",
+            &labelled
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    let n = b.consumers.len();
+    let mut fingerprints = Vec::with_capacity(n);
+    let mut namespace = Vec::with_capacity(n);
+    let mut pod = Vec::with_capacity(n);
+    let mut container = Vec::with_capacity(n);
+    let mut unix_user = Vec::with_capacity(n);
+    let mut job_id = Vec::with_capacity(n);
+    let mut claim = Vec::with_capacity(n);
+    let mut labels = Vec::with_capacity(n);
+    let mut team_label = Vec::with_capacity(n);
+    for c in &b.consumers {
+        let r = &c.report;
+        fingerprints.push(c.fingerprint.to_vec());
+        namespace.push(r.namespace.clone());
+        pod.push(r.pod.clone());
+        container.push(r.container.clone());
+        unix_user.push(r.unix_user.clone());
+        job_id.push(r.job_id.clone());
+        claim.push(
+            r.dra_claim
+                .as_ref()
+                .map(|d| serde_json::to_value(d).expect("a claim serialises")),
+        );
+        labels.push(serde_json::to_value(&r.labels).expect("labels serialise"));
+        team_label.push(c.team_label.as_ref().map(|t| t.as_str().to_owned()));
+    }
+    sqlx::query!(
+        "insert into consumer (fingerprint, namespace, pod, container, unix_user, job_id, dra_claim,
+                               labels, team_label, team_id)
+         select f, ns, p, c, u, j, d, l, t,
+                coalesce(t, (select tn.team_id from team_namespace tn where tn.namespace = x.ns),
+                         'unattributed')
+         from unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::jsonb[], $8::jsonb[], $9::text[]) as x(f, ns, p, c, u, j, d, l, t)
+         on conflict (fingerprint) do nothing",
+        &fingerprints,
+        &namespace as &[Option<String>],
+        &pod as &[Option<String>],
+        &container as &[Option<String>],
+        &unix_user as &[Option<String>],
+        &job_id as &[Option<String>],
+        &claim as &[Option<serde_json::Value>],
+        &labels,
+        &team_label as &[Option<String>],
+    )
+    .execute(&mut *tx)
+    .await?;
+    let stored = sqlx::query!(
+        "select consumer_id, fingerprint from consumer where fingerprint = any($1)",
+        &fingerprints
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let by_fingerprint: HashMap<&[u8], i64> = stored
+        .iter()
+        .map(|r| (r.fingerprint.as_slice(), r.consumer_id))
+        .collect();
+    Ok(fingerprints
+        .iter()
+        .map(|f| by_fingerprint[f.as_slice()])
+        .collect())
+}
+
+/// Records that the batch's GPUs existed for its period, once: a re-sent period is ignored, and a
+/// period that overlaps another one of the same GPU is refused, since it would count hours twice.
+async fn record_presence(
+    tx: &mut PgConnection,
+    b: &ValidBatch,
+    gpu_ids: &[i32],
+) -> Result<(), StoreError> {
+    let overlapping = sqlx::query!(
+        r#"select n.gpu_id as "gpu_id!", p.period_start, p.period_end
+           from unnest($1::int4[]) as n(gpu_id)
+           cross join lateral (
+               select period_start, period_end from gpu_presence g
+               where g.gpu_id = n.gpu_id and g.period_start < $3
+               order by g.period_start desc limit 1) p
+           where p.period_end > $2"#,
+        gpu_ids,
+        b.period_start,
+        b.period_end
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut already = Vec::new();
+    let mut conflicts = Vec::new();
+    for row in &overlapping {
+        let i = gpu_ids
+            .iter()
+            .position(|&g| g == row.gpu_id)
+            .expect("a batch GPU");
+        if (row.period_start, row.period_end) == (b.period_start, b.period_end) {
+            already.push(row.gpu_id);
+        } else {
+            conflicts.push(FieldError::new(
+                format!("gpus[{i}]"),
+                format!(
+                    "{} was already reported for [{}, {}), which overlaps this batch's period [{}, {}); a GPU's periods must not overlap",
+                    b.gpus[i].uuid, row.period_start, row.period_end, b.period_start, b.period_end
+                ),
+            ));
+        }
+    }
+    if !conflicts.is_empty() {
+        return Err(StoreError::Conflict(conflicts));
+    }
+    let new: Vec<i32> = gpu_ids
+        .iter()
+        .copied()
+        .filter(|g| !already.contains(g))
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "insert into gpu_presence (gpu_id, period_start, period_end, node)
+         select g, $2, $3, $4 from unnest($1::int4[]) g",
+        &new,
+        b.period_start,
+        b.period_end,
+        b.node
+    )
+    .execute(&mut *tx)
+    .await?;
+    let mut hours = Vec::new();
+    let mut gpus = Vec::new();
+    let mut seconds = Vec::new();
+    for (hour, s) in seconds_by_hour(b.period_start, b.period_end) {
+        for &g in &new {
+            hours.push(hour);
+            gpus.push(g);
+            seconds.push(s);
+        }
+    }
+    sqlx::query!(
+        "insert into gpu_hourly (hour, gpu_id, present_seconds)
+         select * from unnest($1::timestamptz[], $2::int4[], $3::numeric[])
+         on conflict (hour, gpu_id) do update
+             set present_seconds = gpu_hourly.present_seconds + excluded.present_seconds",
+        &hours,
+        &gpus,
+        &seconds
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+fn timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// The windows as `COPY` text rows.
+fn copy_rows(windows: &[ValidWindow], slice_ids: &[i32], consumer_ids: &[i64]) -> Vec<u8> {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(windows.len() * 120);
+    for w in windows {
+        let compute = w
+            .compute_active_seconds
+            .map_or_else(|| "\\N".to_owned(), |c| c.to_string());
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            slice_ids[w.slice],
+            consumer_ids[w.consumer],
+            timestamp(w.start),
+            timestamp(w.end),
+            w.held_seconds,
+            w.memory_byte_seconds,
+            w.memory_peak_bytes,
+            compute
+        )
+        .expect("writing to a String");
+    }
+    out.into_bytes()
+}
+
+const COPY_COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
+                            memory_byte_seconds, memory_peak_bytes, compute_active_seconds)";
+
+/// Stores the windows and returns those that were new. The fast path `COPY`s straight into the
+/// table; only when that meets a stored window does it stage the rows and insert the new ones.
+async fn insert_windows<'b>(
+    tx: &mut PgConnection,
+    b: &'b ValidBatch,
+    slice_ids: &[i32],
+    consumer_ids: &[i64],
+) -> Result<Vec<&'b ValidWindow>, sqlx::Error> {
+    if b.windows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = copy_rows(&b.windows, slice_ids, consumer_ids);
+    sqlx::query("savepoint copy_windows")
+        .execute(&mut *tx)
+        .await?;
+    let fast = copy_in(tx, &format!("copy occupancy {COPY_COLUMNS} from stdin"), &rows).await;
+    match fast {
+        Ok(_) => {
+            sqlx::query("release savepoint copy_windows")
+                .execute(&mut *tx)
+                .await?;
+            return Ok(b.windows.iter().collect());
+        }
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
+            sqlx::query("rollback to savepoint copy_windows")
+                .execute(&mut *tx)
+                .await?;
+        }
+        Err(e) => return Err(e),
+    }
+    // The staging table exists only in this transaction, so these two statements are not checked
+    // at compile time.
+    sqlx::query("create temp table occupancy_stage (like occupancy including defaults) on commit drop")
+        .execute(&mut *tx)
+        .await?;
+    copy_in(
+        tx,
+        &format!("copy occupancy_stage {COPY_COLUMNS} from stdin"),
+        &rows,
+    )
+    .await?;
+    let new: Vec<(i32, i64, DateTime<Utc>)> = sqlx::query_as(
+        "insert into occupancy select * from occupancy_stage on conflict do nothing
+         returning slice_id, consumer_id, window_start",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let index: HashMap<(i32, i64, DateTime<Utc>), &ValidWindow> = b
+        .windows
+        .iter()
+        .map(|w| ((slice_ids[w.slice], consumer_ids[w.consumer], w.start), w))
+        .collect();
+    Ok(new.iter().map(|key| index[key]).collect())
+}
+
+async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<u64, sqlx::Error> {
+    let mut copy = tx.copy_in_raw(statement).await?;
+    if let Err(e) = copy.send(rows).await {
+        copy.abort("slicemeter: sending rows failed").await.ok();
+        return Err(e);
+    }
+    copy.finish().await
+}
+
+/// Adds the new windows to the hourly rollup, split at hour boundaries.
+async fn update_usage_rollup(
+    tx: &mut PgConnection,
+    new: &[&ValidWindow],
+    slice_ids: &[i32],
+    consumer_ids: &[i64],
+) -> Result<(), sqlx::Error> {
+    if new.is_empty() {
+        return Ok(());
+    }
+    let mut rollup = Rollup::new();
+    for w in new {
+        rollup.add(
+            (slice_ids[w.slice], consumer_ids[w.consumer]),
+            w.start,
+            w.end,
+            Figures::of_window(
+                w.held_seconds,
+                w.memory_byte_seconds,
+                w.memory_peak_bytes,
+                w.compute_active_seconds,
+            ),
+        );
+    }
+    let n = rollup.rows.len();
+    let mut hour = Vec::with_capacity(n);
+    let mut slice = Vec::with_capacity(n);
+    let mut consumer = Vec::with_capacity(n);
+    let mut held = Vec::with_capacity(n);
+    let mut memory = Vec::with_capacity(n);
+    let mut peak = Vec::with_capacity(n);
+    let mut active = Vec::with_capacity(n);
+    let mut known = Vec::with_capacity(n);
+    let mut count = Vec::with_capacity(n);
+    for ((h, (s, c)), f) in rollup.rows {
+        hour.push(h);
+        slice.push(s);
+        consumer.push(c);
+        held.push(f.held_seconds);
+        memory.push(f.memory_byte_seconds);
+        peak.push(f.memory_peak_bytes);
+        active.push(f.compute_active_seconds);
+        known.push(f.compute_known_seconds);
+        count.push(f.window_count);
+    }
+    sqlx::query!(
+        "insert into usage_hourly (hour, slice_id, consumer_id, held_seconds, memory_byte_seconds,
+                                   memory_peak_bytes, compute_active_seconds, compute_known_seconds,
+                                   window_count)
+         select * from unnest($1::timestamptz[], $2::int4[], $3::int8[], $4::numeric[], $5::numeric[],
+                              $6::int8[], $7::numeric[], $8::numeric[], $9::int4[])
+         on conflict (hour, slice_id, consumer_id) do update set
+             held_seconds = usage_hourly.held_seconds + excluded.held_seconds,
+             memory_byte_seconds = usage_hourly.memory_byte_seconds + excluded.memory_byte_seconds,
+             memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
+             compute_active_seconds = usage_hourly.compute_active_seconds + excluded.compute_active_seconds,
+             compute_known_seconds = usage_hourly.compute_known_seconds + excluded.compute_known_seconds,
+             window_count = usage_hourly.window_count + excluded.window_count",
+        &hour,
+        &slice,
+        &consumer,
+        &held,
+        &memory,
+        &peak,
+        &active,
+        &known,
+        &count
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! PostgreSQL: the pool, the embedded migrations, monthly partitions, and the repositories (the only
+//! place sqlx queries live).
+
+pub mod fleet;
+pub mod ingest;
+pub mod reports;
+pub mod teams;
+pub mod tokens;
+
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::NaiveDate;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Connects a pool to `url`. With `search_path` the pool works inside that schema only (the ingest
+/// benchmark's scratch schema).
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    connect_with(PgConnectOptions::from_str(url)?, max_connections).await
+}
+
+pub async fn connect_with(
+    options: PgConnectOptions,
+    max_connections: u32,
+) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options.application_name("slicemeter"))
+        .await
+}
+
+/// Applies the embedded migrations that the database has not seen yet.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// Remembers which months have partitions, so a batch asks PostgreSQL only for months it has not
+/// seen. Partitions are created outside the batch's transaction: creating one locks its parent.
+#[derive(Debug, Default)]
+pub struct Partitions {
+    known: Mutex<HashSet<NaiveDate>>,
+}
+
+impl Partitions {
+    pub async fn ensure(&self, pool: &PgPool, months: &[NaiveDate]) -> Result<(), sqlx::Error> {
+        for &month in months {
+            if self.known.lock().expect("not poisoned").contains(&month) {
+                continue;
+            }
+            sqlx::query!("select ensure_month_partitions($1)", month)
+                .execute(pool)
+                .await?;
+            self.known.lock().expect("not poisoned").insert(month);
+        }
+        Ok(())
+    }
+}
+
+/// Whether the database answers: what `/readyz` reports.
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
+    sqlx::query!("select 1 as one").fetch_one(pool).await.map(|_| ())
+}

@@ -1,0 +1,148 @@
+//! API tokens: stored by the hash of their secret, never by the secret itself.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use crate::auth::{NewToken, PresentedToken, Principal, Role};
+use crate::domain::team::TeamId;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("a team_lead token needs --team, and only a team_lead token takes one")]
+    TeamRequired,
+    #[error("a collector token needs --node, and only a collector token takes one")]
+    NodeRequired,
+    #[error("there is no team {0:?}: create it first (PUT /v1/teams/{0})")]
+    UnknownTeam(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// Creates a token and returns the bearer string, which is shown once and stored nowhere.
+pub async fn create(
+    pool: &PgPool,
+    role: Role,
+    team: Option<&TeamId>,
+    node: Option<&str>,
+    label: Option<&str>,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<(i64, String), TokenError> {
+    if (role == Role::TeamLead) != team.is_some() {
+        return Err(TokenError::TeamRequired);
+    }
+    if (role == Role::Collector) != node.is_some() {
+        return Err(TokenError::NodeRequired);
+    }
+    if let Some(team) = team {
+        let exists = sqlx::query_scalar!(
+            r#"select exists(select 1 from team where team_id = $1) as "exists!""#,
+            team.as_str()
+        )
+        .fetch_one(pool)
+        .await?;
+        if !exists {
+            return Err(TokenError::UnknownTeam(team.to_string()));
+        }
+    }
+    let new = NewToken::generate();
+    let id = sqlx::query_scalar!(
+        "insert into api_token (role, team_id, node, secret_hash, label, expires_at)
+         values ($1, $2, $3, $4, $5, $6) returning api_token_id",
+        role.as_str(),
+        team.map(TeamId::as_str),
+        node,
+        &new.hash()[..],
+        label,
+        expires_at
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((id, new.token(id)))
+}
+
+/// Why a presented token does not authenticate; the API says only "invalid token" to the caller.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Rejected {
+    Malformed,
+    Unknown,
+    Revoked,
+    Expired,
+}
+
+/// The principal a bearer token stands for, if it is valid now.
+pub async fn authenticate(
+    pool: &PgPool,
+    token: &str,
+    now: DateTime<Utc>,
+) -> Result<Result<Principal, Rejected>, sqlx::Error> {
+    let Some(presented) = PresentedToken::parse(token) else {
+        return Ok(Err(Rejected::Malformed));
+    };
+    let Some(row) = sqlx::query!(
+        "select role, team_id, node, secret_hash, expires_at, revoked_at
+         from api_token where api_token_id = $1",
+        presented.id
+    )
+    .fetch_optional(pool)
+    .await?
+    else {
+        return Ok(Err(Rejected::Unknown));
+    };
+    if !presented.matches(&row.secret_hash) {
+        return Ok(Err(Rejected::Unknown));
+    }
+    if row.revoked_at.is_some() {
+        return Ok(Err(Rejected::Revoked));
+    }
+    if row.expires_at.is_some_and(|e| e <= now) {
+        return Ok(Err(Rejected::Expired));
+    }
+    let token_id = presented.id;
+    let role: Role = row.role.parse().map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+    Ok(Ok(match role {
+        Role::Admin => Principal::Admin { token_id },
+        Role::Finance => Principal::Finance { token_id },
+        Role::TeamLead => Principal::TeamLead {
+            token_id,
+            team: TeamId::parse(row.team_id.as_deref().unwrap_or_default())
+                .map_err(|e| sqlx::Error::Decode(e.into()))?,
+        },
+        Role::Collector => Principal::Collector {
+            token_id,
+            node: row.node.unwrap_or_default(),
+        },
+    }))
+}
+
+/// Revokes a token; returns whether it existed and was not revoked already.
+pub async fn revoke(pool: &PgPool, id: i64) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query!(
+        "update api_token set revoked_at = now() where api_token_id = $1 and revoked_at is null",
+        id
+    )
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+#[derive(Debug)]
+pub struct TokenRow {
+    pub id: i64,
+    pub role: String,
+    pub team_id: Option<String>,
+    pub node: Option<String>,
+    pub label: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+pub async fn list(pool: &PgPool) -> Result<Vec<TokenRow>, sqlx::Error> {
+    sqlx::query_as!(
+        TokenRow,
+        "select api_token_id as id, role, team_id, node, label, created_at, expires_at, revoked_at
+         from api_token order by api_token_id"
+    )
+    .fetch_all(pool)
+    .await
+}

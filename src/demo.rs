@@ -1,0 +1,210 @@
+//! `slicemeter demo`: the zero-configuration main job. Without `DATABASE_URL` it runs a private
+//! PostgreSQL in a folder of its own, back-fills the last days of a simulated fleet, keeps live
+//! simulated collectors running, and serves the API until Ctrl-C, then stops its PostgreSQL.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use sqlx::PgPool;
+use tokio::sync::{mpsc, watch};
+
+use crate::auth::Role;
+use crate::collector::shipper::Shipper;
+use crate::collector::source::sim::SimSource;
+use crate::collector::{self, Cadence};
+use crate::db::{self, Partitions, teams::TeamUpdate, tokens};
+use crate::domain::team::TeamId;
+use crate::domain::time::floor_to;
+use crate::http::ServerConfig;
+use crate::pgcluster::{self, PrivateCluster};
+use crate::sim::SimFleet;
+use crate::{ingest, server, simulate};
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Use this database instead of a private PostgreSQL.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Where the private PostgreSQL keeps its data (reused by the next demo).
+    #[arg(long, env = "SLICEMETER_DEMO_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address to serve on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// GPUs in the simulated fleet.
+    #[arg(long, default_value_t = 16)]
+    pub gpus: usize,
+    /// Seed of the simulated fleet.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Days of history to back-fill.
+    #[arg(long, default_value_t = 30)]
+    pub days: u32,
+    /// Window length of the back-fill (coarser than live windows, so it is quick).
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub backfill_window: Duration,
+    /// Sample interval of the back-fill.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub backfill_sample_interval: Duration,
+    /// Do not run live collectors after the back-fill.
+    #[arg(long)]
+    pub no_live: bool,
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let mut cluster = None;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let root = args
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PrivateCluster::default_root("demo"));
+            eprintln!("Starting a private PostgreSQL in {} ...", root.display());
+            let c = tokio::task::spawn_blocking(move || PrivateCluster::start(&root)).await??;
+            pgcluster::ensure_database(&c.url("postgres"), "slicemeter").await?;
+            let url = c.url("slicemeter");
+            cluster = Some(c);
+            url
+        }
+    };
+    let result = run_on(&args, &url).await;
+    if let Some(c) = cluster {
+        eprintln!("Stopping the private PostgreSQL ...");
+        tokio::task::spawn_blocking(move || c.stop()).await??;
+    }
+    result
+}
+
+async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
+    let pool = db::connect(url, 12).await.context("connecting to the database")?;
+    db::migrate(&pool).await.context("applying migrations")?;
+    let fleet = SimFleet::generate(args.seed, args.gpus);
+    for t in &fleet.teams {
+        db::teams::put(
+            &pool,
+            TeamUpdate {
+                team: &TeamId::parse(&t.id)?,
+                display_name: &t.display_name,
+                cost_center: Some(&t.cost_center),
+                gl_account: Some("6420"),
+                namespaces: &t.namespaces,
+            },
+        )
+        .await?;
+    }
+    backfill(args, &pool, &fleet).await?;
+
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("listening on {} (choose another with --listen)", args.listen))?;
+    let address: SocketAddr = listener.local_addr()?;
+    let base = format!("http://{address}");
+    let (admin_id, admin) =
+        tokens::create(&pool, Role::Admin, None, None, Some("demo admin"), None).await?;
+
+    let (stop, stopped) = watch::channel(false);
+    let mut stopped_server = stopped.clone();
+    let mut serving = tokio::spawn(server::serve(
+        pool.clone(),
+        listener,
+        ServerConfig::default(),
+        async move {
+            let _ = stopped_server.changed().await;
+        },
+    ));
+    let mut collectors = Vec::new();
+    if !args.no_live {
+        for node in &fleet.nodes {
+            let (_, token) = tokens::create(
+                &pool,
+                Role::Collector,
+                None,
+                Some(&node.name),
+                Some("demo collector"),
+                None,
+            )
+            .await?;
+            let (tx, rx) = mpsc::channel(1_000);
+            let shipper = Shipper::new(&base, &token)?;
+            collectors.push(tokio::spawn(shipper.run(rx)));
+            let source = SimSource::new(fleet.clone(), &node.name)?;
+            let cadence = Cadence {
+                sample_interval: Duration::from_secs(5),
+                window: Duration::from_secs(60),
+                batch_period: Duration::from_secs(60),
+            };
+            collectors.push(tokio::spawn({
+                let stopped = stopped.clone();
+                async move {
+                    if let Err(e) = collector::run_live(source, cadence, tx, stopped).await {
+                        tracing::error!(error = %e, "A demo collector stopped.");
+                    }
+                }
+            }));
+        }
+    }
+    println!("slicemeter demo is serving at {base}/");
+    println!("admin token (id {admin_id}, shown once): {admin}");
+    println!("try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team&step=day'",
+        (Utc::now() - chrono::Duration::days(i64::from(args.days))).date_naive(),
+        (Utc::now() + chrono::Duration::days(1)).date_naive());
+    println!("API document: {base}/openapi.json; press Ctrl-C to stop.");
+
+    let served = tokio::select! {
+        _ = server::shutdown_signal() => None,
+        r = &mut serving => Some(r),
+    };
+    stop.send(true).ok();
+    for c in collectors {
+        let _ = tokio::time::timeout(Duration::from_secs(10), c).await;
+    }
+    let served = match served {
+        Some(r) => r,
+        None => serving.await,
+    };
+    pool.close().await;
+    served?.context("serving")
+}
+
+/// Back-fills from the last stored hour (or `days` ago) up to now, in coarse windows, straight into
+/// ingest. A second demo only adds the time since the first.
+async fn backfill(args: &DemoArgs, pool: &PgPool, fleet: &SimFleet) -> anyhow::Result<()> {
+    let cadence = Cadence {
+        sample_interval: args.backfill_sample_interval,
+        window: args.backfill_window,
+        batch_period: Duration::from_secs(6 * 3600),
+    };
+    let step = chrono::Duration::from_std(args.backfill_window)?;
+    let now = Utc::now();
+    let to = floor_to(now, step);
+    let oldest = floor_to(now - chrono::Duration::days(i64::from(args.days)), step);
+    let last = db::fleet::last_presence(pool).await?;
+    let from = last.map_or(oldest, |l| l.max(oldest));
+    if from >= to {
+        return Ok(());
+    }
+    let bar = simulate::progress(
+        simulate::expected_batches(fleet, from, to, cadence.batch_period),
+        "back-filling",
+    );
+    eprintln!("Back-filling {} GPUs from {from} to {to} ...", args.gpus);
+    let partitions = Partitions::default();
+    let limits = ingest::Limits::default();
+    let started = std::time::Instant::now();
+    let totals = simulate::generate_and_ingest(fleet.clone(), from, to, cadence, 4, bar, |batch| {
+        let (pool, partitions, limits) = (pool, &partitions, &limits);
+        async move { ingest::ingest(pool, partitions, batch, Utc::now(), limits).await }
+    })
+    .await?;
+    eprintln!(
+        "Back-filled {} windows in {} batches in {:.1} s.",
+        totals.inserted,
+        totals.batches,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

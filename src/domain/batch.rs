@@ -1,0 +1,165 @@
+//! The ingest contract v1 (DESIGN.md, "Ingest contract"): what a collector sends in one batch. Fields
+//! may be added, none renamed. Figures arrive as JSON numbers and stay loosely typed here so that the
+//! server can name every bad one (`ingest::validate`) instead of stopping at the first.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// One report of a node: the GPUs and slices that existed for all of `period`, and the occupancy
+/// windows of the slices that someone held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Batch {
+    /// The node's name; a collector token may only report for its own node.
+    #[schema(example = "gpu-node-01")]
+    pub node: String,
+    pub period: Period,
+    #[serde(default)]
+    pub gpus: Vec<GpuReport>,
+    #[serde(default)]
+    pub slices: Vec<SliceReport>,
+    #[serde(default)]
+    pub windows: Vec<WindowReport>,
+}
+
+/// A half-open interval `[start, end)` in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Period {
+    #[schema(example = "2026-10-01T00:00:00Z")]
+    pub start: DateTime<Utc>,
+    #[schema(example = "2026-10-01T00:01:00Z")]
+    pub end: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct GpuReport {
+    #[schema(example = "GPU-5f0e1a2b-0000-4000-8000-000000000001")]
+    pub uuid: String,
+    /// The name NVML reports, e.g. `NVIDIA H100 80GB HBM3`.
+    #[schema(example = "NVIDIA H100 80GB HBM3")]
+    pub model: String,
+    #[schema(example = 85520809984_i64)]
+    pub memory_bytes: i64,
+    /// Compute slices of the whole GPU: 7, or 4 on A30 and RTX PRO 6000.
+    #[schema(example = 7)]
+    pub compute_slices: i64,
+    /// Memory slices of the whole GPU: 8, or 4 on A30 and RTX PRO 6000.
+    #[schema(example = 8)]
+    pub memory_slices: i64,
+    pub mig_enabled: bool,
+}
+
+/// A slice and what it reserves. Which fields are required depends on `kind`: `mig` needs `profile`,
+/// `compute_slices`, `memory_slices` and `memory_bytes` (`profile_id` optional); `mps` needs
+/// `active_thread_percentage` and `pinned_memory_bytes`; `vgpu` needs `fraction`; `timeslice` needs
+/// `replicas` and `replica`; `whole` needs nothing more.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+pub struct SliceReport {
+    #[schema(example = "MIG-1b2c3d4e-0000-4000-8000-000000000001")]
+    pub uuid: String,
+    pub gpu_uuid: String,
+    /// `mig`, `mps`, `timeslice`, `vgpu` or `whole`.
+    #[schema(example = "mig")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "3g.40gb")]
+    pub profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_slices: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_slices: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_thread_percentage: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_memory_bytes: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<i64>,
+}
+
+/// Who held a slice and how much of it they occupied over `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WindowReport {
+    pub slice_uuid: String,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub consumer: ConsumerReport,
+    /// Seconds someone held the slice, at most `end - start`.
+    pub held_seconds: f64,
+    /// Integral of memory used over the held seconds.
+    pub memory_byte_seconds: f64,
+    pub memory_peak_bytes: i64,
+    /// Seconds of SM activity relative to the slice (to the whole GPU for a time-sliced replica), at
+    /// most `held_seconds`; `null` where the GPU or driver cannot measure it.
+    #[serde(default)]
+    pub compute_active_seconds: Option<f64>,
+}
+
+/// The holder of a slice: a Kubernetes pod (namespace, pod, container, labels, DRA claim) or, off
+/// Kubernetes, a unix user and job id. A `team` label names the team outright.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, ToSchema)]
+pub struct ConsumerReport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra_claim: Option<DraClaim>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+/// A Kubernetes DRA resource claim that allocated the slice.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+pub struct DraClaim {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+}
+
+impl ConsumerReport {
+    /// The label that names a team outright.
+    pub const TEAM_LABEL: &'static str = "team";
+
+    pub fn team_label(&self) -> Option<&str> {
+        self.labels.get(Self::TEAM_LABEL).map(String::as_str)
+    }
+
+    /// Names someone: a namespace or pod, a unix user, a job or a claim.
+    pub fn names_a_holder(&self) -> bool {
+        self.namespace.is_some()
+            || self.pod.is_some()
+            || self.unix_user.is_some()
+            || self.job_id.is_some()
+            || self.dra_claim.is_some()
+    }
+}
+
+/// The answer to an accepted batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IngestOutcome {
+    /// Windows stored by this request.
+    pub inserted: u64,
+    /// Windows that were already stored (a collector's retry) and changed nothing.
+    pub duplicates: u64,
+}

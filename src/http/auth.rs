@@ -1,0 +1,61 @@
+//! The bearer-token extractor: every handler that takes a [`Principal`] needs a valid token.
+
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+use chrono::Utc;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::auth::{Principal, Role};
+use crate::db::tokens;
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let value = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or_else(|| {
+                ApiError::Unauthorized(
+                    "this endpoint needs a token: send Authorization: Bearer <token>".into(),
+                )
+            })?
+            .to_str()
+            .map_err(|_| ApiError::Unauthorized("the Authorization header is not text".into()))?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .ok_or_else(|| {
+                ApiError::Unauthorized("the Authorization header must be Bearer <token>".into())
+            })?
+            .trim();
+        match tokens::authenticate(&state.pool, token, Utc::now()).await? {
+            Ok(principal) => Ok(principal),
+            Err(why) => {
+                tracing::info!(?why, "A request presented an invalid token.");
+                Err(ApiError::Unauthorized(
+                    "the token is invalid, revoked or expired".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// Refuses callers whose role is not among `roles`.
+pub fn require(principal: &Principal, roles: &[Role]) -> Result<(), ApiError> {
+    if roles.contains(&principal.role()) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "a {} token may not use this endpoint; it needs the role {}",
+            principal.role(),
+            roles
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        )))
+    }
+}

@@ -1,0 +1,75 @@
+//! `POST /v1/ingest`: a collector's batch, stored whole or refused whole.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use chrono::Utc;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use crate::auth::Principal;
+use crate::domain::batch::{Batch, IngestOutcome};
+use crate::ingest::{self, IngestError};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(post_ingest))
+}
+
+/// Stores a batch of occupancy windows. Idempotent on (slice, consumer, window start): re-sent windows
+/// change nothing and are counted as duplicates. A bad batch is refused whole, naming every bad field.
+/// Bodies may be gzip-compressed (`Content-Encoding: gzip`).
+#[utoipa::path(post, path = "/v1/ingest", tag = "ingest",
+    request_body(content = Batch, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "stored; how many windows were new and how many already stored", body = IngestOutcome),
+        (status = 400, description = "not JSON, or not shaped like a batch", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "the token may not report for this node", body = ErrorBody),
+        (status = 409, description = "the batch contradicts stored GPUs, slices or periods", body = ErrorBody),
+        (status = 413, description = "the body is over the size limit", body = ErrorBody),
+        (status = 422, description = "invalid fields, each named", body = ErrorBody),
+        (status = 503, description = "the database is unavailable; retry", body = ErrorBody)))]
+async fn post_ingest(
+    State(state): State<AppState>,
+    principal: Principal,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<IngestOutcome>, ApiError> {
+    let limit = state.config.body_limit;
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| IngestError::TooLarge { limit })?;
+    let gzip = match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str()) {
+        None => false,
+        Some(Ok(v)) if v.eq_ignore_ascii_case("gzip") => true,
+        Some(Ok(v)) if v.eq_ignore_ascii_case("identity") => false,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Content-Encoding must be gzip or identity",
+            ));
+        }
+    };
+    let batch = ingest::decode(&bytes, gzip, limit)?;
+    if !principal.may_ingest_for(&batch.node) {
+        return Err(ApiError::Forbidden(match &principal {
+            Principal::Collector { node, .. } => format!(
+                "this collector token reports for node {node:?}, not {:?}",
+                batch.node
+            ),
+            other => format!("a {} token may not ingest", other.role()),
+        }));
+    }
+    let outcome = ingest::ingest(
+        &state.pool,
+        &state.partitions,
+        batch,
+        Utc::now(),
+        &state.config.ingest,
+    )
+    .await?;
+    Ok(Json(outcome))
+}

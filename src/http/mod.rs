@@ -1,0 +1,144 @@
+//! The HTTP API (DESIGN.md, "HTTP API"): one router per resource, each route registered with its
+//! OpenAPI annotation through `utoipa-axum` so that a route and its documentation cannot drift.
+
+pub mod auth;
+pub mod error;
+mod fleet;
+mod health;
+mod ingest;
+mod reports;
+mod teams;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use sqlx::PgPool;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::db::Partitions;
+use crate::ingest::Limits;
+use error::ApiError;
+
+/// What the server is configured with.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The largest request body accepted, before and after gzip.
+    pub body_limit: usize,
+    pub ingest: Limits,
+    pub request_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            body_limit: 16 << 20,
+            ingest: Limits::default(),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub partitions: Arc<Partitions>,
+    pub config: Arc<ServerConfig>,
+    pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    pub fn new(pool: PgPool, config: ServerConfig) -> Self {
+        AppState {
+            pool,
+            partitions: Arc::new(Partitions::default()),
+            config: Arc::new(config),
+            metrics: metrics_handle(),
+        }
+    }
+}
+
+/// The process-wide Prometheus recorder; installed once, whatever the number of routers.
+pub fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (a host program); ours then only renders.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "slicemeter",
+        description = "Chargeback for fractional GPUs: occupancy ingest, usage reports, teams and fleet.",
+        license(name = "Apache-2.0")
+    ),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "ingest", description = "Occupancy windows from node collectors"),
+        (name = "reports", description = "Usage from the hourly rollups"),
+        (name = "teams", description = "Teams, cost centers and namespaces"),
+        (name = "fleet", description = "GPUs, slices and current holders"),
+        (name = "operations", description = "Health, readiness and metrics; no token needed")
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        openapi.components.get_or_insert_default().add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(ingest::router())
+        .merge(reports::router())
+        .merge(teams::router())
+        .merge(fleet::router())
+        .merge(health::router())
+}
+
+/// The OpenAPI document the code describes (`slicemeter openapi`, `GET /openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api().split_for_parts().1
+}
+
+/// The whole application: API, operations endpoints and the OpenAPI document.
+pub fn router(state: AppState) -> Router {
+    let (routes, doc) = api().split_for_parts();
+    let doc = Arc::new(doc);
+    let timeout = state.config.request_timeout;
+    routes
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .with_state(state)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            timeout,
+        ))
+        .layer(TraceLayer::new_for_http())
+}

@@ -1,0 +1,145 @@
+//! `GET /v1/reports/usage`: what was held and used, from the hourly rollups.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::auth::require;
+use super::error::{ApiError, ErrorBody};
+use crate::auth::{Principal, Role};
+use crate::db;
+use crate::domain::slice::ShareWeights;
+use crate::domain::time::{floor_hour, start_of};
+use crate::ingest::FieldError;
+use crate::reports::usage::{self, GroupBy, Step, UsageReport};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(usage_report))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct UsageParams {
+    /// Start of the range (inclusive): an RFC 3339 instant on an hour boundary, or a date (UTC midnight).
+    #[param(example = "2026-10-01")]
+    from: Option<String>,
+    /// End of the range (exclusive), like `from`.
+    #[param(example = "2026-11-01")]
+    to: Option<String>,
+    /// `team` (default), `gpu_model`, `kind`, `profile` or `node`.
+    group_by: Option<String>,
+    /// `hour`, `day` (default) or `month`.
+    step: Option<String>,
+}
+
+/// The longest range one report covers, by step.
+fn max_range(step: Step) -> Duration {
+    match step {
+        Step::Hour => Duration::days(31),
+        Step::Day => Duration::days(366),
+        Step::Month => Duration::days(366 * 5),
+    }
+}
+
+fn instant(field: &str, value: Option<&str>, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
+    let Some(value) = value else {
+        errors.push(FieldError::new(field, format!("{field} is required, e.g. 2026-10-01")));
+        return None;
+    };
+    let t = if let Ok(day) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
+        start_of(day)
+    } else if let Ok(t) = DateTime::parse_from_rfc3339(value) {
+        t.with_timezone(&Utc)
+    } else {
+        errors.push(FieldError::new(
+            field,
+            format!("{value:?} is neither a date (2026-10-01) nor an RFC 3339 instant"),
+        ));
+        return None;
+    };
+    if floor_hour(t) != t {
+        errors.push(FieldError::new(
+            field,
+            format!("{value:?} is not on an hour boundary; reports are hourly"),
+        ));
+        return None;
+    }
+    Some(t)
+}
+
+/// Slice-hours held, GPU-equivalent hours (held hours x physical share, weights 0.5/0.5), memory GiB-hours
+/// used, compute-active hours and efficiency, per bucket and group. A team lead sees only their team.
+#[utoipa::path(get, path = "/v1/reports/usage", tag = "reports",
+    params(UsageParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the report", body = UsageReport),
+        (status = 400, description = "bad parameters, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token", body = ErrorBody)))]
+async fn usage_report(
+    State(state): State<AppState>,
+    principal: Principal,
+    params: Result<Query<UsageParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<UsageReport>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let Query(p) = params?;
+    let mut errors = Vec::new();
+    let from = instant("from", p.from.as_deref(), &mut errors);
+    let to = instant("to", p.to.as_deref(), &mut errors);
+    let group_by = p
+        .group_by
+        .as_deref()
+        .unwrap_or("team")
+        .parse::<GroupBy>()
+        .map_err(|e| errors.push(FieldError::new("group_by", e)))
+        .ok();
+    let step = p
+        .step
+        .as_deref()
+        .unwrap_or("day")
+        .parse::<Step>()
+        .map_err(|e| errors.push(FieldError::new("step", e)))
+        .ok();
+    if let (Some(from), Some(to), Some(step)) = (from, to, step) {
+        if to <= from {
+            errors.push(FieldError::new("to", "to must be after from"));
+        } else if to - from > max_range(step) {
+            errors.push(FieldError::new(
+                "to",
+                format!(
+                    "the range is longer than {} days, the limit for step={}; use a coarser step or a shorter range",
+                    max_range(step).num_days(),
+                    step.as_str()
+                ),
+            ));
+        }
+    }
+    let (Some(from), Some(to), Some(group_by), Some(step), true) =
+        (from, to, group_by, step, errors.is_empty())
+    else {
+        return Err(ApiError::invalid_fields("the report parameters are invalid", errors));
+    };
+    let sums = db::reports::usage_sums(
+        &state.pool,
+        from,
+        to,
+        group_by,
+        step,
+        principal.team_scope(),
+    )
+    .await?;
+    Ok(Json(usage::build(
+        from,
+        to,
+        group_by,
+        step,
+        ShareWeights::default(),
+        &sums,
+    )))
+}

@@ -1,0 +1,200 @@
+//! Windows into hourly rollup rows. A window that crosses an hour boundary is split in proportion to
+//! its time in each hour, the last piece taking the remainder, so that the rollup's sums equal the
+//! windows' sums exactly and a month boundary never moves a second into the wrong month.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+
+use crate::domain::time::floor_hour;
+
+/// The figures of one window, or of the part of it that falls in one hour.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Figures {
+    pub held_seconds: Decimal,
+    pub memory_byte_seconds: Decimal,
+    pub memory_peak_bytes: i64,
+    /// Sum of compute-active seconds over the windows whose compute was measured.
+    pub compute_active_seconds: Decimal,
+    /// Held seconds of the windows whose compute was measured.
+    pub compute_known_seconds: Decimal,
+    /// Windows that start in this hour (a window is counted once, in the hour it starts).
+    pub window_count: i32,
+}
+
+impl Figures {
+    pub fn of_window(
+        held_seconds: Decimal,
+        memory_byte_seconds: Decimal,
+        memory_peak_bytes: i64,
+        compute_active_seconds: Option<Decimal>,
+    ) -> Figures {
+        Figures {
+            held_seconds,
+            memory_byte_seconds,
+            memory_peak_bytes,
+            compute_active_seconds: compute_active_seconds.unwrap_or(Decimal::ZERO),
+            compute_known_seconds: if compute_active_seconds.is_some() {
+                held_seconds
+            } else {
+                Decimal::ZERO
+            },
+            window_count: 1,
+        }
+    }
+
+    fn add(&mut self, o: &Figures) {
+        self.held_seconds += o.held_seconds;
+        self.memory_byte_seconds += o.memory_byte_seconds;
+        self.memory_peak_bytes = self.memory_peak_bytes.max(o.memory_peak_bytes);
+        self.compute_active_seconds += o.compute_active_seconds;
+        self.compute_known_seconds += o.compute_known_seconds;
+        self.window_count += o.window_count;
+    }
+
+    fn scaled(&self, part: Decimal) -> Figures {
+        Figures {
+            held_seconds: self.held_seconds * part,
+            memory_byte_seconds: self.memory_byte_seconds * part,
+            memory_peak_bytes: self.memory_peak_bytes,
+            compute_active_seconds: self.compute_active_seconds * part,
+            compute_known_seconds: self.compute_known_seconds * part,
+            window_count: 0,
+        }
+    }
+
+    fn minus(&self, o: &Figures) -> Figures {
+        Figures {
+            held_seconds: self.held_seconds - o.held_seconds,
+            memory_byte_seconds: self.memory_byte_seconds - o.memory_byte_seconds,
+            memory_peak_bytes: self.memory_peak_bytes,
+            compute_active_seconds: self.compute_active_seconds - o.compute_active_seconds,
+            compute_known_seconds: self.compute_known_seconds - o.compute_known_seconds,
+            window_count: self.window_count - o.window_count,
+        }
+    }
+}
+
+/// Splits `[start, end)` at hour boundaries: `(hour, figures of that part)`, summing to `f`.
+pub fn split_by_hour(
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    f: Figures,
+) -> Vec<(DateTime<Utc>, Figures)> {
+    let first = floor_hour(start);
+    if floor_hour(end - Duration::milliseconds(1)) == first {
+        return vec![(first, f)];
+    }
+    let total_ms = Decimal::from((end - start).num_milliseconds());
+    let mut pieces = Vec::new();
+    let mut given = Figures::default();
+    let mut hour = first;
+    let mut from = start;
+    loop {
+        let next = hour + Duration::hours(1);
+        if next >= end {
+            pieces.push((hour, f.minus(&given)));
+            break;
+        }
+        let part = Decimal::from((next - from).num_milliseconds()) / total_ms;
+        let mut piece = f.scaled(part);
+        if hour == first {
+            piece.window_count = f.window_count;
+        }
+        given.add(&piece);
+        pieces.push((hour, piece));
+        from = next;
+        hour = next;
+    }
+    pieces
+}
+
+/// Accumulates hourly figures per key, e.g. `(slice_id, consumer_id)`.
+#[derive(Debug, Default)]
+pub struct Rollup<K: Ord> {
+    pub rows: BTreeMap<(DateTime<Utc>, K), Figures>,
+}
+
+impl<K: Ord + Copy> Rollup<K> {
+    pub fn new() -> Self {
+        Rollup {
+            rows: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, key: K, start: DateTime<Utc>, end: DateTime<Utc>, f: Figures) {
+        for (hour, piece) in split_by_hour(start, end, f) {
+            self.rows.entry((hour, key)).or_default().add(&piece);
+        }
+    }
+}
+
+/// Seconds of `[start, end)` in each hour it touches: GPU presence per hour.
+pub fn seconds_by_hour(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<(DateTime<Utc>, Decimal)> {
+    let mut out = Vec::new();
+    let mut from = start;
+    while from < end {
+        let next = (floor_hour(from) + Duration::hours(1)).min(end);
+        out.push((
+            floor_hour(from),
+            Decimal::from((next - from).num_milliseconds()) / Decimal::ONE_THOUSAND,
+        ));
+        from = next;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rust_decimal_macros::dec;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_window_inside_one_hour_is_one_row() {
+        let f = Figures::of_window(dec!(60), dec!(1.2e12), 7, Some(dec!(12.5)));
+        let pieces = split_by_hour(t("2026-10-01T10:00:00Z"), t("2026-10-01T10:01:00Z"), f);
+        assert_eq!(pieces, vec![(t("2026-10-01T10:00:00Z"), f)]);
+    }
+
+    #[test]
+    fn a_window_across_midnight_at_month_end_is_split_in_proportion_and_sums_exactly() {
+        // 20 s in October, 40 s in November; held 59 s, a third of a figure that does not divide evenly.
+        let f = Figures::of_window(dec!(59), dec!(1000), 9, Some(dec!(10)));
+        let pieces = split_by_hour(t("2026-10-31T23:59:40Z"), t("2026-11-01T00:00:40Z"), f);
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(pieces[0].0, t("2026-10-31T23:00:00Z"));
+        assert_eq!(pieces[1].0, t("2026-11-01T00:00:00Z"));
+        let held: Decimal = pieces.iter().map(|p| p.1.held_seconds).sum();
+        let mem: Decimal = pieces.iter().map(|p| p.1.memory_byte_seconds).sum();
+        let known: Decimal = pieces.iter().map(|p| p.1.compute_known_seconds).sum();
+        assert_eq!((held, mem, known), (dec!(59), dec!(1000), dec!(59)));
+        assert_eq!(pieces[0].1.held_seconds.round_dp(6), dec!(19.666667));
+        // Counted once, in the hour it starts; the peak holds in both.
+        assert_eq!((pieces[0].1.window_count, pieces[1].1.window_count), (1, 0));
+        assert_eq!(pieces[1].1.memory_peak_bytes, 9);
+    }
+
+    #[test]
+    fn unknown_compute_adds_nothing_to_the_known_seconds() {
+        let f = Figures::of_window(dec!(60), dec!(0), 0, None);
+        assert_eq!(f.compute_known_seconds, Decimal::ZERO);
+        assert_eq!(f.compute_active_seconds, Decimal::ZERO);
+    }
+
+    #[test]
+    fn presence_seconds_are_counted_per_hour() {
+        assert_eq!(
+            seconds_by_hour(t("2026-10-01T09:30:00Z"), t("2026-10-01T11:15:00Z")),
+            vec![
+                (t("2026-10-01T09:00:00Z"), dec!(1800)),
+                (t("2026-10-01T10:00:00Z"), dec!(3600)),
+                (t("2026-10-01T11:00:00Z"), dec!(900)),
+            ]
+        );
+    }
+}

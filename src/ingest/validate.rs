@@ -1,0 +1,665 @@
+//! Parse, don't validate: a [`Batch`] as sent becomes a [`ValidBatch`] whose every figure obeys the
+//! contract, or a list naming every bad record and field. Nothing here touches the database.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
+use std::str::FromStr;
+
+use chrono::{DateTime, Duration, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use crate::domain::batch::{Batch, ConsumerReport, SliceReport};
+use crate::domain::profiles::{self, Instance};
+use crate::domain::slice::{GpuGeometry, PhysicalShare, Reservation, SliceKind};
+use crate::domain::team::TeamId;
+
+/// One bad field of a request: where it is (`windows[17].held_seconds`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FieldError {
+    /// A path into the request body: a record by its index, then the field.
+    #[schema(example = "windows[17].compute_active_seconds")]
+    pub field: String,
+    #[schema(example = "compute_active_seconds (75) exceeds held_seconds (60)")]
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Limits a batch must keep.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How far in the future a period may end (collector clocks drift).
+    pub max_future_skew: Duration,
+    /// The longest period one batch may report on.
+    pub max_period: Duration,
+    /// The most windows one batch may hold.
+    pub max_windows: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_future_skew: Duration::minutes(5),
+            max_period: Duration::hours(24),
+            max_windows: 100_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidGpu {
+    pub uuid: String,
+    pub model: String,
+    pub geometry: GpuGeometry,
+    pub mig_enabled: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidSlice {
+    pub uuid: String,
+    /// Index into [`ValidBatch::gpus`].
+    pub gpu: usize,
+    pub reservation: Reservation,
+    pub share: PhysicalShare,
+}
+
+/// A consumer as stored: its identity and the SHA-256 of its canonical JSON.
+#[derive(Debug, Clone)]
+pub struct ValidConsumer {
+    pub report: ConsumerReport,
+    pub fingerprint: [u8; 32],
+    pub team_label: Option<TeamId>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidWindow {
+    /// Index into [`ValidBatch::slices`].
+    pub slice: usize,
+    /// Index into [`ValidBatch::consumers`].
+    pub consumer: usize,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub held_seconds: Decimal,
+    pub memory_byte_seconds: Decimal,
+    pub memory_peak_bytes: i64,
+    pub compute_active_seconds: Option<Decimal>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidBatch {
+    pub node: String,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    pub gpus: Vec<ValidGpu>,
+    pub slices: Vec<ValidSlice>,
+    pub consumers: Vec<ValidConsumer>,
+    pub windows: Vec<ValidWindow>,
+}
+
+/// At most this many field errors are listed; a batch that bad is bad throughout.
+const MAX_ERRORS: usize = 500;
+
+struct Errors(Vec<FieldError>, usize);
+
+impl Errors {
+    fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        if self.0.len() < MAX_ERRORS {
+            self.0.push(FieldError::new(field, message));
+        } else {
+            self.1 += 1;
+        }
+    }
+
+    fn finish(mut self) -> Vec<FieldError> {
+        if self.1 > 0 {
+            self.0.push(FieldError::new(
+                "",
+                format!("{} more errors not listed", self.1),
+            ));
+        }
+        self.0
+    }
+}
+
+fn node_name_ok(node: &str) -> bool {
+    (1..=253).contains(&node.len())
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
+/// A JSON number as an exact decimal: the shortest decimal that reads back as the same double.
+fn decimal(f: f64) -> Option<Decimal> {
+    if !f.is_finite() {
+        return None;
+    }
+    Decimal::from_str(&f.to_string()).ok()
+}
+
+fn seconds_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Decimal {
+    Decimal::from((end - start).num_milliseconds()) / Decimal::ONE_THOUSAND
+}
+
+/// Checks a batch against the contract at `now`. Errors name every bad record and field.
+pub fn validate(
+    batch: Batch,
+    now: DateTime<Utc>,
+    limits: &Limits,
+) -> Result<ValidBatch, Vec<FieldError>> {
+    let mut errors = Errors(Vec::new(), 0);
+
+    if !node_name_ok(&batch.node) {
+        errors.push(
+            "node",
+            format!(
+                "{:?} is not a node name: use 1 to 253 letters, digits, '.', '-' or '_'",
+                batch.node
+            ),
+        );
+    }
+    let (start, end) = (batch.period.start, batch.period.end);
+    if end <= start {
+        errors.push(
+            "period.end",
+            format!("period end {end} is not after its start {start}"),
+        );
+    } else if end - start > limits.max_period {
+        errors.push(
+            "period",
+            format!(
+                "the period spans {}, longer than the limit of {}",
+                human(end - start),
+                human(limits.max_period)
+            ),
+        );
+    }
+    if end > now + limits.max_future_skew {
+        errors.push(
+            "period.end",
+            format!(
+                "period end {end} is in the future (server time {now}, allowed skew {})",
+                human(limits.max_future_skew)
+            ),
+        );
+    }
+    if batch.windows.len() > limits.max_windows {
+        errors.push(
+            "windows",
+            format!(
+                "the batch holds {} windows, more than the limit of {}; send smaller batches",
+                batch.windows.len(),
+                limits.max_windows
+            ),
+        );
+        return Err(errors.finish());
+    }
+
+    // GPUs.
+    let mut gpus = Vec::with_capacity(batch.gpus.len());
+    let mut gpu_index: HashMap<&str, usize> = HashMap::new();
+    for (i, g) in batch.gpus.iter().enumerate() {
+        let at = |f: &str| format!("gpus[{i}].{f}");
+        let mut ok = true;
+        if g.uuid.is_empty() || g.uuid.len() > 128 {
+            errors.push(at("uuid"), "a GPU uuid has 1 to 128 characters");
+            ok = false;
+        } else if let Some(prev) = gpu_index.get(g.uuid.as_str()) {
+            errors.push(at("uuid"), format!("{} repeats gpus[{prev}]", g.uuid));
+            ok = false;
+        }
+        if g.model.is_empty() || g.model.len() > 200 {
+            errors.push(at("model"), "a GPU model has 1 to 200 characters");
+            ok = false;
+        }
+        if g.memory_bytes <= 0 {
+            errors.push(
+                at("memory_bytes"),
+                format!("memory_bytes must be positive, got {}", g.memory_bytes),
+            );
+            ok = false;
+        }
+        for (name, v) in [
+            ("compute_slices", g.compute_slices),
+            ("memory_slices", g.memory_slices),
+        ] {
+            if !(1..=8).contains(&v) {
+                errors.push(at(name), format!("{name} must be 1 to 8, got {v}"));
+                ok = false;
+            }
+        }
+        if ok {
+            gpu_index.insert(&g.uuid, gpus.len());
+            gpus.push(ValidGpu {
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                geometry: GpuGeometry {
+                    memory_bytes: g.memory_bytes as u64,
+                    compute_slices: g.compute_slices as u8,
+                    memory_slices: g.memory_slices as u8,
+                },
+                mig_enabled: g.mig_enabled,
+            });
+        } else {
+            // Keep the uuid known so that its slices are not also reported as on an unknown GPU.
+            gpu_index.entry(&g.uuid).or_insert(usize::MAX);
+        }
+    }
+
+    // Slices.
+    let mut slices = Vec::with_capacity(batch.slices.len());
+    let mut slice_index: HashMap<&str, usize> = HashMap::new();
+    let mut mig_by_gpu: BTreeMap<usize, Vec<Instance>> = BTreeMap::new();
+    for (i, s) in batch.slices.iter().enumerate() {
+        let at = |f: &str| format!("slices[{i}].{f}");
+        let mut ok = true;
+        if s.uuid.is_empty() || s.uuid.len() > 160 {
+            errors.push(at("uuid"), "a slice uuid has 1 to 160 characters");
+            ok = false;
+        } else if slice_index.contains_key(s.uuid.as_str()) {
+            errors.push(at("uuid"), format!("{} repeats an earlier slice", s.uuid));
+            ok = false;
+        }
+        let gpu = match gpu_index.get(s.gpu_uuid.as_str()) {
+            Some(&g) if g != usize::MAX => Some(g),
+            Some(_) => None,
+            None => {
+                errors.push(
+                    at("gpu_uuid"),
+                    format!(
+                        "slice on an unknown GPU: {:?} is not among this batch's gpus",
+                        s.gpu_uuid
+                    ),
+                );
+                None
+            }
+        };
+        let kind = match SliceKind::from_str(&s.kind) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                errors.push(at("kind"), e.to_string());
+                None
+            }
+        };
+        let reservation = match (gpu, kind) {
+            (Some(g), Some(kind)) => reservation(s, kind, &gpus[g], &at, &mut errors),
+            _ => None,
+        };
+        match (ok, gpu, reservation) {
+            (true, Some(g), Some(r)) => {
+                if let Reservation::Mig {
+                    compute_slices,
+                    memory_slices,
+                    ..
+                } = r
+                {
+                    mig_by_gpu.entry(g).or_default().push(Instance {
+                        compute_slices,
+                        memory_slices,
+                    });
+                }
+                slice_index.insert(&s.uuid, slices.len());
+                slices.push(ValidSlice {
+                    uuid: s.uuid.clone(),
+                    gpu: g,
+                    share: r.physical_share(&gpus[g].geometry),
+                    reservation: r,
+                });
+            }
+            _ => {
+                slice_index.entry(&s.uuid).or_insert(usize::MAX);
+            }
+        }
+    }
+    for (g, instances) in &mig_by_gpu {
+        let geo = gpus[*g].geometry;
+        if let Err(e) = profiles::check_layout(instances, geo.compute_slices, geo.memory_slices) {
+            let i = batch
+                .gpus
+                .iter()
+                .position(|x| x.uuid == gpus[*g].uuid)
+                .unwrap_or(0);
+            errors.push(
+                format!("gpus[{i}]"),
+                format!(
+                    "the MIG instances reported on {} cannot coexist: {e}",
+                    gpus[*g].uuid
+                ),
+            );
+        }
+    }
+
+    // Windows and their consumers.
+    let mut consumers: Vec<ValidConsumer> = Vec::new();
+    let mut consumer_index: HashMap<ConsumerReport, usize> = HashMap::new();
+    let mut windows = Vec::with_capacity(batch.windows.len());
+    let mut first_at: HashMap<(usize, usize, DateTime<Utc>), usize> = HashMap::new();
+    for (i, w) in batch.windows.into_iter().enumerate() {
+        let at = |f: &str| format!("windows[{i}].{f}");
+        let mut ok = true;
+        let slice = match slice_index.get(w.slice_uuid.as_str()) {
+            Some(&s) if s != usize::MAX => Some(s),
+            Some(_) => None,
+            None => {
+                errors.push(
+                    at("slice_uuid"),
+                    format!(
+                        "window of an unknown slice: {:?} is not among this batch's slices",
+                        w.slice_uuid
+                    ),
+                );
+                None
+            }
+        };
+        if w.end <= w.start {
+            errors.push(
+                at("end"),
+                format!("window end {} is not after its start {}", w.end, w.start),
+            );
+            ok = false;
+        } else if w.start < start || w.end > end {
+            errors.push(
+                at("start"),
+                format!(
+                    "window [{}, {}) lies outside the batch period [{start}, {end})",
+                    w.start, w.end
+                ),
+            );
+            ok = false;
+        }
+        let held = figure(w.held_seconds, "held_seconds", &at, &mut errors);
+        let memory = figure(
+            w.memory_byte_seconds,
+            "memory_byte_seconds",
+            &at,
+            &mut errors,
+        );
+        let compute = w
+            .compute_active_seconds
+            .map(|c| figure(c, "compute_active_seconds", &at, &mut errors));
+        if w.memory_peak_bytes < 0 {
+            errors.push(
+                at("memory_peak_bytes"),
+                format!(
+                    "memory_peak_bytes must not be negative, got {}",
+                    w.memory_peak_bytes
+                ),
+            );
+            ok = false;
+        } else if let Some(s) = slice {
+            let gpu = &gpus[slices[s].gpu];
+            if w.memory_peak_bytes as u64 > gpu.geometry.memory_bytes {
+                errors.push(
+                    at("memory_peak_bytes"),
+                    format!(
+                        "memory_peak_bytes ({}) exceeds the GPU's memory ({} bytes)",
+                        w.memory_peak_bytes, gpu.geometry.memory_bytes
+                    ),
+                );
+                ok = false;
+            }
+        }
+        if let (Some(h), true) = (held, w.end > w.start) {
+            let length = seconds_between(w.start, w.end);
+            if h > length {
+                errors.push(
+                    at("held_seconds"),
+                    format!("held_seconds ({h}) exceeds the window's length ({length} s)"),
+                );
+                ok = false;
+            }
+        }
+        if let (Some(h), Some(Some(c))) = (held, compute)
+            && c > h
+        {
+            errors.push(
+                at("compute_active_seconds"),
+                format!("compute_active_seconds ({c}) exceeds held_seconds ({h})"),
+            );
+            ok = false;
+        }
+        if !w.consumer.names_a_holder() {
+            errors.push(
+                at("consumer"),
+                "the consumer names no holder: give a namespace or pod, a unix_user, a job_id or a dra_claim",
+            );
+            ok = false;
+        }
+        let team_label = match w.consumer.team_label().map(TeamId::parse) {
+            Some(Err(e)) => {
+                errors.push(at("consumer.labels.team"), e.to_string());
+                ok = false;
+                None
+            }
+            Some(Ok(t)) => Some(t),
+            None => None,
+        };
+        let (Some(slice), Some(held), Some(memory), true) = (slice, held, memory, ok) else {
+            continue;
+        };
+        let Some(compute) = compute.map_or(Some(None), |c| c.map(Some)) else {
+            continue;
+        };
+        let consumer = match consumer_index.get(&w.consumer) {
+            Some(&c) => c,
+            None => {
+                let c = consumers.len();
+                consumers.push(ValidConsumer {
+                    fingerprint: fingerprint(&w.consumer),
+                    report: w.consumer.clone(),
+                    team_label,
+                });
+                consumer_index.insert(w.consumer, c);
+                c
+            }
+        };
+        if let Some(prev) = first_at.insert((slice, consumer, w.start), i) {
+            errors.push(
+                at("start"),
+                format!("repeats windows[{prev}]: same slice, consumer and start"),
+            );
+            continue;
+        }
+        windows.push((
+            i,
+            ValidWindow {
+                slice,
+                consumer,
+                start: w.start,
+                end: w.end,
+                held_seconds: held,
+                memory_byte_seconds: memory,
+                memory_peak_bytes: w.memory_peak_bytes,
+                compute_active_seconds: compute,
+            },
+        ));
+    }
+
+    // Windows of one slice and consumer must not overlap: each second is held once.
+    let mut order: Vec<usize> = (0..windows.len()).collect();
+    order.sort_by_key(|&k| {
+        let w = &windows[k].1;
+        (w.slice, w.consumer, w.start)
+    });
+    for pair in order.windows(2) {
+        let (a, b) = (&windows[pair[0]], &windows[pair[1]]);
+        if (a.1.slice, a.1.consumer) == (b.1.slice, b.1.consumer) && b.1.start < a.1.end {
+            errors.push(
+                format!("windows[{}].start", b.0),
+                format!(
+                    "overlaps windows[{}] of the same slice and consumer, which ends at {}",
+                    a.0, a.1.end
+                ),
+            );
+        }
+    }
+
+    let errors = errors.finish();
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(ValidBatch {
+        node: batch.node,
+        period_start: start,
+        period_end: end,
+        gpus,
+        slices,
+        consumers,
+        windows: windows.into_iter().map(|(_, w)| w).collect(),
+    })
+}
+
+fn human(d: Duration) -> String {
+    humantime::format_duration(d.to_std().unwrap_or_default()).to_string()
+}
+
+/// A non-negative, finite figure as an exact decimal.
+fn figure(
+    v: f64,
+    name: &str,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut Errors,
+) -> Option<Decimal> {
+    if v.is_sign_negative() && v != 0.0 {
+        errors.push(at(name), format!("{name} must not be negative, got {v}"));
+        return None;
+    }
+    match decimal(v) {
+        Some(d) => Some(d),
+        None => {
+            errors.push(at(name), format!("{name} is out of range: {v}"));
+            None
+        }
+    }
+}
+
+fn reservation(
+    s: &SliceReport,
+    kind: SliceKind,
+    gpu: &ValidGpu,
+    at: &dyn Fn(&str) -> String,
+    errors: &mut Errors,
+) -> Option<Reservation> {
+    let before = errors.0.len() + errors.1;
+    let required = |errors: &mut Errors, name: &str, v: Option<i64>, range: RangeInclusive<i64>| {
+        match v {
+            None => {
+                errors.push(at(name), format!("a {kind} slice needs {name}"));
+                None
+            }
+            Some(v) if !range.contains(&v) => {
+                errors.push(
+                    at(name),
+                    format!("{name} must be {} to {}, got {v}", range.start(), range.end()),
+                );
+                None
+            }
+            Some(v) => Some(v),
+        }
+    };
+    let geo = gpu.geometry;
+    let memory = geo.memory_bytes as i64;
+    let r = match kind {
+        SliceKind::Mig => {
+            let c = required(
+                errors,
+                "compute_slices",
+                s.compute_slices,
+                1..=i64::from(geo.compute_slices),
+            );
+            let m = required(
+                errors,
+                "memory_slices",
+                s.memory_slices,
+                1..=i64::from(geo.memory_slices),
+            );
+            let b = required(errors, "memory_bytes", s.memory_bytes, 1..=memory);
+            let profile = match &s.profile {
+                Some(p) if !p.is_empty() && p.len() <= 64 => Some(p.clone()),
+                _ => {
+                    errors.push(
+                        at("profile"),
+                        "a mig slice needs its profile name (1 to 64 characters), e.g. 3g.40gb",
+                    );
+                    None
+                }
+            };
+            if !gpu.mig_enabled {
+                errors.push(
+                    at("kind"),
+                    format!(
+                        "a mig slice on {}, whose mig_enabled is false",
+                        gpu.uuid
+                    ),
+                );
+            }
+            Reservation::Mig {
+                profile: profile?,
+                profile_id: s.profile_id.and_then(|id| u32::try_from(id).ok()),
+                compute_slices: c? as u8,
+                memory_slices: m? as u8,
+                memory_bytes: b? as u64,
+            }
+        }
+        SliceKind::Mps => {
+            let t = required(
+                errors,
+                "active_thread_percentage",
+                s.active_thread_percentage,
+                1..=100,
+            );
+            let p = required(errors, "pinned_memory_bytes", s.pinned_memory_bytes, 1..=memory);
+            Reservation::Mps {
+                active_thread_percentage: t? as u8,
+                pinned_memory_bytes: p? as u64,
+            }
+        }
+        SliceKind::Vgpu => {
+            let fraction = match s.fraction.and_then(decimal) {
+                Some(f) if f > Decimal::ZERO && f <= Decimal::ONE => Some(f),
+                Some(f) => {
+                    errors.push(
+                        at("fraction"),
+                        format!("fraction must be in (0, 1], got {f}"),
+                    );
+                    None
+                }
+                None => {
+                    errors.push(
+                        at("fraction"),
+                        "a vgpu slice needs a finite fraction in (0, 1]",
+                    );
+                    None
+                }
+            };
+            Reservation::Vgpu {
+                fraction: fraction?,
+            }
+        }
+        SliceKind::Timeslice => {
+            let n = required(errors, "replicas", s.replicas, 1..=1024);
+            let k = required(errors, "replica", s.replica, 0..=n.unwrap_or(1024) - 1);
+            Reservation::Timeslice {
+                replicas: n? as u16,
+                replica: k? as u16,
+            }
+        }
+        SliceKind::Whole => Reservation::Whole,
+    };
+    (errors.0.len() + errors.1 == before).then_some(r)
+}
+
+/// SHA-256 of the consumer's canonical JSON: fields in declaration order, labels sorted by key.
+pub fn fingerprint(c: &ConsumerReport) -> [u8; 32] {
+    let json = serde_json::to_vec(c).expect("a consumer serialises");
+    Sha256::digest(json).into()
+}

@@ -1,0 +1,428 @@
+//! The `slicemeter` command: thin clap front over the library.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, NaiveDate, Utc};
+use clap::{Args, Parser, Subcommand};
+use slicemeter::auth::Role;
+use slicemeter::collector::shipper::Shipper;
+use slicemeter::collector::source::sim::SimSource;
+use slicemeter::collector::{self, Cadence};
+use slicemeter::domain::team::TeamId;
+use slicemeter::http::ServerConfig;
+use slicemeter::ingest::Limits;
+use slicemeter::sim::SimFleet;
+use slicemeter::{bench, db, demo, server, simulate};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "slicemeter", version, about = "Chargeback for fractional GPUs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API (applies migrations first).
+    Serve(ServeArgs),
+    /// Measure a node's GPUs and ship occupancy windows to a server.
+    Collect(CollectArgs),
+    /// Run everything on a private PostgreSQL with a month of a simulated fleet: the quick start.
+    Demo(demo::DemoArgs),
+    /// Apply the database migrations.
+    Migrate(DbArgs),
+    /// Generate a simulated fleet's batches in fast-forward, to a file or a server.
+    Simulate(SimulateArgs),
+    /// Create, list or revoke API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Print the OpenAPI document the code describes.
+    Openapi,
+    /// Benchmarks that print figures.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Args)]
+struct DbArgs {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Address to listen on.
+    #[arg(long, env = "SLICEMETER_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Largest request body, compressed or not, in bytes.
+    #[arg(long, env = "SLICEMETER_BODY_LIMIT", default_value_t = 16 << 20)]
+    body_limit: usize,
+    /// How far in the future a batch's period may end.
+    #[arg(long, env = "SLICEMETER_MAX_FUTURE_SKEW", default_value = "5m", value_parser = humantime::parse_duration)]
+    max_future_skew: Duration,
+    /// Longest period one batch may report on.
+    #[arg(long, env = "SLICEMETER_MAX_PERIOD", default_value = "24h", value_parser = humantime::parse_duration)]
+    max_period: Duration,
+    /// Most windows in one batch.
+    #[arg(long, env = "SLICEMETER_MAX_WINDOWS", default_value_t = 100_000)]
+    max_windows: usize,
+    /// Requests running longer are answered 503.
+    #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+    /// Connections in the database pool.
+    #[arg(long, env = "SLICEMETER_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    db_max_connections: u32,
+}
+
+impl ServeArgs {
+    fn config(&self) -> anyhow::Result<ServerConfig> {
+        Ok(ServerConfig {
+            body_limit: self.body_limit,
+            ingest: Limits {
+                max_future_skew: chrono::Duration::from_std(self.max_future_skew)?,
+                max_period: chrono::Duration::from_std(self.max_period)?,
+                max_windows: self.max_windows,
+            },
+            request_timeout: self.request_timeout,
+        })
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SourceKind {
+    /// A node of the deterministic simulated fleet.
+    Sim,
+}
+
+#[derive(Args)]
+struct CadenceArgs {
+    /// How often to sample.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    sample_interval: Duration,
+    /// Length of an occupancy window.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    window: Duration,
+}
+
+impl CadenceArgs {
+    fn cadence(&self, batch_period: Duration) -> anyhow::Result<Cadence> {
+        if self.sample_interval.is_zero() || self.window < self.sample_interval {
+            bail!("--window must be at least --sample-interval, and both above zero");
+        }
+        Ok(Cadence {
+            sample_interval: self.sample_interval,
+            window: self.window,
+            batch_period: batch_period.max(self.window),
+        })
+    }
+}
+
+#[derive(Args)]
+struct SimFleetArgs {
+    /// Seed of the simulated fleet: the same seed gives the same fleet and figures.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// GPUs in the simulated fleet (nodes of four).
+    #[arg(long, default_value_t = 16)]
+    gpus: usize,
+}
+
+#[derive(Args)]
+struct CollectArgs {
+    /// The server, e.g. http://slicemeter:8080.
+    #[arg(long, env = "SLICEMETER_SERVER")]
+    server: String,
+    /// A collector token for this node.
+    #[arg(long, env = "SLICEMETER_TOKEN", hide_env_values = true)]
+    token: String,
+    #[arg(long, value_enum, default_value = "sim")]
+    source: SourceKind,
+    /// With --source sim: which node of the simulated fleet to be.
+    #[arg(long, default_value = "gpu-node-01")]
+    node: String,
+    #[command(flatten)]
+    fleet: SimFleetArgs,
+    #[command(flatten)]
+    cadence: CadenceArgs,
+}
+
+#[derive(Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    fleet: SimFleetArgs,
+    /// Days to generate.
+    #[arg(long, default_value_t = 1)]
+    days: u32,
+    /// First day (UTC midnight); default: `days` days before today.
+    #[arg(long)]
+    start: Option<NaiveDate>,
+    #[command(flatten)]
+    cadence: CadenceArgs,
+    /// Time one batch reports on: consecutive windows are sent together.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    batch_period: Duration,
+    /// Write batches as JSON lines to this file (`-` for standard output).
+    #[arg(long, conflicts_with = "post", required_unless_present = "post")]
+    out: Option<PathBuf>,
+    /// Post batches to this server.
+    #[arg(long)]
+    post: Option<String>,
+    /// An admin token (with --post).
+    #[arg(long, env = "SLICEMETER_TOKEN", hide_env_values = true, requires = "post")]
+    token: Option<String>,
+    /// Batches in flight at once (with --post).
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token; it is printed once and only its hash is stored.
+    Create {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long, value_enum)]
+        role: Role,
+        /// The team of a team_lead token.
+        #[arg(long)]
+        team: Option<String>,
+        /// The node of a collector token.
+        #[arg(long)]
+        node: Option<String>,
+        /// A note on what the token is for.
+        #[arg(long)]
+        label: Option<String>,
+        /// Expire after this long (e.g. 90d).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires_in: Option<Duration>,
+    },
+    /// Revoke a token by its id (the number after `smt_`).
+    Revoke {
+        #[command(flatten)]
+        db: DbArgs,
+        id: i64,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// HTTP ingest of simulated batches against a plain COPY of the same rows, in one run.
+    Ingest(bench::IngestBenchArgs),
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    match Cli::parse().command {
+        Command::Serve(args) => {
+            let config = args.config()?;
+            let pool = db::connect(&args.db.database_url, args.db_max_connections)
+                .await
+                .context("connecting to the database")?;
+            db::migrate(&pool).await.context("applying migrations")?;
+            let listener = tokio::net::TcpListener::bind(&args.listen)
+                .await
+                .with_context(|| format!("listening on {}", args.listen))?;
+            tracing::info!(address = %listener.local_addr()?, "slicemeter is serving.");
+            server::serve(pool, listener, config, server::shutdown_signal()).await?;
+        }
+        Command::Migrate(args) => {
+            let pool = db::connect(&args.database_url, 2).await?;
+            db::migrate(&pool).await?;
+            println!("migrations applied");
+        }
+        Command::Collect(args) => collect(args).await?,
+        Command::Demo(args) => demo::run(args).await?,
+        Command::Simulate(args) => simulate_cmd(args).await?,
+        Command::Token { command } => token(command).await?,
+        Command::Openapi => {
+            println!("{}", slicemeter::http::openapi().to_pretty_json()?);
+        }
+        Command::Bench { command } => match command {
+            BenchCommand::Ingest(args) => bench::ingest(args).await?,
+        },
+    }
+    Ok(())
+}
+
+async fn collect(args: CollectArgs) -> anyhow::Result<()> {
+    let cadence = args.cadence.cadence(args.cadence.window)?;
+    let source = match args.source {
+        SourceKind::Sim => SimSource::new(SimFleet::generate(args.fleet.seed, args.fleet.gpus), &args.node)?,
+    };
+    let shipper = Shipper::new(&args.server, &args.token)?;
+    let (tx, rx) = tokio::sync::mpsc::channel(10_000);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let shipping = tokio::spawn(shipper.run(rx));
+    let sampling = tokio::spawn(collector::run_live(source, cadence, tx, stopped));
+    server::shutdown_signal().await;
+    stop.send(true).ok();
+    sampling.await??;
+    // The queue closed with the sampler; give the shipper a moment to send what is left.
+    if tokio::time::timeout(Duration::from_secs(30), shipping).await.is_err() {
+        tracing::warn!("Batches were still unsent after 30 s; they are lost.");
+    }
+    Ok(())
+}
+
+async fn simulate_cmd(args: SimulateArgs) -> anyhow::Result<()> {
+    use std::io::Write;
+    let cadence = args.cadence.cadence(args.batch_period)?;
+    let fleet = SimFleet::generate(args.fleet.seed, args.fleet.gpus);
+    let start = match args.start {
+        Some(d) => slicemeter::domain::time::start_of(d),
+        None => {
+            slicemeter::domain::time::start_of(Utc::now().date_naive())
+                - chrono::Duration::days(i64::from(args.days))
+        }
+    };
+    let end = start + chrono::Duration::days(i64::from(args.days));
+    let bar = simulate::progress(
+        simulate::expected_batches(&fleet, start, end, cadence.batch_period),
+        "simulating",
+    );
+    let started = std::time::Instant::now();
+    if let Some(out) = &args.out {
+        let writer: Box<dyn Write> = if out.as_os_str() == "-" {
+            Box::new(std::io::stdout())
+        } else {
+            Box::new(std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?)
+        };
+        let mut writer = std::io::BufWriter::with_capacity(1 << 20, writer);
+        let mut failed = None;
+        let mut windows = 0u64;
+        simulate::generate(&fleet, start, end, cadence, |day| {
+            for b in &day {
+                windows += b.windows.len() as u64;
+                if let Err(e) = serde_json::to_writer(&mut writer, b)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| writer.write_all(b"\n"))
+                {
+                    failed = Some(e);
+                    return false;
+                }
+            }
+            bar.inc(day.len() as u64);
+            true
+        })?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        writer.flush()?;
+        bar.finish_and_clear();
+        eprintln!(
+            "{} windows of {} GPUs over {} days written in {:.1} s",
+            windows,
+            args.fleet.gpus,
+            args.days,
+            started.elapsed().as_secs_f64()
+        );
+    } else if let Some(server) = &args.post {
+        let token = args.token.as_deref().context("--post needs --token (an admin token)")?;
+        let shipper = Shipper::new(server, token)?;
+        let totals = simulate::generate_and_ingest(
+            fleet,
+            start,
+            end,
+            cadence,
+            args.concurrency.max(1),
+            bar,
+            |b| {
+                let shipper = shipper.clone();
+                async move { shipper.send_with_retry(&b).await }
+            },
+        )
+        .await?;
+        eprintln!(
+            "{} batches posted: {} windows new, {} already stored, in {:.1} s",
+            totals.batches,
+            totals.inserted,
+            totals.duplicates,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+async fn token(command: TokenCommand) -> anyhow::Result<()> {
+    match command {
+        TokenCommand::Create {
+            db,
+            role,
+            team,
+            node,
+            label,
+            expires_in,
+        } => {
+            let pool = db::connect(&db.database_url, 2).await?;
+            db::migrate(&pool).await?;
+            let team = team.as_deref().map(TeamId::parse).transpose()?;
+            let expires_at: Option<DateTime<Utc>> = expires_in
+                .map(|d| chrono::Duration::from_std(d).map(|d| Utc::now() + d))
+                .transpose()?;
+            let (id, token) = db::tokens::create(
+                &pool,
+                role,
+                team.as_ref(),
+                node.as_deref(),
+                label.as_deref(),
+                expires_at,
+            )
+            .await?;
+            eprintln!("token {id} ({role}) created; it is shown once:");
+            println!("{token}");
+        }
+        TokenCommand::Revoke { db, id } => {
+            let pool = db::connect(&db.database_url, 2).await?;
+            if db::tokens::revoke(&pool, id).await? {
+                println!("token {id} revoked");
+            } else {
+                bail!("there is no unrevoked token {id}");
+            }
+        }
+        TokenCommand::List { db } => {
+            let pool = db::connect(&db.database_url, 2).await?;
+            println!("id\trole\tteam\tnode\tcreated\texpires\trevoked\tlabel");
+            for t in db::tokens::list(&pool).await? {
+                let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    t.id,
+                    t.role,
+                    opt(t.team_id),
+                    opt(t.node),
+                    t.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                    opt(t.expires_at.map(|e| e.to_rfc3339())),
+                    opt(t.revoked_at.map(|e| e.to_rfc3339())),
+                    opt(t.label)
+                );
+            }
+        }
+    }
+    Ok(())
+}

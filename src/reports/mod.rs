@@ -1,0 +1,3 @@
+//! Reports: what the fleet held and used, read from the hourly rollups.
+
+pub mod usage;
