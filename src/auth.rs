@@ -12,7 +12,9 @@ use utoipa::ToSchema;
 
 use crate::domain::team::TeamId;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Everything.
@@ -171,14 +173,23 @@ mod tests {
 
     #[test]
     fn malformed_tokens_do_not_parse() {
-        for bad in ["", "smt_", "smt_x_abc", "Bearer smt_1_00", &format!("smt_1_{}", "g".repeat(64))] {
+        for bad in [
+            "",
+            "smt_",
+            "smt_x_abc",
+            "Bearer smt_1_00",
+            &format!("smt_1_{}", "g".repeat(64)),
+        ] {
             assert_eq!(PresentedToken::parse(bad), None, "{bad}");
         }
     }
 
     #[test]
     fn a_collector_ingests_only_for_its_own_node_and_an_admin_for_any() {
-        let c = Principal::Collector { token_id: 1, node: "a".into() };
+        let c = Principal::Collector {
+            token_id: 1,
+            node: "a".into(),
+        };
         assert!(c.may_ingest_for("a"));
         assert!(!c.may_ingest_for("b"));
         assert!(Principal::Admin { token_id: 2 }.may_ingest_for("b"));

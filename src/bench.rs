@@ -53,7 +53,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
     let schema = format!("slicemeter_bench_{}", std::process::id());
     let admin = db::connect(&args.database_url, 2).await?;
-    sqlx::query(&format!("create schema {schema}")).execute(&admin).await?;
+    sqlx::query(&format!("create schema {schema}"))
+        .execute(&admin)
+        .await?;
     let result = run(&args, &schema).await;
     sqlx::query(&format!("drop schema {schema} cascade"))
         .execute(&admin)
@@ -63,8 +65,8 @@ pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
 }
 
 async fn run(args: &IngestBenchArgs, schema: &str) -> anyhow::Result<()> {
-    let options = PgConnectOptions::from_str(&args.database_url)?
-        .options([("search_path", schema)]);
+    let options =
+        PgConnectOptions::from_str(&args.database_url)?.options([("search_path", schema)]);
     let pool = db::connect_with(options, (args.concurrency as u32 + 4).max(8)).await?;
     db::migrate(&pool).await?;
 
@@ -169,7 +171,10 @@ async fn run(args: &IngestBenchArgs, schema: &str) -> anyhow::Result<()> {
     copy.send(rows.as_slice()).await?;
     let copied = copy.finish().await?;
     let copy_elapsed = started.elapsed();
-    anyhow::ensure!(copied == windows, "copied {copied} rows, expected {windows}");
+    anyhow::ensure!(
+        copied == windows,
+        "copied {copied} rows, expected {windows}"
+    );
 
     let http_rate = windows as f64 / http_elapsed.as_secs_f64();
     let copy_rate = windows as f64 / copy_elapsed.as_secs_f64();

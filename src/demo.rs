@@ -80,7 +80,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
-    let pool = db::connect(url, 12).await.context("connecting to the database")?;
+    let pool = db::connect(url, 12)
+        .await
+        .context("connecting to the database")?;
     db::migrate(&pool).await.context("applying migrations")?;
     let fleet = SimFleet::generate(args.seed, args.gpus);
     for t in &fleet.teams {
@@ -100,20 +102,26 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
 
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
-        .with_context(|| format!("listening on {} (choose another with --listen)", args.listen))?;
+        .with_context(|| {
+            format!(
+                "listening on {} (choose another with --listen)",
+                args.listen
+            )
+        })?;
     let address: SocketAddr = listener.local_addr()?;
     let base = format!("http://{address}");
     let (admin_id, admin) =
         tokens::create(&pool, Role::Admin, None, None, Some("demo admin"), None).await?;
 
-    let (stop, stopped) = watch::channel(false);
-    let mut stopped_server = stopped.clone();
+    // Collectors stop first, so that their last windows still reach the server.
+    let (stop_collectors, collectors_stopped) = watch::channel(false);
+    let (stop_server, mut server_stopped) = watch::channel(false);
     let mut serving = tokio::spawn(server::serve(
         pool.clone(),
         listener,
         ServerConfig::default(),
         async move {
-            let _ = stopped_server.changed().await;
+            let _ = server_stopped.changed().await;
         },
     ));
     let mut collectors = Vec::new();
@@ -138,7 +146,7 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
                 batch_period: Duration::from_secs(60),
             };
             collectors.push(tokio::spawn({
-                let stopped = stopped.clone();
+                let stopped = collectors_stopped.clone();
                 async move {
                     if let Err(e) = collector::run_live(source, cadence, tx, stopped).await {
                         tracing::error!(error = %e, "A demo collector stopped.");
@@ -149,19 +157,26 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
     }
     println!("slicemeter demo is serving at {base}/");
     println!("admin token (id {admin_id}, shown once): {admin}");
-    println!("try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team&step=day'",
+    println!(
+        "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team&step=day'",
         (Utc::now() - chrono::Duration::days(i64::from(args.days))).date_naive(),
-        (Utc::now() + chrono::Duration::days(1)).date_naive());
+        (Utc::now() + chrono::Duration::days(1)).date_naive()
+    );
     println!("API document: {base}/openapi.json; press Ctrl-C to stop.");
 
     let served = tokio::select! {
         _ = server::shutdown_signal() => None,
         r = &mut serving => Some(r),
     };
-    stop.send(true).ok();
-    for c in collectors {
-        let _ = tokio::time::timeout(Duration::from_secs(10), c).await;
+    stop_collectors.send(true).ok();
+    let drained = futures_util::future::join_all(collectors);
+    if tokio::time::timeout(Duration::from_secs(15), drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!("The demo collectors had unsent windows after 15 s; they are dropped.");
     }
+    stop_server.send(true).ok();
     let served = match served {
         Some(r) => r,
         None => serving.await,

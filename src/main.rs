@@ -178,7 +178,12 @@ struct SimulateArgs {
     #[arg(long)]
     post: Option<String>,
     /// An admin token (with --post).
-    #[arg(long, env = "SLICEMETER_TOKEN", hide_env_values = true, requires = "post")]
+    #[arg(
+        long,
+        env = "SLICEMETER_TOKEN",
+        hide_env_values = true,
+        requires = "post"
+    )]
     token: Option<String>,
     /// Batches in flight at once (with --post).
     #[arg(long, default_value_t = 4)]
@@ -228,8 +233,7 @@ enum BenchCommand {
 fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -273,7 +277,10 @@ async fn main() -> anyhow::Result<()> {
 async fn collect(args: CollectArgs) -> anyhow::Result<()> {
     let cadence = args.cadence.cadence(args.cadence.window)?;
     let source = match args.source {
-        SourceKind::Sim => SimSource::new(SimFleet::generate(args.fleet.seed, args.fleet.gpus), &args.node)?,
+        SourceKind::Sim => SimSource::new(
+            SimFleet::generate(args.fleet.seed, args.fleet.gpus),
+            &args.node,
+        )?,
     };
     let shipper = Shipper::new(&args.server, &args.token)?;
     let (tx, rx) = tokio::sync::mpsc::channel(10_000);
@@ -284,7 +291,10 @@ async fn collect(args: CollectArgs) -> anyhow::Result<()> {
     stop.send(true).ok();
     sampling.await??;
     // The queue closed with the sampler; give the shipper a moment to send what is left.
-    if tokio::time::timeout(Duration::from_secs(30), shipping).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(30), shipping)
+        .await
+        .is_err()
+    {
         tracing::warn!("Batches were still unsent after 30 s; they are lost.");
     }
     Ok(())
@@ -311,7 +321,10 @@ async fn simulate_cmd(args: SimulateArgs) -> anyhow::Result<()> {
         let writer: Box<dyn Write> = if out.as_os_str() == "-" {
             Box::new(std::io::stdout())
         } else {
-            Box::new(std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?)
+            Box::new(
+                std::fs::File::create(out)
+                    .with_context(|| format!("creating {}", out.display()))?,
+            )
         };
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, writer);
         let mut failed = None;
@@ -343,7 +356,10 @@ async fn simulate_cmd(args: SimulateArgs) -> anyhow::Result<()> {
             started.elapsed().as_secs_f64()
         );
     } else if let Some(server) = &args.post {
-        let token = args.token.as_deref().context("--post needs --token (an admin token)")?;
+        let token = args
+            .token
+            .as_deref()
+            .context("--post needs --token (an admin token)")?;
         let shipper = Shipper::new(server, token)?;
         let totals = simulate::generate_and_ingest(
             fleet,

@@ -28,7 +28,9 @@ pub enum ClusterError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("no unprivileged user to run PostgreSQL as: it refuses to run as root and neither `postgres` nor `nobody` exists")]
+    #[error(
+        "no unprivileged user to run PostgreSQL as: it refuses to run as root and neither `postgres` nor `nobody` exists"
+    )]
     NoUser,
 }
 
@@ -154,7 +156,8 @@ impl PrivateCluster {
             fs::create_dir_all(d).map_err(io("creating", d))?;
             self.give(d)?;
         }
-        fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).map_err(io("locking", &data))?;
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o700))
+            .map_err(io("locking", &data))?;
         let password: String = {
             use rand::Rng;
             rand::rng()
@@ -171,7 +174,14 @@ impl PrivateCluster {
             Command::new(self.binaries.tool("initdb"))
                 .arg("-D")
                 .arg(&data)
-                .args(["-U", "postgres", "--auth=scram-sha-256", "-E", "UTF8", "--no-instructions"])
+                .args([
+                    "-U",
+                    "postgres",
+                    "--auth=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--no-instructions",
+                ])
                 .arg(format!("--pwfile={}", pwfile.display())),
         );
         let _ = fs::remove_file(&pwfile);
@@ -222,10 +232,7 @@ impl PrivateCluster {
         check("pg_ctl start", out).map_err(|e| match e {
             ClusterError::Command { step, detail } => ClusterError::Command {
                 step,
-                detail: format!(
-                    "{detail}\n{}",
-                    fs::read_to_string(&log).unwrap_or_default()
-                ),
+                detail: format!("{detail}\n{}", fs::read_to_string(&log).unwrap_or_default()),
             },
             other => other,
         })?;
@@ -268,9 +275,13 @@ impl PrivateCluster {
     }
 
     fn run(&self, cmd: &mut Command) -> std::io::Result<Output> {
-        cmd.current_dir(&self.root).env("LC_ALL", "C").env_remove("PGDATA");
+        cmd.current_dir(&self.root)
+            .env("LC_ALL", "C")
+            .env_remove("PGDATA");
         if let Some(u) = &self.owner {
-            cmd.uid(u.uid.as_raw()).gid(u.gid.as_raw()).env("HOME", &self.root);
+            cmd.uid(u.uid.as_raw())
+                .gid(u.gid.as_raw())
+                .env("HOME", &self.root);
         }
         cmd.output()
     }
@@ -312,10 +323,11 @@ fn check(step: &str, out: std::io::Result<Output>) -> Result<(), ClusterError> {
 pub async fn ensure_database(admin_url: &str, db: &str) -> Result<(), sqlx::Error> {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect(admin_url).await?;
-    let exists: bool = sqlx::query_scalar("select exists(select 1 from pg_database where datname = $1)")
-        .bind(db)
-        .fetch_one(&mut conn)
-        .await?;
+    let exists: bool =
+        sqlx::query_scalar("select exists(select 1 from pg_database where datname = $1)")
+            .bind(db)
+            .fetch_one(&mut conn)
+            .await?;
     if !exists {
         // Identifiers cannot be bound; `db` is quoted as an identifier.
         sqlx::query(&format!("create database \"{}\"", db.replace('"', "\"\"")))

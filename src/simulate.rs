@@ -64,8 +64,14 @@ pub fn generate(
 }
 
 /// How many batches [`generate`] makes, for progress bars.
-pub fn expected_batches(fleet: &SimFleet, from: DateTime<Utc>, to: DateTime<Utc>, batch_period: StdDuration) -> u64 {
-    let batches = ((to - from).num_milliseconds() as u64).div_ceil(batch_period.as_millis().max(1) as u64);
+pub fn expected_batches(
+    fleet: &SimFleet,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    batch_period: StdDuration,
+) -> u64 {
+    let batches =
+        ((to - from).num_milliseconds() as u64).div_ceil(batch_period.as_millis().max(1) as u64);
     batches * fleet.nodes.len() as u64
 }
 
@@ -73,11 +79,9 @@ pub fn expected_batches(fleet: &SimFleet, from: DateTime<Utc>, to: DateTime<Utc>
 pub fn progress(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:40}] {pos}/{len} batches, {per_sec}, {eta} left",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} batches, {per_sec}, {eta} left")
+            .expect("a valid template")
+            .progress_chars("=> "),
     );
     bar.set_message(what.to_owned());
     bar
@@ -108,11 +112,14 @@ where
 {
     let (tx, mut rx) = mpsc::channel::<Vec<Batch>>(2);
     let generator = tokio::task::spawn_blocking(move || {
-        generate(&fleet, from, to, cadence, |day| tx.blocking_send(day).is_ok())
+        generate(&fleet, from, to, cadence, |day| {
+            tx.blocking_send(day).is_ok()
+        })
     });
     let mut totals = Totals::default();
     while let Some(day) = rx.recv().await {
-        let mut results = futures_util::stream::iter(day.into_iter().map(&ingest)).buffer_unordered(concurrency);
+        let mut results =
+            futures_util::stream::iter(day.into_iter().map(&ingest)).buffer_unordered(concurrency);
         while let Some(r) = results.next().await {
             let outcome = r.map_err(|e| anyhow::anyhow!("ingest failed: {e}"))?;
             totals.batches += 1;
@@ -172,8 +179,16 @@ mod tests {
         let hourly = parse(run(&fleet, 24, 60));
         assert_eq!(minutely.len(), 2 * 24 * 60, "two nodes, one batch a minute");
         assert_eq!(hourly.len(), 2 * 24, "two nodes, one batch an hour");
-        let windows = |bs: &[Batch]| bs.iter().flat_map(|b| b.windows.clone()).collect::<Vec<_>>();
-        assert_eq!(windows(&minutely), windows(&hourly), "grouping changes no window");
+        let windows = |bs: &[Batch]| {
+            bs.iter()
+                .flat_map(|b| b.windows.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            windows(&minutely),
+            windows(&hourly),
+            "grouping changes no window"
+        );
         for b in &hourly {
             assert_eq!((b.period.end - b.period.start).num_seconds(), 3600);
         }

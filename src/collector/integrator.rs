@@ -90,7 +90,13 @@ impl Integrator {
         closed
     }
 
-    fn integrate(&mut self, from: i64, to: i64, readings: &[Reading], closed: &mut Vec<ClosedWindow>) {
+    fn integrate(
+        &mut self,
+        from: i64,
+        to: i64,
+        readings: &[Reading],
+        closed: &mut Vec<ClosedWindow>,
+    ) {
         let mut a = from;
         while a < to {
             let grid_end = (a.div_euclid(self.window_ms) + 1) * self.window_ms;
@@ -121,11 +127,9 @@ impl Integrator {
 fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
     for r in readings {
         let Some(holder) = &r.holder else { continue };
-        let i = match w
-            .occupancy
-            .iter()
-            .position(|o| o.slice == r.slice && (Arc::ptr_eq(&o.consumer, holder) || o.consumer == *holder))
-        {
+        let i = match w.occupancy.iter().position(|o| {
+            o.slice == r.slice && (Arc::ptr_eq(&o.consumer, holder) || o.consumer == *holder)
+        }) {
             Some(i) => i,
             None => {
                 w.occupancy.push(Occupancy {
@@ -218,7 +222,10 @@ mod tests {
         }
         for w in &closed {
             assert!(w.start_ms < w.end_ms);
-            assert_eq!(w.start_ms.div_euclid(window), (w.end_ms - 1).div_euclid(window));
+            assert_eq!(
+                w.start_ms.div_euclid(window),
+                (w.end_ms - 1).div_euclid(window)
+            );
         }
 
         // The exact integrals of the step function, computed sample by sample.
@@ -239,7 +246,9 @@ mod tests {
         for w in &closed {
             for o in &w.occupancy {
                 assert!(o.held_ms <= (w.end_ms - w.start_ms) as u64);
-                let e = got.entry((o.slice, o.consumer.pod.clone().unwrap())).or_default();
+                let e = got
+                    .entry((o.slice, o.consumer.pod.clone().unwrap()))
+                    .or_default();
                 e.0 += o.held_ms;
                 e.1 += o.memory_byte_ms;
                 e.2 += o.compute_ppm_ms.unwrap();
@@ -258,7 +267,11 @@ mod tests {
         // The collector stalled for 40 s: only 10 s of the last sample count.
         closed.extend(integrator.push(45_000, vec![reading(0, Some(&a), 100, 1_000_000)]));
         closed.extend(integrator.flush(50_000));
-        let held: u64 = closed.iter().flat_map(|w| &w.occupancy).map(|o| o.held_ms).sum();
+        let held: u64 = closed
+            .iter()
+            .flat_map(|w| &w.occupancy)
+            .map(|o| o.held_ms)
+            .sum();
         assert_eq!(held, 5_000 + 10_000 + 5_000);
         assert_eq!(closed.len(), 2, "{closed:?}");
         assert_eq!((closed[0].start_ms, closed[0].end_ms), (0, 15_000));
@@ -292,6 +305,9 @@ mod tests {
         assert_eq!(closed.len(), 2);
         assert_eq!((closed[1].start_ms, closed[1].end_ms), (60_000, 120_000));
         let w = closed[1].occupancy[0].report("s", 60_000, 120_000);
-        assert_eq!((w.held_seconds, w.compute_active_seconds), (60.0, Some(30.0)));
+        assert_eq!(
+            (w.held_seconds, w.compute_active_seconds),
+            (60.0, Some(30.0))
+        );
     }
 }

@@ -62,13 +62,19 @@ fn batch_of(node: &str, inventory: &Inventory, windows: &[ClosedWindow]) -> Batc
 
 /// Groups closed windows (in time order) into batches of at most `batch_ms` on the grid of
 /// `batch_ms`: fewer, larger batches for fast-forward, the inventory sent once per batch.
-pub fn batches(node: &str, inventory: &Inventory, closed: &[ClosedWindow], batch_ms: i64) -> Vec<Batch> {
+pub fn batches(
+    node: &str,
+    inventory: &Inventory,
+    closed: &[ClosedWindow],
+    batch_ms: i64,
+) -> Vec<Batch> {
     let mut out = Vec::new();
     let mut first = 0;
     for i in 1..=closed.len() {
         let split = i == closed.len()
             || closed[i].start_ms != closed[i - 1].end_ms
-            || closed[i].start_ms.div_euclid(batch_ms) != closed[first].start_ms.div_euclid(batch_ms);
+            || closed[i].start_ms.div_euclid(batch_ms)
+                != closed[first].start_ms.div_euclid(batch_ms);
         if split {
             out.push(batch_of(node, inventory, &closed[first..i]));
             first = i;
@@ -128,7 +134,12 @@ impl<S: Source> Replay<S> {
             closed.extend(self.integrator.flush(self.to_ms));
         }
         let batch_ms = self.batch_period.as_millis().max(1) as i64;
-        Ok(batches(self.source.node(), &self.inventory, &closed, batch_ms))
+        Ok(batches(
+            self.source.node(),
+            &self.inventory,
+            &closed,
+            batch_ms,
+        ))
     }
 
     pub fn is_done(&self) -> bool {

@@ -538,7 +538,12 @@ async fn insert_windows<'b>(
     sqlx::query("savepoint copy_windows")
         .execute(&mut *tx)
         .await?;
-    let fast = copy_in(tx, &format!("copy occupancy {COPY_COLUMNS} from stdin"), &rows).await;
+    let fast = copy_in(
+        tx,
+        &format!("copy occupancy {COPY_COLUMNS} from stdin"),
+        &rows,
+    )
+    .await;
     match fast {
         Ok(_) => {
             sqlx::query("release savepoint copy_windows")
@@ -555,9 +560,11 @@ async fn insert_windows<'b>(
     }
     // The staging table exists only in this transaction, so these two statements are not checked
     // at compile time.
-    sqlx::query("create temp table occupancy_stage (like occupancy including defaults) on commit drop")
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "create temp table occupancy_stage (like occupancy including defaults) on commit drop",
+    )
+    .execute(&mut *tx)
+    .await?;
     copy_in(
         tx,
         &format!("copy occupancy_stage {COPY_COLUMNS} from stdin"),

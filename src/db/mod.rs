@@ -64,5 +64,8 @@ impl Partitions {
 
 /// Whether the database answers: what `/readyz` reports.
 pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
-    sqlx::query!("select 1 as one").fetch_one(pool).await.map(|_| ())
+    sqlx::query!("select 1 as one")
+        .fetch_one(pool)
+        .await
+        .map(|_| ())
 }

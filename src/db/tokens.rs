@@ -98,7 +98,10 @@ pub async fn authenticate(
         return Ok(Err(Rejected::Expired));
     }
     let token_id = presented.id;
-    let role: Role = row.role.parse().map_err(|e: String| sqlx::Error::Decode(e.into()))?;
+    let role: Role = row
+        .role
+        .parse()
+        .map_err(|e: String| sqlx::Error::Decode(e.into()))?;
     Ok(Ok(match role {
         Role::Admin => Principal::Admin { token_id },
         Role::Finance => Principal::Finance { token_id },

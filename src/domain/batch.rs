@@ -106,7 +106,9 @@ pub struct WindowReport {
 
 /// The holder of a slice: a Kubernetes pod (namespace, pod, container, labels, DRA claim) or, off
 /// Kubernetes, a unix user and job id. A `team` label names the team outright.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize, ToSchema,
+)]
 pub struct ConsumerReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,

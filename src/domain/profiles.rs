@@ -249,7 +249,12 @@ mod tests {
                 .join("../shared/data")
                 .join(name);
             if let Ok(text) = std::fs::read_to_string(&shared) {
-                assert_eq!(text, embedded, "data/{name} differs from {}", shared.display());
+                assert_eq!(
+                    text,
+                    embedded,
+                    "data/{name} differs from {}",
+                    shared.display()
+                );
             }
         }
     }

@@ -14,7 +14,9 @@ pub struct TeamId(String);
 pub const UNATTRIBUTED: &str = "unattributed";
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0:?} is not a team id: use 1 to 63 lowercase letters, digits, '-' or '_', starting with a letter or digit")]
+#[error(
+    "{0:?} is not a team id: use 1 to 63 lowercase letters, digits, '-' or '_', starting with a letter or digit"
+)]
 pub struct TeamIdError(pub String);
 
 impl TeamId {

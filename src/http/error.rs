@@ -135,9 +135,9 @@ impl From<QueryRejection> for ApiError {
 }
 
 pub fn human_bytes(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n} bytes")
@@ -165,9 +165,12 @@ impl IntoResponse for ApiError {
                 message,
                 fields,
             } => (StatusCode::CONFLICT, code, message, fields),
-            ApiError::PayloadTooLarge(m) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", m, vec![])
-            }
+            ApiError::PayloadTooLarge(m) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                m,
+                vec![],
+            ),
             ApiError::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

@@ -46,9 +46,16 @@ fn max_range(step: Step) -> Duration {
     }
 }
 
-fn instant(field: &str, value: Option<&str>, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
+fn instant(
+    field: &str,
+    value: Option<&str>,
+    errors: &mut Vec<FieldError>,
+) -> Option<DateTime<Utc>> {
     let Some(value) = value else {
-        errors.push(FieldError::new(field, format!("{field} is required, e.g. 2026-10-01")));
+        errors.push(FieldError::new(
+            field,
+            format!("{field} is required, e.g. 2026-10-01"),
+        ));
         return None;
     };
     let t = if let Ok(day) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
@@ -123,7 +130,10 @@ async fn usage_report(
     let (Some(from), Some(to), Some(group_by), Some(step), true) =
         (from, to, group_by, step, errors.is_empty())
     else {
-        return Err(ApiError::invalid_fields("the report parameters are invalid", errors));
+        return Err(ApiError::invalid_fields(
+            "the report parameters are invalid",
+            errors,
+        ));
     };
     let sums = db::reports::usage_sums(
         &state.pool,

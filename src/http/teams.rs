@@ -126,10 +126,16 @@ async fn put_team(
     }
     for (i, n) in body.namespaces.iter().enumerate() {
         if n.is_empty() || n.len() > 253 {
-            errors.push(FieldError::new(format!("namespaces[{i}]"), "1 to 253 characters"));
+            errors.push(FieldError::new(
+                format!("namespaces[{i}]"),
+                "1 to 253 characters",
+            ));
         }
         if body.namespaces[..i].contains(n) {
-            errors.push(FieldError::new(format!("namespaces[{i}]"), format!("{n:?} is listed twice")));
+            errors.push(FieldError::new(
+                format!("namespaces[{i}]"),
+                format!("{n:?} is listed twice"),
+            ));
         }
     }
     let (Some(team), true) = (team, errors.is_empty()) else {

@@ -46,7 +46,9 @@ pub fn decode(body: &[u8], gzip: bool, limit: usize) -> Result<Batch, IngestErro
         flate2::read::GzDecoder::new(body)
             .take(limit as u64 + 1)
             .read_to_end(&mut out)
-            .map_err(|e| IngestError::Malformed(format!("the gzip body does not decompress: {e}")))?;
+            .map_err(|e| {
+                IngestError::Malformed(format!("the gzip body does not decompress: {e}"))
+            })?;
         if out.len() > limit {
             return Err(IngestError::TooLarge { limit });
         }

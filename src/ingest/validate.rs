@@ -523,12 +523,7 @@ fn human(d: Duration) -> String {
 }
 
 /// A non-negative, finite figure as an exact decimal.
-fn figure(
-    v: f64,
-    name: &str,
-    at: &dyn Fn(&str) -> String,
-    errors: &mut Errors,
-) -> Option<Decimal> {
+fn figure(v: f64, name: &str, at: &dyn Fn(&str) -> String, errors: &mut Errors) -> Option<Decimal> {
     if v.is_sign_negative() && v != 0.0 {
         errors.push(at(name), format!("{name} must not be negative, got {v}"));
         return None;
@@ -550,8 +545,8 @@ fn reservation(
     errors: &mut Errors,
 ) -> Option<Reservation> {
     let before = errors.0.len() + errors.1;
-    let required = |errors: &mut Errors, name: &str, v: Option<i64>, range: RangeInclusive<i64>| {
-        match v {
+    let required =
+        |errors: &mut Errors, name: &str, v: Option<i64>, range: RangeInclusive<i64>| match v {
             None => {
                 errors.push(at(name), format!("a {kind} slice needs {name}"));
                 None
@@ -559,13 +554,16 @@ fn reservation(
             Some(v) if !range.contains(&v) => {
                 errors.push(
                     at(name),
-                    format!("{name} must be {} to {}, got {v}", range.start(), range.end()),
+                    format!(
+                        "{name} must be {} to {}, got {v}",
+                        range.start(),
+                        range.end()
+                    ),
                 );
                 None
             }
             Some(v) => Some(v),
-        }
-    };
+        };
     let geo = gpu.geometry;
     let memory = geo.memory_bytes as i64;
     let r = match kind {
@@ -596,10 +594,7 @@ fn reservation(
             if !gpu.mig_enabled {
                 errors.push(
                     at("kind"),
-                    format!(
-                        "a mig slice on {}, whose mig_enabled is false",
-                        gpu.uuid
-                    ),
+                    format!("a mig slice on {}, whose mig_enabled is false", gpu.uuid),
                 );
             }
             Reservation::Mig {
@@ -617,7 +612,12 @@ fn reservation(
                 s.active_thread_percentage,
                 1..=100,
             );
-            let p = required(errors, "pinned_memory_bytes", s.pinned_memory_bytes, 1..=memory);
+            let p = required(
+                errors,
+                "pinned_memory_bytes",
+                s.pinned_memory_bytes,
+                1..=memory,
+            );
             Reservation::Mps {
                 active_thread_percentage: t? as u8,
                 pinned_memory_bytes: p? as u64,

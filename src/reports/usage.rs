@@ -47,9 +47,7 @@ impl FromStr for GroupBy {
         ]
         .into_iter()
         .find(|g| g.as_str() == s)
-        .ok_or_else(|| {
-            format!("group_by {s:?} is not one of team, gpu_model, kind, profile, node")
-        })
+        .ok_or_else(|| format!("group_by {s:?} is not one of team, gpu_model, kind, profile, node"))
     }
 }
 
@@ -291,7 +289,12 @@ mod tests {
     use super::*;
     use rust_decimal_macros::dec;
 
-    fn sums(reserved: bool, held: Decimal, compute_share: Decimal, memory_share: Decimal) -> UsageSums {
+    fn sums(
+        reserved: bool,
+        held: Decimal,
+        compute_share: Decimal,
+        memory_share: Decimal,
+    ) -> UsageSums {
         UsageSums {
             bucket: "2026-10-01T00:00:00Z".parse().unwrap(),
             key: "nlp".into(),
@@ -312,7 +315,14 @@ mod tests {
     #[test]
     fn a_3g_40gb_held_for_an_hour_is_0_46_gpu_hours_and_its_efficiency_weighs_compute_and_memory() {
         let s = sums(true, dec!(3600), dec!(3) / dec!(7), dec!(0.5));
-        let r = build(s.bucket, s.bucket, GroupBy::Team, Step::Hour, ShareWeights::default(), &[s]);
+        let r = build(
+            s.bucket,
+            s.bucket,
+            GroupBy::Team,
+            Step::Hour,
+            ShareWeights::default(),
+            &[s],
+        );
         let f = &r.total;
         assert_eq!(f.slice_hours, dec!(1));
         assert_eq!(f.gpu_equivalent_hours, dec!(0.464286));
@@ -327,7 +337,14 @@ mod tests {
         s.known_compute = dec!(0);
         s.active_seconds = dec!(0);
         s.active_compute = dec!(0);
-        let r = build(s.bucket, s.bucket, GroupBy::Team, Step::Hour, ShareWeights::default(), &[s]);
+        let r = build(
+            s.bucket,
+            s.bucket,
+            GroupBy::Team,
+            Step::Hour,
+            ShareWeights::default(),
+            &[s],
+        );
         assert_eq!(r.total.efficiency, None);
         assert_eq!(r.total.used_gpu_equivalent_hours, None);
         assert_eq!(r.total.compute_unknown_hours, dec!(1));
@@ -338,7 +355,14 @@ mod tests {
     fn a_timeslice_replica_blocks_what_it_measurably_used() {
         // A quarter busy and half the GPU's memory: 0.5*0.25 + 0.5*0.5 = 0.375 GPU-hours.
         let s = sums(false, dec!(3600), dec!(1), dec!(1));
-        let r = build(s.bucket, s.bucket, GroupBy::Team, Step::Hour, ShareWeights::default(), &[s]);
+        let r = build(
+            s.bucket,
+            s.bucket,
+            GroupBy::Team,
+            Step::Hour,
+            ShareWeights::default(),
+            &[s],
+        );
         assert_eq!(r.total.gpu_equivalent_hours, dec!(0.375));
         assert_eq!(r.total.efficiency, Some(dec!(1)));
     }
@@ -347,8 +371,16 @@ mod tests {
     fn group_by_and_step_name_their_choices_when_wrong() {
         assert!("team".parse::<GroupBy>().is_ok());
         assert!(
-            "cluster".parse::<GroupBy>().unwrap_err().contains("team, gpu_model, kind, profile, node")
+            "cluster"
+                .parse::<GroupBy>()
+                .unwrap_err()
+                .contains("team, gpu_model, kind, profile, node")
         );
-        assert!("week".parse::<Step>().unwrap_err().contains("hour, day, month"));
+        assert!(
+            "week"
+                .parse::<Step>()
+                .unwrap_err()
+                .contains("hour, day, month")
+        );
     }
 }

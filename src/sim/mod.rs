@@ -138,15 +138,15 @@ const MODELS: [Model; 3] = [
 
 /// MIG layouts by profile id (the same ids on every 7/8 model), from NVIDIA's guide.
 pub const MIG_LAYOUTS: [&[u32]; 9] = [
-    &[9, 14, 19, 19],      // 3g + 2g + 1g + 1g
+    &[9, 14, 19, 19],              // 3g + 2g + 1g + 1g
     &[19, 19, 19, 19, 19, 19, 19], // 7 x 1g
-    &[5, 9],               // 4g + 3g
-    &[9, 19, 19],          // `nvidia-smi mig -cgi 9,19,19`
-    &[9, 9],               // 2 x 3g
-    &[0],                  // 7g
-    &[14, 14, 14],         // 3 x 2g
-    &[15, 15, 15, 15],     // 4 x 1g with double memory
-    &[14, 19, 19, 19, 19, 19], // 2g + 5 x 1g
+    &[5, 9],                       // 4g + 3g
+    &[9, 19, 19],                  // `nvidia-smi mig -cgi 9,19,19`
+    &[9, 9],                       // 2 x 3g
+    &[0],                          // 7g
+    &[14, 14, 14],                 // 3 x 2g
+    &[15, 15, 15, 15],             // 4 x 1g with double memory
+    &[14, 19, 19, 19, 19, 19],     // 2g + 5 x 1g
 ];
 
 const TEAM_NAMES: [(&str, &str); 12] = [
@@ -380,7 +380,11 @@ mod tests {
         let uuids = |f: &SimFleet| {
             f.nodes
                 .iter()
-                .flat_map(|n| n.gpus.iter().flat_map(|g| g.slices.iter().map(|s| s.report.uuid.clone())))
+                .flat_map(|n| {
+                    n.gpus
+                        .iter()
+                        .flat_map(|g| g.slices.iter().map(|s| s.report.uuid.clone()))
+                })
                 .collect::<Vec<_>>()
         };
         assert_eq!(uuids(&a), uuids(&b));

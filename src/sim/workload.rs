@@ -101,11 +101,18 @@ impl SimFleet {
         } else if where_ < 0.16 {
             (SHARED_NAMESPACE.to_owned(), true)
         } else {
-            let ns = &team.namespaces[(hash(&[seed, id, w, 7]) % team.namespaces.len() as u64) as usize];
+            let ns =
+                &team.namespaces[(hash(&[seed, id, w, 7]) % team.namespaces.len() as u64) as usize];
             (ns.clone(), team.labels_pods)
         };
         let pod_hash = hash(&[seed, id, start as u64, 8]);
-        let key = hash(&[pod_hash, team_idx as u64, namespace.len() as u64, label as u64, where_.to_bits()]);
+        let key = hash(&[
+            pod_hash,
+            team_idx as u64,
+            namespace.len() as u64,
+            label as u64,
+            where_.to_bits(),
+        ]);
         let holder = self.consumer(key, || {
             let mut labels = BTreeMap::from([("app".to_owned(), workload.app().to_owned())]);
             if label {
@@ -137,11 +144,18 @@ impl SimFleet {
             Workload::DailyInference => {
                 let hour = t_ms.rem_euclid(86_400_000) as f64 / 3_600_000.0;
                 let cycle = (2.0 * PI * (hour - 6.0) / 24.0).sin().max(0.0);
-                (0.35 + 0.25 * level, (0.05 + 0.6 * cycle + 0.1 * noise).min(1.0))
+                (
+                    0.35 + 0.25 * level,
+                    (0.05 + 0.6 * cycle + 0.1 * noise).min(1.0),
+                )
             }
             Workload::BurstyInference => {
                 let burst = unit(hash(&[seed, id, t_ms.div_euclid(30_000) as u64, 12])) < 0.15;
-                let compute = if burst { 0.6 + 0.4 * noise } else { 0.02 * noise };
+                let compute = if burst {
+                    0.6 + 0.4 * noise
+                } else {
+                    0.02 * noise
+                };
                 (0.3 + 0.2 * level, compute)
             }
             Workload::IdleHeld => (0.03 + 0.07 * level, 0.005 * noise),
@@ -164,7 +178,12 @@ mod tests {
         let mut holders = std::collections::BTreeSet::new();
         let mut idle_blocks = 0;
         let mut free_blocks = 0;
-        let slices: Vec<_> = f.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.slices).collect();
+        let slices: Vec<_> = f
+            .nodes
+            .iter()
+            .flat_map(|n| &n.gpus)
+            .flat_map(|g| &g.slices)
+            .collect();
         for s in &slices {
             for block in 0..180 {
                 let p = f.plan(s, 120_000 + block);
@@ -177,7 +196,12 @@ mod tests {
                 }
             }
         }
-        assert!(holders.len() > slices.len() * 3, "{} pods on {} slices", holders.len(), slices.len());
+        assert!(
+            holders.len() > slices.len() * 3,
+            "{} pods on {} slices",
+            holders.len(),
+            slices.len()
+        );
         assert!(idle_blocks > 0 && free_blocks > 0);
     }
 

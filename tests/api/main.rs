@@ -1,0 +1,8 @@
+//! The API, in-process, against a real PostgreSQL: one test binary, one module per resource.
+
+mod fleet;
+mod ingest;
+mod openapi;
+mod reports;
+mod support;
+mod teams;

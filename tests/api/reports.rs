@@ -1,0 +1,355 @@
+//! `GET /v1/reports/usage` against rollups built by real ingest, checked against the raw windows.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use rust_decimal::Decimal;
+use slicemeter::auth::Role;
+use slicemeter::collector::Cadence;
+use slicemeter::domain::slice::{GpuGeometry, Reservation};
+use slicemeter::sim::SimFleet;
+use sqlx::Row;
+
+use crate::support::*;
+
+/// Ingests `hours` of a simulated fleet through the API, with its teams configured.
+async fn simulated(app: &TestApp, seed: u64, gpus: usize, from: &str, hours: i64) -> SimFleet {
+    let fleet = SimFleet::generate(seed, gpus);
+    for t in &fleet.teams {
+        let ns: Vec<&str> = t.namespaces.iter().map(String::as_str).collect();
+        app.put_team(&t.id, &ns).await;
+    }
+    let from: chrono::DateTime<chrono::Utc> = from.parse().unwrap();
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(5),
+        window: Duration::from_secs(60),
+        batch_period: Duration::from_secs(3600),
+    };
+    let mut batches = Vec::new();
+    slicemeter::simulate::generate(
+        &fleet,
+        from,
+        from + chrono::Duration::hours(hours),
+        cadence,
+        |day| {
+            batches.extend(day);
+            true
+        },
+    )
+    .unwrap();
+    for b in &batches {
+        let r = app
+            .ingest(&app.admin, &serde_json::to_value(b).unwrap())
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    fleet
+}
+
+#[derive(Default, Debug, PartialEq)]
+struct Expected {
+    held: Decimal,
+    gpu_eq: Decimal,
+    memory: Decimal,
+    active: Decimal,
+    windows: i64,
+}
+
+/// Sums per team computed straight from the raw windows, with the domain's share formula.
+async fn expected_from_windows(app: &TestApp, key: &str) -> BTreeMap<String, Expected> {
+    let rows = sqlx::query(&format!(
+        "select {key} as key, s.kind, s.profile, s.compute_slices, s.memory_slices, s.memory_bytes,
+                s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
+                g.memory_bytes as gpu_memory, g.compute_slices as gpu_compute, g.memory_slices as gpu_memory_slices,
+                o.held_seconds, o.memory_byte_seconds, o.compute_active_seconds
+         from occupancy o join slice s using (slice_id) join gpu g using (gpu_id) join consumer c using (consumer_id)"
+    ))
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let half = Decimal::new(5, 1);
+    let mut out: BTreeMap<String, Expected> = BTreeMap::new();
+    for r in rows {
+        let geo = GpuGeometry {
+            memory_bytes: r.get::<i64, _>("gpu_memory") as u64,
+            compute_slices: r.get::<i16, _>("gpu_compute") as u8,
+            memory_slices: r.get::<i16, _>("gpu_memory_slices") as u8,
+        };
+        let kind: String = r.get("kind");
+        let reservation = match kind.as_str() {
+            "mig" => Reservation::Mig {
+                profile: r.get("profile"),
+                profile_id: None,
+                compute_slices: r.get::<i16, _>("compute_slices") as u8,
+                memory_slices: r.get::<i16, _>("memory_slices") as u8,
+                memory_bytes: r.get::<i64, _>("memory_bytes") as u64,
+            },
+            "mps" => Reservation::Mps {
+                active_thread_percentage: r.get::<i16, _>("active_thread_percentage") as u8,
+                pinned_memory_bytes: r.get::<i64, _>("pinned_memory_bytes") as u64,
+            },
+            "vgpu" => Reservation::Vgpu {
+                fraction: r.get("fraction"),
+            },
+            "timeslice" => Reservation::Timeslice {
+                replicas: r.get::<i16, _>("replicas") as u16,
+                replica: r.get::<i16, _>("replica") as u16,
+            },
+            _ => Reservation::Whole,
+        };
+        let share = reservation.physical_share(&geo);
+        let held: Decimal = r.get("held_seconds");
+        let memory: Decimal = r.get("memory_byte_seconds");
+        let active: Decimal = r
+            .get::<Option<Decimal>, _>("compute_active_seconds")
+            .unwrap();
+        let gpu_eq = if kind == "timeslice" {
+            half * active + half * memory / Decimal::from(geo.memory_bytes)
+        } else {
+            held * (half * share.compute + half * share.memory)
+        };
+        let e = out.entry(r.get("key")).or_default();
+        e.held += held;
+        e.gpu_eq += gpu_eq;
+        e.memory += memory;
+        e.active += active;
+        e.windows += 1;
+    }
+    out
+}
+
+fn dec(v: &serde_json::Value) -> Decimal {
+    Decimal::from_str(
+        v.as_str()
+            .unwrap_or_else(|| panic!("a decimal string, got {v}")),
+    )
+    .unwrap()
+}
+
+fn hours(seconds: Decimal) -> Decimal {
+    seconds / Decimal::from(3600)
+}
+
+/// The report rounds to six decimals once; the expectation is exact.
+#[track_caller]
+fn assert_hours(got: &serde_json::Value, want: Decimal, what: &str) {
+    let got = dec(got);
+    assert!(
+        (got - want).abs() <= Decimal::new(5, 7),
+        "{what}: report says {got}, the windows say {want}"
+    );
+}
+
+#[tokio::test]
+async fn usage_report_totals_equal_sums_computed_from_the_stored_windows() {
+    let app = TestApp::spawn().await;
+    simulated(&app, 5, 24, "2026-10-30T20:00:00Z", 6).await;
+    for (group_by, key) in [
+        ("team", "c.team_id"),
+        ("kind", "s.kind"),
+        ("node", "g.node"),
+    ] {
+        let want = expected_from_windows(&app, key).await;
+        let r = app
+            .get(
+                Some(&app.admin),
+                &format!(
+                    "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by={group_by}&step=day"
+                ),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        let totals = r.body["totals"].as_array().unwrap();
+        assert_eq!(totals.len(), want.len(), "{group_by}: {totals:?}");
+        for t in totals {
+            let key = t["key"].as_str().unwrap();
+            let e = &want[key];
+            let what = format!("{group_by} {key}");
+            assert_hours(&t["slice_hours"], hours(e.held), &what);
+            assert_hours(&t["gpu_equivalent_hours"], hours(e.gpu_eq), &what);
+            assert_hours(
+                &t["memory_gib_hours"],
+                hours(e.memory / Decimal::from(1u64 << 30)),
+                &what,
+            );
+            assert_hours(&t["compute_active_hours"], hours(e.active), &what);
+            assert_eq!(
+                t["windows"].as_i64().unwrap(),
+                e.windows,
+                "{group_by} {key}"
+            );
+        }
+        let held: Decimal = want.values().map(|e| e.held).sum();
+        assert_hours(&r.body["total"]["slice_hours"], hours(held), "total");
+    }
+    // The fleet mixes every kind, so the check above covered every share formula.
+    let kinds = expected_from_windows(&app, "s.kind").await;
+    assert_eq!(kinds.len(), 5, "{:?}", kinds.keys());
+}
+
+#[tokio::test]
+async fn the_usage_report_buckets_by_hour_day_and_month_with_the_same_totals() {
+    let app = TestApp::spawn().await;
+    simulated(&app, 9, 8, "2026-10-31T22:00:00Z", 5).await;
+    let mut totals = Vec::new();
+    for (step, buckets) in [("hour", 5), ("day", 2), ("month", 2)] {
+        let r = app
+            .get(
+                Some(&app.admin),
+                &format!("/v1/reports/usage?from=2026-10-30T00:00:00Z&to=2026-11-02&group_by=gpu_model&step={step}"),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        let distinct: std::collections::BTreeSet<&str> = r.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["bucket"].as_str().unwrap())
+            .collect();
+        assert_eq!(distinct.len(), buckets, "{step}: {distinct:?}");
+        totals.push(r.body["total"].clone());
+    }
+    assert_eq!(totals[0], totals[1]);
+    assert_eq!(totals[1], totals[2]);
+}
+
+#[tokio::test]
+async fn a_team_lead_sees_only_their_own_team_in_the_usage_report() {
+    let app = TestApp::spawn().await;
+    let fleet = simulated(&app, 5, 12, "2026-10-30T20:00:00Z", 3).await;
+    let team = &fleet.teams[0].id;
+    let lead = app.token(Role::TeamLead, Some(team), None).await;
+    let r = app
+        .get(
+            Some(&lead),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=team",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let keys: Vec<&str> = r.body["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, vec![team.as_str()]);
+    // Grouped otherwise, the figures are still only the team's.
+    let by_node = app
+        .get(
+            Some(&lead),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=node",
+        )
+        .await;
+    assert_eq!(by_node.body["total"], r.body["total"]);
+    let everyone = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=team",
+        )
+        .await;
+    assert!(everyone.body["totals"].as_array().unwrap().len() > 1);
+    assert_ne!(everyone.body["total"], r.body["total"]);
+    // A collector has no business reading reports.
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    let r = app
+        .get(
+            Some(&collector),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+}
+
+#[tokio::test]
+async fn bad_report_parameters_are_each_named() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-01T00:30:00Z&group_by=cluster&step=week",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    let fields: Vec<&str> = r.body["error"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, vec!["from", "to", "group_by", "step"]);
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-01-01&to=2026-03-01&step=hour",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body["error"]["fields"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the limit for step=hour")
+    );
+}
+
+#[tokio::test]
+async fn unattributed_usage_is_reported_and_moves_when_its_namespace_gets_a_team() {
+    let app = TestApp::spawn().await;
+    let b = batch(
+        "2026-10-01T00:00:00Z",
+        "2026-10-01T01:00:00Z",
+        vec![
+            window(
+                MIG_3G,
+                "2026-10-01T00:00:00Z",
+                "2026-10-01T01:00:00Z",
+                "research",
+                "a",
+                3600.0,
+            ),
+            window(
+                MIG_1G_A,
+                "2026-10-01T00:00:00Z",
+                "2026-10-01T01:00:00Z",
+                "research",
+                "b",
+                1800.0,
+            ),
+        ],
+    );
+    assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
+    let report = || {
+        app.get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-01&to=2026-10-02&group_by=team",
+        )
+    };
+    let before = report().await;
+    assert_eq!(before.body["totals"][0]["key"], "unattributed");
+    assert_eq!(
+        dec(&before.body["totals"][0]["slice_hours"]),
+        Decimal::new(15, 1)
+    );
+
+    let put = app.put_team("research", &["research"]).await;
+    assert_eq!(put.body["reattributed_consumers"], 2);
+    let after = report().await;
+    let keys: Vec<&str> = after.body["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, vec!["research"]);
+    // 3g.40gb for an hour + 1g.10gb for half an hour.
+    let gpu_eq = (Decimal::new(5, 1) * Decimal::from(3) / Decimal::from(7) + Decimal::new(25, 2))
+        + (Decimal::new(5, 1) / Decimal::from(7) + Decimal::new(5, 1) / Decimal::from(8))
+            / Decimal::from(2);
+    assert_hours(
+        &after.body["total"]["gpu_equivalent_hours"],
+        gpu_eq,
+        "research",
+    );
+}

@@ -1,0 +1,133 @@
+//! `slicemeter demo` as a user runs it: no DATABASE_URL, a private PostgreSQL of its own, a back-fill,
+//! the API served, and everything stopped on Ctrl-C. Run twice on the same folder, it reuses it.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+struct Demo {
+    child: Child,
+    base: String,
+    token: String,
+}
+
+fn start(dir: &std::path::Path) -> Demo {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+        .args([
+            "demo",
+            "--gpus",
+            "8",
+            "--days",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the slicemeter binary runs");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let (mut base, mut token) = (None, None);
+    while base.is_none() || token.is_none() {
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("demo prints its URL and token within two minutes");
+        if let Some(url) = line.strip_prefix("slicemeter demo is serving at ") {
+            base = Some(url.trim_end_matches('/').to_owned());
+        }
+        if let Some(rest) = line.strip_prefix("admin token (id ") {
+            token = Some(rest.rsplit(' ').next().unwrap().to_owned());
+        }
+    }
+    Demo {
+        child,
+        base: base.unwrap(),
+        token: token.unwrap(),
+    }
+}
+
+fn stop(mut demo: Demo) {
+    kill(Pid::from_raw(demo.child.id() as i32), Signal::SIGINT).unwrap();
+    for _ in 0..600 {
+        if let Some(status) = demo.child.try_wait().unwrap() {
+            assert!(status.success(), "demo exited with {status}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    demo.child.kill().ok();
+    panic!("demo did not stop within 60 s of Ctrl-C");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    // As root the cluster belongs to an unprivileged user, who must reach it through this folder.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pg = dir.path().join("pg");
+    let client = reqwest::Client::new();
+
+    let demo = start(&pg);
+    let health = client
+        .get(format!("{}/healthz", demo.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.text().await.unwrap(), "ok\n");
+    let today = chrono::Utc::now().date_naive();
+    let report: serde_json::Value = client
+        .get(format!(
+            "{}/v1/reports/usage?from={}&to={}&group_by=team&step=day",
+            demo.base,
+            today - chrono::Duration::days(2),
+            today + chrono::Duration::days(1)
+        ))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let teams = report["totals"].as_array().expect("a report");
+    assert!(
+        teams.len() >= 6,
+        "the back-filled day shows the simulated teams: {report}"
+    );
+    assert!(
+        pg.join("data/postmaster.pid").exists(),
+        "the private PostgreSQL runs"
+    );
+    stop(demo);
+    assert!(
+        !pg.join("data/postmaster.pid").exists(),
+        "Ctrl-C stopped the private PostgreSQL"
+    );
+
+    // A second demo reuses the folder: same cluster, the data still there.
+    let demo = start(&pg);
+    let r = client
+        .get(format!("{}/v1/teams", demo.base))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    stop(demo);
+}
