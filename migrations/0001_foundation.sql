@@ -153,26 +153,27 @@ create table gpu_hourly (
     check (date_trunc('hour', hour, 'UTC') = hour)
 ) partition by range (hour);
 
--- Creates the month's partition of each partitioned table if it is missing. Called ahead of time by
--- `serve` and before a batch that reaches a month not yet seen; serialised by an advisory lock so
--- that concurrent callers do not race on the catalog.
-create function ensure_month_partitions(p_month date) returns void
+-- Creates one month's partition of one partitioned table if it is missing. Called ahead of time by
+-- `serve` and before a batch that reaches a month not yet seen, one table per statement: creating a
+-- partition locks its parent exclusively, and a transaction that held one parent while waiting for
+-- another would deadlock with a batch that writes both. Creation is serialised by an advisory lock;
+-- the common case, the partition already there, takes no lock at all.
+create function ensure_month_partition(p_parent text, p_month date) returns void
 language plpgsql as $$
 declare
     first_day date := date_trunc('month', p_month)::date;
     next_day  date := (date_trunc('month', p_month) + interval '1 month')::date;
-    parent    text;
-    part      text;
+    part      text := format('%s_y%sm%s', p_parent, to_char(first_day, 'YYYY'), to_char(first_day, 'MM'));
 begin
-    perform pg_advisory_xact_lock(hashtext('slicemeter.ensure_month_partitions'));
-    foreach parent in array array['occupancy', 'gpu_presence', 'usage_hourly', 'gpu_hourly'] loop
-        part := format('%s_y%sm%s', parent, to_char(first_day, 'YYYY'), to_char(first_day, 'MM'));
-        if to_regclass(format('%I.%I', current_schema(), part)) is null then
-            execute format(
-                'create table %I partition of %I for values from (%L) to (%L)',
-                part, parent, first_day::text || ' 00:00:00+00', next_day::text || ' 00:00:00+00');
-        end if;
-    end loop;
+    if p_parent not in ('occupancy', 'gpu_presence', 'usage_hourly', 'gpu_hourly') then
+        raise exception 'ensure_month_partition: % is not a partitioned table of slicemeter', p_parent;
+    end if;
+    if to_regclass(format('%I.%I', current_schema(), part)) is null then
+        perform pg_advisory_xact_lock(hashtext('slicemeter.ensure_month_partition'));
+        execute format(
+            'create table if not exists %I partition of %I for values from (%L) to (%L)',
+            part, p_parent, first_day::text || ' 00:00:00+00', next_day::text || ' 00:00:00+00');
+    end if;
 end;
 $$;
 

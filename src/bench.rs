@@ -157,7 +157,10 @@ async fn run(args: &IngestBenchArgs, schema: &str) -> anyhow::Result<()> {
     const COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
                            memory_byte_seconds, memory_peak_bytes, compute_active_seconds)";
     let rows: Vec<u8> = conn
-        .copy_out_raw(&format!("copy occupancy {COLUMNS} to stdout"))
+        .copy_out_raw(&format!(
+            "copy (select {} from occupancy) to stdout",
+            COLUMNS.trim_matches(|c| c == '(' || c == ')')
+        ))
         .await?
         .try_fold(Vec::new(), |mut acc, chunk| async move {
             acc.extend_from_slice(&chunk);

@@ -48,15 +48,22 @@ pub struct Binaries {
 impl Binaries {
     /// PATH first, then the newest `/usr/lib/postgresql/<version>/bin`.
     pub fn find() -> Result<Binaries, ClusterError> {
+        Self::find_in(
+            std::env::var_os("PATH").as_deref(),
+            Path::new("/usr/lib/postgresql"),
+        )
+    }
+
+    fn find_in(path: Option<&std::ffi::OsStr>, lib: &Path) -> Result<Binaries, ClusterError> {
         let has_both = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
-        if let Some(path) = std::env::var_os("PATH") {
-            for d in std::env::split_paths(&path) {
+        if let Some(path) = path {
+            for d in std::env::split_paths(path) {
                 if has_both(&d) {
                     return Ok(Binaries { dir: d });
                 }
             }
         }
-        let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(lib)
             .into_iter()
             .flatten()
             .flatten()
@@ -335,4 +342,35 @@ pub async fn ensure_database(admin_url: &str, db: &str) -> Result<(), sqlx::Erro
             .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_postgresql_binaries_the_error_says_what_to_install() {
+        let empty = tempfile::tempdir().unwrap();
+        let err = Binaries::find_in(Some(empty.path().as_os_str()), empty.path()).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("sudo apt-get install postgresql"),
+            "{message}"
+        );
+        assert!(message.contains("or set DATABASE_URL"), "{message}");
+    }
+
+    #[test]
+    fn the_newest_installed_version_is_preferred() {
+        let lib = tempfile::tempdir().unwrap();
+        for v in ["13", "15", "9"] {
+            let bin = lib.path().join(v).join("bin");
+            fs::create_dir_all(&bin).unwrap();
+            for tool in ["initdb", "pg_ctl"] {
+                fs::write(bin.join(tool), "").unwrap();
+            }
+        }
+        let found = Binaries::find_in(None, lib.path()).unwrap();
+        assert_eq!(found.dir, lib.path().join("15/bin"));
+    }
 }

@@ -11,7 +11,7 @@ use sqlx::{PgConnection, PgPool};
 use crate::domain::batch::IngestOutcome;
 use crate::domain::slice::Reservation;
 use crate::ingest::rollup::{Figures, Rollup, seconds_by_hour};
-use crate::ingest::validate::{FieldError, ValidBatch, ValidWindow};
+use crate::ingest::validate::{FieldError, ValidBatch, ValidConsumer, ValidWindow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -43,17 +43,26 @@ pub async fn store(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Store
 }
 
 /// Serialises batches that report the same GPU, so that the presence overlap check below cannot race.
-/// Locks are taken in a fixed order (sorted hashes) so two batches never deadlock.
+/// Locks are taken in one global order (sorted keys, locked in array order) so batches never deadlock.
 async fn lock_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<(), sqlx::Error> {
-    let uuids: Vec<String> = b.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let mut keys: Vec<i64> = b.gpus.iter().map(|g| lock_key(&g.uuid)).collect();
+    keys.sort_unstable();
+    keys.dedup();
     sqlx::query!(
-        r#"select pg_advisory_xact_lock(h) as "locked"
-           from (select hashtextextended(u, 7102) as h from unnest($1::text[]) u order by 1) s"#,
-        &uuids
+        r#"select pg_advisory_xact_lock(k) as "locked"
+           from unnest($1::int8[]) with ordinality as t(k, i) order by i"#,
+        &keys
     )
     .fetch_all(&mut *tx)
     .await?;
     Ok(())
+}
+
+/// A GPU's advisory-lock key: the first eight bytes of the SHA-256 of its uuid.
+fn lock_key(uuid: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(uuid.as_bytes());
+    i64::from_be_bytes(digest[..8].try_into().expect("eight bytes"))
 }
 
 /// Registers new GPUs and returns every batch GPU's id, in batch order. A GPU's model and geometry
@@ -329,11 +338,15 @@ async fn upsert_slices(
 /// consumer's id, in batch order. A new consumer is attributed to its labelled team, else to the team
 /// that owns its namespace, else to `unattributed`.
 async fn upsert_consumers(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i64>, sqlx::Error> {
-    let labelled: Vec<String> = b
+    // Rows other batches may insert at the same time are inserted in sorted order, so that two
+    // batches never wait on each other's rows in opposite orders.
+    let mut labelled: Vec<String> = b
         .consumers
         .iter()
         .filter_map(|c| c.team_label.as_ref().map(|t| t.as_str().to_owned()))
         .collect();
+    labelled.sort_unstable();
+    labelled.dedup();
     if !labelled.is_empty() {
         sqlx::query!(
             "insert into team (team_id, display_name) select t, t from unnest($1::text[]) t
@@ -344,6 +357,8 @@ async fn upsert_consumers(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i
         .await?;
     }
     let n = b.consumers.len();
+    let mut order: Vec<&ValidConsumer> = b.consumers.iter().collect();
+    order.sort_unstable_by_key(|c| c.fingerprint);
     let mut fingerprints = Vec::with_capacity(n);
     let mut namespace = Vec::with_capacity(n);
     let mut pod = Vec::with_capacity(n);
@@ -353,7 +368,7 @@ async fn upsert_consumers(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i
     let mut claim = Vec::with_capacity(n);
     let mut labels = Vec::with_capacity(n);
     let mut team_label = Vec::with_capacity(n);
-    for c in &b.consumers {
+    for c in order {
         let r = &c.report;
         fingerprints.push(c.fingerprint.to_vec());
         namespace.push(r.namespace.clone());
@@ -400,9 +415,9 @@ async fn upsert_consumers(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i
         .iter()
         .map(|r| (r.fingerprint.as_slice(), r.consumer_id))
         .collect();
-    Ok(fingerprints
+    Ok(b.consumers
         .iter()
-        .map(|f| by_fingerprint[f.as_slice()])
+        .map(|c| by_fingerprint[&c.fingerprint[..]])
         .collect())
 }
 

@@ -40,8 +40,12 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
 }
 
+/// The partitioned tables, each with a partition per month.
+pub const PARTITIONED: [&str; 4] = ["occupancy", "gpu_presence", "usage_hourly", "gpu_hourly"];
+
 /// Remembers which months have partitions, so a batch asks PostgreSQL only for months it has not
-/// seen. Partitions are created outside the batch's transaction: creating one locks its parent.
+/// seen. Partitions are created outside any batch's transaction and one table per statement:
+/// creating one locks its parent exclusively.
 #[derive(Debug, Default)]
 pub struct Partitions {
     known: Mutex<HashSet<NaiveDate>>,
@@ -53,9 +57,11 @@ impl Partitions {
             if self.known.lock().expect("not poisoned").contains(&month) {
                 continue;
             }
-            sqlx::query!("select ensure_month_partitions($1)", month)
-                .execute(pool)
-                .await?;
+            for parent in PARTITIONED {
+                sqlx::query!("select ensure_month_partition($1, $2)", parent, month)
+                    .execute(pool)
+                    .await?;
+            }
             self.known.lock().expect("not poisoned").insert(month);
         }
         Ok(())

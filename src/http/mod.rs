@@ -69,7 +69,12 @@ pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new().build_recorder();
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                ])
+                .expect("bucket list is not empty")
+                .build_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (a host program); ours then only renders.
             let _ = metrics::set_global_recorder(recorder);

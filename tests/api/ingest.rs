@@ -471,8 +471,8 @@ async fn unknown_compute_activity_is_stored_as_unknown() {
 #[tokio::test]
 async fn the_database_itself_refuses_windows_that_break_the_rules() {
     let app = TestApp::spawn().await;
-    sqlx::query("select ensure_month_partitions('2026-10-01')")
-        .execute(&app.pool)
+    slicemeter::db::Partitions::default()
+        .ensure(&app.pool, &["2026-10-01".parse().unwrap()])
         .await
         .unwrap();
     for (bad, constraint) in [
