@@ -43,6 +43,18 @@ pub struct IngestBenchArgs {
     pub seed: u64,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct BillingBenchArgs {
+    /// The database to work in (a scratch schema is created and dropped).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// GPUs in the simulated fleet.
+    #[arg(long, default_value_t = 1000)]
+    pub gpus: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -50,13 +62,24 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
+/// Runs `body` on a pool confined to a scratch schema, which is dropped afterwards.
+async fn in_scratch_schema<F, Fut>(url: &str, connections: u32, body: F) -> anyhow::Result<()>
+where
+    F: FnOnce(sqlx::PgPool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let schema = format!("slicemeter_bench_{}", std::process::id());
-    let admin = db::connect(&args.database_url, 2).await?;
+    let admin = db::connect(url, 2).await?;
     sqlx::query(&format!("create schema {schema}"))
         .execute(&admin)
         .await?;
-    let result = run(&args, &schema).await;
+    let options = PgConnectOptions::from_str(url)?.options([("search_path", schema.as_str())]);
+    let result = async {
+        let pool = db::connect_with(options, connections).await?;
+        db::migrate(&pool).await?;
+        body(pool).await
+    }
+    .await;
     sqlx::query(&format!("drop schema {schema} cascade"))
         .execute(&admin)
         .await
@@ -64,12 +87,15 @@ pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn run(args: &IngestBenchArgs, schema: &str) -> anyhow::Result<()> {
-    let options =
-        PgConnectOptions::from_str(&args.database_url)?.options([("search_path", schema)]);
-    let pool = db::connect_with(options, (args.concurrency as u32 + 4).max(8)).await?;
-    db::migrate(&pool).await?;
+pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
+    let connections = (args.concurrency as u32 + 4).max(8);
+    in_scratch_schema(&args.database_url, connections, |pool| {
+        run_ingest(&args, pool)
+    })
+    .await
+}
 
+async fn run_ingest(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let fleet = SimFleet::generate(args.seed, args.gpus);
     let from = floor_hour(Utc::now()) - chrono::Duration::hours(args.hours + 1);
     let to = from + chrono::Duration::hours(args.hours);
@@ -202,6 +228,107 @@ async fn run(args: &IngestBenchArgs, schema: &str) -> anyhow::Result<()> {
     println!(
         "ratio HTTP ingest / COPY     {:>10.3}",
         http_rate / copy_rate
+    );
+    Ok(())
+}
+
+/// `bench billing`: a simulated month of `--gpus` GPUs; the time to run every team's invoices against,
+/// in the same run, one `SELECT ... GROUP BY team` over the same rollups (reading the data once).
+pub async fn billing(args: BillingBenchArgs) -> anyhow::Result<()> {
+    in_scratch_schema(&args.database_url, 8, |pool| run_billing(&args, pool)).await
+}
+
+async fn run_billing(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
+    use crate::billing::rate_card::RateCardInput;
+    use crate::domain::time::Month;
+
+    let month = Month::of(Utc::now()).minus(1);
+    let mut card: RateCardInput = toml::from_str(include_str!("../deploy/rate-card.example.toml"))?;
+    card.effective_from = month.start();
+    let card = card
+        .validate()
+        .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
+    db::billing::insert_rate_card(&pool, &card, None).await?;
+
+    let fleet = SimFleet::generate(args.seed, args.gpus);
+    for t in &fleet.teams {
+        db::teams::put(
+            &pool,
+            db::teams::TeamUpdate {
+                team: &crate::domain::team::TeamId::parse(&t.id)?,
+                display_name: &t.display_name,
+                cost_center: Some(&t.cost_center),
+                gl_account: None,
+                namespaces: &t.namespaces,
+            },
+        )
+        .await?;
+    }
+    // Hourly windows sampled every five minutes, a day a batch: the month's rollups as a live fleet
+    // would leave them, made quickly.
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(300),
+        window: Duration::from_secs(3600),
+        batch_period: Duration::from_secs(86_400),
+    };
+    let started = Instant::now();
+    let partitions = db::Partitions::default();
+    let limits = crate::ingest::Limits::default();
+    let bar = simulate::progress(
+        simulate::expected_batches(&fleet, month.start(), month.end(), cadence.batch_period),
+        "loading a month",
+    );
+    let totals =
+        simulate::generate_and_ingest(fleet, month.start(), month.end(), cadence, 2, bar, |b| {
+            let (pool, partitions, limits) = (&pool, &partitions, &limits);
+            async move { crate::ingest::ingest(pool, partitions, b, Utc::now(), limits).await }
+        })
+        .await?;
+    sqlx::query("analyze").execute(&pool).await?;
+    let rollup_rows: i64 = sqlx::query_scalar("select count(*) from usage_hourly")
+        .fetch_one(&pool)
+        .await?;
+    eprintln!(
+        "bench billing: {} GPUs, {month}: {} windows, {rollup_rows} rollup rows, loaded in {:.1} s",
+        args.gpus,
+        totals.inserted,
+        started.elapsed().as_secs_f64()
+    );
+
+    // The floor first, then the invoice run; each twice, the second timed, so both read warm caches.
+    let floor = || async {
+        sqlx::query(
+            "select c.team_id, sum(u.held_seconds * s.compute_share), sum(u.held_seconds * s.memory_share)
+             from usage_hourly u join slice s using (slice_id) join consumer c using (consumer_id)
+             where u.hour >= $1 and u.hour < $2 group by c.team_id",
+        )
+        .bind(month.start())
+        .bind(month.end())
+        .fetch_all(&pool)
+        .await
+    };
+    floor().await?;
+    let t = Instant::now();
+    let teams = floor().await?.len();
+    let floor_time = t.elapsed();
+    crate::billing::run_drafts(&pool, month).await?;
+    let t = Instant::now();
+    let run = crate::billing::run_drafts(&pool, month).await?;
+    let run_time = t.elapsed();
+    let lines: usize = run.drafts.iter().map(|i| i.lines.len()).sum();
+    println!("rollup rows                   {rollup_rows}");
+    println!(
+        "invoice run (all teams)       {:>8.3} s  ({} drafts, {lines} lines)",
+        run_time.as_secs_f64(),
+        run.drafts.len()
+    );
+    println!(
+        "SELECT sum() GROUP BY team    {:>8.3} s  ({teams} teams)",
+        floor_time.as_secs_f64()
+    );
+    println!(
+        "ratio run / floor             {:>8.2}",
+        run_time.as_secs_f64() / floor_time.as_secs_f64()
     );
     Ok(())
 }

@@ -12,12 +12,13 @@ use sqlx::PgPool;
 use tokio::sync::{mpsc, watch};
 
 use crate::auth::Role;
+use crate::billing::{self, rate_card::RateCardInput};
 use crate::collector::shipper::Shipper;
 use crate::collector::source::sim::SimSource;
 use crate::collector::{self, Cadence};
 use crate::db::{self, Partitions, teams::TeamUpdate, tokens};
 use crate::domain::team::TeamId;
-use crate::domain::time::floor_to;
+use crate::domain::time::{Month, floor_to};
 use crate::http::ServerConfig;
 use crate::pgcluster::{self, PrivateCluster};
 use crate::sim::SimFleet;
@@ -98,7 +99,14 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
         )
         .await?;
     }
+    publish_example_rate_card(&pool, args.days).await?;
     backfill(args, &pool, &fleet).await?;
+    // Drafts for last month, so that there are invoices to look at.
+    let last_month = Month::of(Utc::now()).minus(1);
+    match billing::run_drafts(&pool, last_month).await {
+        Ok(run) => eprintln!("Drafted {} invoices for {last_month}.", run.drafts.len()),
+        Err(e) => eprintln!("No invoices drafted for {last_month}: {e}"),
+    }
 
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
@@ -184,6 +192,25 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
     pool.close().await;
     served?.context("serving")
 }
+
+/// The example rate card, published once (from the start of the back-filled month) so that the
+/// demo's usage has prices.
+async fn publish_example_rate_card(pool: &PgPool, days: u32) -> anyhow::Result<()> {
+    if !db::billing::rate_cards(pool).await?.is_empty() {
+        return Ok(());
+    }
+    let mut input: RateCardInput = toml::from_str(EXAMPLE_RATE_CARD)?;
+    let oldest = Month::of(Utc::now() - chrono::Duration::days(i64::from(days))).start();
+    input.effective_from = input.effective_from.min(oldest);
+    let card = input
+        .validate()
+        .map_err(|e| anyhow::anyhow!("the example rate card is invalid: {e:?}"))?;
+    let id = db::billing::insert_rate_card(pool, &card, None).await?;
+    eprintln!("Published the example rate card (deploy/rate-card.example.toml) as version {id}.");
+    Ok(())
+}
+
+const EXAMPLE_RATE_CARD: &str = include_str!("../deploy/rate-card.example.toml");
 
 /// Back-fills from the last stored hour (or `days` ago) up to now, in coarse windows, straight into
 /// ingest. A second demo only adds the time since the first.

@@ -5,6 +5,8 @@
 pub mod auth;
 /// Benchmarks that print figures (`slicemeter bench`).
 pub mod bench;
+/// Rate cards, pricing, monthly statements and invoices.
+pub mod billing;
 /// The node collector: sources, integrator, shipper.
 pub mod collector;
 /// PostgreSQL: pool, migrations, partitions, repositories.

@@ -11,10 +11,11 @@ use slicemeter::collector::shipper::Shipper;
 use slicemeter::collector::source::sim::SimSource;
 use slicemeter::collector::{self, Cadence};
 use slicemeter::domain::team::TeamId;
+use slicemeter::domain::time::Month;
 use slicemeter::http::ServerConfig;
 use slicemeter::ingest::Limits;
 use slicemeter::sim::SimFleet;
-use slicemeter::{bench, db, demo, server, simulate};
+use slicemeter::{bench, billing, db, demo, server, simulate};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -40,6 +41,16 @@ enum Command {
     Token {
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// Publish rate card versions.
+    RateCard {
+        #[command(subcommand)]
+        command: RateCardCommand,
+    },
+    /// Make and issue invoices.
+    Invoice {
+        #[command(subcommand)]
+        command: InvoiceCommand,
     },
     /// Print the OpenAPI document the code describes.
     Openapi,
@@ -225,9 +236,40 @@ enum TokenCommand {
 }
 
 #[derive(Subcommand)]
+enum RateCardCommand {
+    /// Publish the version in a TOML file (see deploy/rate-card.example.toml).
+    Load {
+        #[command(flatten)]
+        db: DbArgs,
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum InvoiceCommand {
+    /// Make or replace the drafts of a period for every team with usage.
+    Run {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The month, YYYY-MM.
+        #[arg(long)]
+        period: Month,
+    },
+    /// Issue every draft of a period: numbers are given in team order.
+    Issue {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        period: Month,
+    },
+}
+
+#[derive(Subcommand)]
 enum BenchCommand {
     /// HTTP ingest of simulated batches against a plain COPY of the same rows, in one run.
     Ingest(bench::IngestBenchArgs),
+    /// An invoice run over a simulated month against one GROUP BY over the same rollups.
+    Billing(bench::BillingBenchArgs),
 }
 
 fn init_tracing() {
@@ -264,11 +306,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args).await?,
         Command::Simulate(args) => simulate_cmd(args).await?,
         Command::Token { command } => token(command).await?,
+        Command::RateCard { command } => rate_card(command).await?,
+        Command::Invoice { command } => invoice(command).await?,
         Command::Openapi => {
             println!("{}", slicemeter::http::openapi().to_pretty_json()?);
         }
         Command::Bench { command } => match command {
             BenchCommand::Ingest(args) => bench::ingest(args).await?,
+            BenchCommand::Billing(args) => bench::billing(args).await?,
         },
     }
     Ok(())
@@ -436,6 +481,72 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
                     opt(t.expires_at.map(|e| e.to_rfc3339())),
                     opt(t.revoked_at.map(|e| e.to_rfc3339())),
                     opt(t.label)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn rate_card(command: RateCardCommand) -> anyhow::Result<()> {
+    match command {
+        RateCardCommand::Load { db, file } => {
+            let pool = db::connect(&db.database_url, 2).await?;
+            db::migrate(&pool).await?;
+            let id = billing::rate_card::load(&pool, &file).await?;
+            println!("rate card version {id} published from {}", file.display());
+        }
+    }
+    Ok(())
+}
+
+async fn invoice(command: InvoiceCommand) -> anyhow::Result<()> {
+    match command {
+        InvoiceCommand::Run { db, period } => {
+            let pool = db::connect(&db.database_url, 4).await?;
+            db::migrate(&pool).await?;
+            let run = billing::run_drafts(&pool, period).await?;
+            println!("id\tteam\tperiod\tstatus\ttotal\tcurrency\tlines");
+            for i in &run.drafts {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    i.id,
+                    i.team,
+                    i.period,
+                    i.status,
+                    i.total,
+                    i.currency,
+                    i.lines.len()
+                );
+            }
+            for team in &run.already_issued {
+                eprintln!(
+                    "{team}: the invoice for {period} is already issued; changes go to its next invoice"
+                );
+            }
+        }
+        InvoiceCommand::Issue { db, period } => {
+            let pool = db::connect(&db.database_url, 4).await?;
+            db::migrate(&pool).await?;
+            let drafts: Vec<_> = db::invoices::list(&pool, Some(period), None)
+                .await?
+                .into_iter()
+                .filter(|i| i.status == "draft")
+                .collect();
+            if drafts.is_empty() {
+                bail!(
+                    "there are no drafts for {period}: run `slicemeter invoice run --period {period}` first"
+                );
+            }
+            for d in drafts {
+                let issued = db::invoices::issue(&pool, d.id, None).await?;
+                println!(
+                    "{}\t{}\t{}\t{} {}",
+                    issued.number.unwrap_or_default(),
+                    issued.team,
+                    issued.period,
+                    issued.total,
+                    issued.currency
                 );
             }
         }

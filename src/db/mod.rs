@@ -1,8 +1,10 @@
 //! PostgreSQL: the pool, the embedded migrations, monthly partitions, and the repositories (the only
 //! place sqlx queries live).
 
+pub mod billing;
 pub mod fleet;
 pub mod ingest;
+pub mod invoices;
 pub mod reports;
 pub mod teams;
 pub mod tokens;

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::domain::team::TeamId;
+use crate::domain::usage::OccupancySums;
 use crate::reports::usage::{GroupBy, Step, UsageSums};
 
 /// Sums of the rollups per (bucket, group key, reserved), the terms DESIGN.md's share formula is
@@ -16,31 +17,37 @@ pub async fn usage_sums(
     step: Step,
     team: Option<&TeamId>,
 ) -> Result<Vec<UsageSums>, sqlx::Error> {
-    sqlx::query_as!(
-        UsageSums,
-        r#"select date_trunc($3, u.hour, 'UTC') as "bucket!",
-                  (case $4::text when 'team' then c.team_id
+    let rows = sqlx::query!(
+        // Sum per (bucket, slice, team) first, additions only; weigh by the slices' shares after.
+        r#"with per_slice as (
+               select date_trunc($3, u.hour, 'UTC') as bucket, u.slice_id, c.team_id,
+                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
+                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
+                      sum(u.window_count)::int8 as windows
+               from usage_hourly u
+               join consumer c using (consumer_id)
+               where u.hour >= $1 and u.hour < $2 and ($5::text is null or c.team_id = $5)
+               group by 1, 2, 3)
+           select p.bucket as "bucket!",
+                  (case $4::text when 'team' then p.team_id
                                  when 'gpu_model' then g.model
                                  when 'kind' then s.kind
                                  when 'profile' then coalesce(s.profile, s.kind)
                                  when 'node' then g.node end) as "key!",
                   s.reserved as "reserved!",
-                  round(sum(u.held_seconds), 9) as "held_seconds!",
-                  round(sum(u.held_seconds * s.compute_share), 9) as "held_compute!",
-                  round(sum(u.held_seconds * s.memory_share), 9) as "held_memory!",
-                  round(sum(u.compute_known_seconds), 9) as "known_seconds!",
-                  round(sum(u.compute_known_seconds * s.compute_share), 9) as "known_compute!",
-                  round(sum(u.compute_active_seconds), 9) as "active_seconds!",
-                  round(sum(u.compute_active_seconds * s.compute_share), 9) as "active_compute!",
-                  round(sum(u.memory_byte_seconds) / 1073741824, 9) as "memory_gib_seconds!",
-                  round(sum(u.memory_byte_seconds * s.memory_share / s.memory_reserved_bytes), 9)
-                      as "memory_used!",
-                  sum(u.window_count)::int8 as "windows!"
-           from usage_hourly u
+                  round(sum(p.held), 9) as "held_seconds!",
+                  round(sum(p.held * s.compute_share), 9) as "held_compute!",
+                  round(sum(p.held * s.memory_share), 9) as "held_memory!",
+                  round(sum(p.known), 9) as "known_seconds!",
+                  round(sum(p.known * s.compute_share), 9) as "known_compute!",
+                  round(sum(p.active), 9) as "active_seconds!",
+                  round(sum(p.active * s.compute_share), 9) as "active_compute!",
+                  round(sum(p.memory) / 1073741824, 9) as "memory_gib_seconds!",
+                  round(sum(p.memory * s.memory_share / s.memory_reserved_bytes), 9) as "memory_used!",
+                  sum(p.windows)::int8 as "windows!"
+           from per_slice p
            join slice s using (slice_id)
            join gpu g using (gpu_id)
-           join consumer c using (consumer_id)
-           where u.hour >= $1 and u.hour < $2 and ($5::text is null or c.team_id = $5)
            group by 1, 2, 3
            order by 1, 2, 3"#,
         from,
@@ -50,5 +57,25 @@ pub async fn usage_sums(
         team.map(TeamId::as_str)
     )
     .fetch_all(pool)
-    .await
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| UsageSums {
+            bucket: r.bucket,
+            key: r.key,
+            reserved: r.reserved,
+            sums: OccupancySums {
+                held_seconds: r.held_seconds,
+                held_compute: r.held_compute,
+                held_memory: r.held_memory,
+                known_seconds: r.known_seconds,
+                known_compute: r.known_compute,
+                active_seconds: r.active_seconds,
+                active_compute: r.active_compute,
+                memory_gib_seconds: r.memory_gib_seconds,
+                memory_used: r.memory_used,
+                windows: r.windows,
+            },
+        })
+        .collect())
 }

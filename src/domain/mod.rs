@@ -6,3 +6,4 @@ pub mod profiles;
 pub mod slice;
 pub mod team;
 pub mod time;
+pub mod usage;

@@ -85,3 +85,103 @@ mod tests {
         );
     }
 }
+
+/// A billing period: a calendar month in UTC, written `YYYY-MM`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Month(NaiveDate);
+
+impl Month {
+    pub fn of(t: DateTime<Utc>) -> Month {
+        Month(month_of(t))
+    }
+
+    pub fn from_first_day(d: NaiveDate) -> Month {
+        Month(NaiveDate::from_ymd_opt(d.year(), d.month(), 1).expect("first of the month exists"))
+    }
+
+    pub fn first_day(self) -> NaiveDate {
+        self.0
+    }
+
+    pub fn start(self) -> DateTime<Utc> {
+        start_of(self.0)
+    }
+
+    pub fn end(self) -> DateTime<Utc> {
+        start_of(next_month(self.0))
+    }
+
+    pub fn next(self) -> Month {
+        Month(next_month(self.0))
+    }
+
+    pub fn minus(self, months: u32) -> Month {
+        Month(
+            self.0
+                .checked_sub_months(chrono::Months::new(months))
+                .expect("months stay in range"),
+        )
+    }
+}
+
+impl std::fmt::Display for Month {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.format("%Y-%m"))
+    }
+}
+
+impl std::str::FromStr for Month {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Month, String> {
+        NaiveDate::parse_from_str(&format!("{s}-01"), "%Y-%m-%d")
+            .ok()
+            .filter(|_| s.len() == 7)
+            .map(Month)
+            .ok_or_else(|| format!("{s:?} is not a month: use YYYY-MM, e.g. 2026-10"))
+    }
+}
+
+impl serde::Serialize for Month {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Month {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Month, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl utoipa::PartialSchema for Month {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::SchemaType::Type(
+                utoipa::openapi::Type::String,
+            ))
+            .pattern(Some(r"^\d{4}-\d{2}$"))
+            .description(Some("A calendar month in UTC"))
+            .examples([serde_json::json!("2026-10")])
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Month {}
+
+#[cfg(test)]
+mod month_tests {
+    use super::*;
+
+    #[test]
+    fn months_parse_print_and_bound_their_days() {
+        let m: Month = "2026-12".parse().unwrap();
+        assert_eq!(m.to_string(), "2026-12");
+        assert_eq!(m.start().to_rfc3339(), "2026-12-01T00:00:00+00:00");
+        assert_eq!(m.end().to_rfc3339(), "2027-01-01T00:00:00+00:00");
+        assert_eq!(m.minus(12).to_string(), "2025-12");
+        for bad in ["2026-13", "2026-1", "26-10", "2026-10-01", ""] {
+            assert!(bad.parse::<Month>().is_err(), "{bad}");
+        }
+    }
+}

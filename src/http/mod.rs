@@ -6,6 +6,8 @@ pub mod error;
 mod fleet;
 mod health;
 mod ingest;
+mod invoices;
+mod rate_cards;
 mod reports;
 mod teams;
 
@@ -93,7 +95,8 @@ pub fn metrics_handle() -> PrometheusHandle {
     modifiers(&BearerAuth),
     tags(
         (name = "ingest", description = "Occupancy windows from node collectors"),
-        (name = "reports", description = "Usage from the hourly rollups"),
+        (name = "reports", description = "Usage and monthly cost, from the hourly rollups"),
+        (name = "billing", description = "Rate cards and invoices"),
         (name = "teams", description = "Teams, cost centers and namespaces"),
         (name = "fleet", description = "GPUs, slices and current holders"),
         (name = "operations", description = "Health, readiness and metrics; no token needed")
@@ -119,6 +122,8 @@ fn api() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(ingest::router())
         .merge(reports::router())
+        .merge(rate_cards::router())
+        .merge(invoices::router())
         .merge(teams::router())
         .merge(fleet::router())
         .merge(health::router())
@@ -132,16 +137,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// The whole application: API, operations endpoints and the OpenAPI document.
 pub fn router(state: AppState) -> Router {
     let (routes, doc) = api().split_for_parts();
-    let doc = Arc::new(doc);
     let timeout = state.config.request_timeout;
+    // Swagger UI's assets are vendored into the binary: no download at build, no CDN at run time.
     routes
-        .route(
-            "/openapi.json",
-            axum::routing::get(move || {
-                let doc = doc.clone();
-                async move { axum::Json(doc.as_ref().clone()) }
-            }),
-        )
+        .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state)
         .layer(TimeoutLayer::with_status_code(

@@ -1,7 +1,7 @@
 //! `GET /v1/reports/usage`: what was held and used, from the hourly rollups.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use serde::Deserialize;
 use utoipa::IntoParams;
@@ -12,14 +12,51 @@ use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
 use crate::auth::{Principal, Role};
+use crate::billing::{
+    self,
+    report::{self, MonthlyReport},
+};
 use crate::db;
 use crate::domain::slice::ShareWeights;
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 use crate::domain::time::{floor_hour, start_of};
 use crate::ingest::FieldError;
 use crate::reports::usage::{self, GroupBy, Step, UsageReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(usage_report))
+    OpenApiRouter::new()
+        .routes(routes!(usage_report))
+        .routes(routes!(monthly_report))
+}
+
+/// Per team: cost, GPU-equivalent hours, slice-hours, efficiency and the cost of held-but-idle
+/// capacity; and the conservation block (fleet cost = team charges + unallocated + sharing discount +
+/// rounding residual). A team lead gets their own team only, without the fleet-wide blocks.
+#[utoipa::path(get, path = "/v1/reports/monthly/{period}", tag = "reports",
+    params(("period" = String, Path, description = "the month, `YYYY-MM`")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the report", body = MonthlyReport),
+        (status = 400, description = "not a month", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token", body = ErrorBody),
+        (status = 409, description = "hours without a rate card", body = ErrorBody)))]
+async fn monthly_report(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(period): Path<String>,
+) -> Result<Json<MonthlyReport>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let month: Month = period.parse().map_err(|e: String| {
+        ApiError::invalid_fields("the period is invalid", vec![FieldError::new("period", e)])
+    })?;
+    let bill = billing::period_bill(&state.pool, month).await?;
+    Ok(Json(report::monthly(
+        month,
+        &bill,
+        principal.team_scope().map(TeamId::as_str),
+    )))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

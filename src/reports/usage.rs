@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::domain::slice::ShareWeights;
+use crate::domain::usage::OccupancySums;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -87,25 +88,14 @@ impl fmt::Display for GroupBy {
     }
 }
 
-/// Rollup sums of one (bucket, key, reserved) group, weighted by the slices' shares. Seconds
-/// throughout; `*_compute` and `*_memory` are multiplied by the slice's compute or memory share.
+/// Rollup sums of one (bucket, key, reserved) group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageSums {
     pub bucket: DateTime<Utc>,
     pub key: String,
     /// Reserved kinds pay their share for every held second; time-sliced replicas their measured one.
     pub reserved: bool,
-    pub held_seconds: Decimal,
-    pub held_compute: Decimal,
-    pub held_memory: Decimal,
-    pub known_seconds: Decimal,
-    pub known_compute: Decimal,
-    pub active_seconds: Decimal,
-    pub active_compute: Decimal,
-    pub memory_gib_seconds: Decimal,
-    /// Memory byte-seconds over the slice's reserved bytes, times its memory share: GPU-memory-seconds.
-    pub memory_used: Decimal,
-    pub windows: i64,
+    pub sums: OccupancySums,
 }
 
 /// What a group held and used, in hours.
@@ -151,28 +141,16 @@ struct Acc {
 
 impl Acc {
     fn add_sums(&mut self, s: &UsageSums, w: &ShareWeights) {
-        self.held += s.held_seconds;
-        self.memory_gib_seconds += s.memory_gib_seconds;
-        self.active += s.active_seconds;
-        self.unknown += s.held_seconds - s.known_seconds;
-        self.windows += s.windows;
-        if s.reserved {
-            let held_eq = w.compute * s.held_compute + w.memory * s.held_memory;
-            self.held_eq += held_eq;
-            // Compute utilisation is measured on the known part and stands for the whole.
-            if s.known_compute > Decimal::ZERO {
-                let utilisation = s.active_compute / s.known_compute;
-                self.used_eq += w.compute * s.held_compute * utilisation + w.memory * s.memory_used;
-            } else if w.compute > Decimal::ZERO && s.held_compute > Decimal::ZERO {
-                self.used_unknown = true;
-            } else {
-                self.used_eq += w.memory * s.memory_used;
-            }
-        } else {
-            // A time-sliced replica blocks what it measurably used: used and held are the same.
-            let measured = w.compute * s.active_compute + w.memory * s.memory_used;
-            self.held_eq += measured;
-            self.used_eq += measured;
+        let o = &s.sums;
+        self.held += o.held_seconds;
+        self.memory_gib_seconds += o.memory_gib_seconds;
+        self.active += o.active_seconds;
+        self.unknown += o.held_seconds - o.known_seconds;
+        self.windows += o.windows;
+        self.held_eq += o.held_equivalent(s.reserved, w);
+        match o.used_equivalent(s.reserved, w) {
+            Some(used) => self.used_eq += used,
+            None => self.used_unknown = true,
         }
     }
 
@@ -299,16 +277,18 @@ mod tests {
             bucket: "2026-10-01T00:00:00Z".parse().unwrap(),
             key: "nlp".into(),
             reserved,
-            held_seconds: held,
-            held_compute: held * compute_share,
-            held_memory: held * memory_share,
-            known_seconds: held,
-            known_compute: held * compute_share,
-            active_seconds: held / dec!(4),
-            active_compute: held / dec!(4) * compute_share,
-            memory_gib_seconds: dec!(0),
-            memory_used: held / dec!(2) * memory_share,
-            windows: 1,
+            sums: OccupancySums {
+                held_seconds: held,
+                held_compute: held * compute_share,
+                held_memory: held * memory_share,
+                known_seconds: held,
+                known_compute: held * compute_share,
+                active_seconds: held / dec!(4),
+                active_compute: held / dec!(4) * compute_share,
+                memory_gib_seconds: dec!(0),
+                memory_used: held / dec!(2) * memory_share,
+                windows: 1,
+            },
         }
     }
 
@@ -333,10 +313,10 @@ mod tests {
     #[test]
     fn unknown_compute_makes_efficiency_unknown_not_zero() {
         let mut s = sums(true, dec!(3600), dec!(1), dec!(1));
-        s.known_seconds = dec!(0);
-        s.known_compute = dec!(0);
-        s.active_seconds = dec!(0);
-        s.active_compute = dec!(0);
+        s.sums.known_seconds = dec!(0);
+        s.sums.known_compute = dec!(0);
+        s.sums.active_seconds = dec!(0);
+        s.sums.active_compute = dec!(0);
         let r = build(
             s.bucket,
             s.bucket,

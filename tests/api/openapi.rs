@@ -41,3 +41,21 @@ async fn the_document_is_served_without_a_token_and_lists_every_route() {
         "bearer"
     );
 }
+
+#[tokio::test]
+async fn swagger_ui_is_served_from_the_binary_without_a_token_or_a_cdn() {
+    let app = TestApp::spawn().await;
+    let page = app.get(None, "/docs/").await;
+    assert_eq!(page.status, StatusCode::OK, "{page:?}");
+    let html = page.body.as_str().unwrap();
+    assert!(html.contains("swagger-ui"), "{html}");
+    assert!(
+        !html.contains("https://"),
+        "the page loads nothing from the network: {html}"
+    );
+    let init = app.get(None, "/docs/swagger-initializer.js").await;
+    assert_eq!(init.status, StatusCode::OK);
+    assert!(init.body.as_str().unwrap().contains("/openapi.json"));
+    let bundle = app.get(None, "/docs/swagger-ui-bundle.js").await;
+    assert_eq!(bundle.status, StatusCode::OK);
+}

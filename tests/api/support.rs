@@ -61,21 +61,14 @@ async fn template() -> &'static str {
     static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
     TEMPLATE
         .get_or_init(|| async {
-            let digest: String = db::MIGRATOR
+            // Named after every migration's checksum, so a changed or added migration makes a new one.
+            let digest = db::MIGRATOR
                 .iter()
-                .map(|m| {
-                    format!(
-                        "{:x}",
-                        m.checksum
-                            .iter()
-                            .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(*b))
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("")
-                .chars()
-                .take(16)
-                .collect();
+                .flat_map(|m| m.checksum.iter())
+                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+                });
+            let digest = format!("{digest:016x}");
             let name = format!("sm_tpl_{digest}");
             let mut admin = PgConnection::connect_with(&options_for("postgres"))
                 .await
@@ -193,7 +186,14 @@ impl TestApp {
 
     pub async fn token(&self, role: Role, team: Option<&str>, node: Option<&str>) -> String {
         if let Some(t) = team {
-            self.put_team(t, &[]).await;
+            // The team must exist; an existing one keeps its namespaces.
+            sqlx::query(
+                "insert into team (team_id, display_name) values ($1, $1) on conflict do nothing",
+            )
+            .bind(t)
+            .execute(&self.pool)
+            .await
+            .unwrap();
         }
         let team = team.map(|t| TeamId::parse(t).unwrap());
         db::tokens::create(&self.pool, role, team.as_ref(), node, None, None)

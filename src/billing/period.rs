@@ -1,0 +1,646 @@
+//! A billing period (a calendar month, UTC) priced whole: each team's invoice lines, rounded once,
+//! and the conservation block that accounts for every unit of the fleet's cost:
+//!
+//! ```text
+//! fleet cost = team charges + unallocated + sharing discount + rounding residual
+//! ```
+//!
+//! Pure: the rollup aggregates and rate cards come in, lines and figures go out.
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::pricing::{Charge, PresenceAggregate, UsageAggregate, fleet_cost, price};
+use super::rate_card::{Currency, IdlePolicy, PriceSource, RateCard};
+use crate::domain::slice::SliceKind;
+use crate::domain::time::Month;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BillingError {
+    #[error(
+        "no rate card is in force for some hours of the period; load one effective from {0} or earlier (`slicemeter rate-card load`)"
+    )]
+    NoRateCard(String),
+    #[error(
+        "the period's rate cards use several currencies ({0}); one period is billed in one currency"
+    )]
+    MixedCurrencies(String),
+}
+
+/// What an invoice line is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    /// Slices the team held.
+    Usage,
+    /// The team's part of unallocated capacity, under the `spread` idle policy.
+    IdleSpread,
+    /// A difference found after the period's invoice was issued (late data, re-attribution).
+    Correction,
+    /// A credit note's reversal of an issued line.
+    Credit,
+}
+
+impl LineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LineKind::Usage => "usage",
+            LineKind::IdleSpread => "idle_spread",
+            LineKind::Correction => "correction",
+            LineKind::Credit => "credit",
+        }
+    }
+}
+
+/// What makes two lines the same line: corrections compare periods by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LineKey {
+    pub kind: LineKind,
+    pub gpu_model: Option<String>,
+    pub slice_kind: Option<SliceKind>,
+    pub profile: Option<String>,
+    pub rate_card: i64,
+}
+
+/// An invoice line before it is stored: exact amount beside the amount rounded once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub key: LineKey,
+    pub price_source: Option<PriceSource>,
+    pub slice_hours: Decimal,
+    pub gpu_equivalent_hours: Decimal,
+    pub unit_price: Option<Decimal>,
+    pub exact_amount: Decimal,
+    pub amount: Decimal,
+    pub windows: i64,
+    /// The earlier period a correction line corrects.
+    pub corrects: Option<Month>,
+}
+
+impl Line {
+    pub fn description(&self) -> String {
+        let k = &self.key;
+        let what = self.what();
+        match (k.kind, self.corrects) {
+            (LineKind::Correction, Some(period)) => format!("Correction for {period}: {what}"),
+            (LineKind::Credit, _) => format!("Credit: {what}"),
+            _ => what,
+        }
+    }
+
+    /// What the line prices, whatever its kind.
+    fn what(&self) -> String {
+        let k = &self.key;
+        match k.gpu_model {
+            None => format!(
+                "Share of unallocated GPU capacity (idle policy spread, rate card v{})",
+                k.rate_card
+            ),
+            Some(_) => {
+                let what = match (&k.slice_kind, &k.profile) {
+                    (Some(SliceKind::Mig), Some(p)) => format!("MIG {p}"),
+                    (Some(SliceKind::Whole), _) => "Whole GPU".to_owned(),
+                    (Some(SliceKind::Mps), _) => "MPS share".to_owned(),
+                    (Some(SliceKind::Vgpu), _) => "vGPU fraction".to_owned(),
+                    (Some(SliceKind::Timeslice), _) => "Time-sliced replica (measured)".to_owned(),
+                    _ => "GPU".to_owned(),
+                };
+                let model = k.gpu_model.as_deref().unwrap_or("unknown model");
+                let default = if self.price_source == Some(PriceSource::Default) {
+                    ", model not on the price list: default rate"
+                } else {
+                    ""
+                };
+                format!("{what} on {model} (rate card v{}{default})", k.rate_card)
+            }
+        }
+    }
+}
+
+/// Every unit of the period's fleet cost, accounted for. Rounded figures; the residual is what
+/// rounding each line once left over (at most half a minor unit per rounded figure).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct Conservation {
+    /// Every GPU-hour present in the period at its model's hourly cost.
+    #[schema(value_type = String, example = "2880.00")]
+    pub fleet_cost: Decimal,
+    /// The sum of every team's invoice lines.
+    #[schema(value_type = String, example = "2108.56")]
+    pub team_charges: Decimal,
+    /// The share of GPUs no slice held (after spreading, under the `spread` policy).
+    #[schema(value_type = String, example = "771.43")]
+    pub unallocated: Decimal,
+    /// The `(1 - isolation factor)` part of shared slices' cost, carried by the platform.
+    #[schema(value_type = String, example = "0.00")]
+    pub sharing_discount: Decimal,
+    #[schema(value_type = String, example = "0.01")]
+    pub rounding_residual: Decimal,
+}
+
+/// A GPU model whose price came from a rate card's default.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct DefaultPriced {
+    pub gpu_model: String,
+    pub rate_card: i64,
+    #[schema(value_type = String)]
+    pub gpu_hours: Decimal,
+    #[schema(value_type = String)]
+    pub hourly_cost: Decimal,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeriodBill {
+    pub currency: Option<Currency>,
+    /// Exact charges, one per (team, model, kind, profile, rate card).
+    pub charges: Vec<Charge>,
+    /// Each team's lines, rounded once.
+    pub lines: BTreeMap<String, Vec<Line>>,
+    pub conservation: Conservation,
+    pub default_priced: Vec<DefaultPriced>,
+    /// Rate card versions that priced some hour of the period.
+    pub rate_cards: Vec<i64>,
+}
+
+impl PeriodBill {
+    pub fn team_total(&self, team: &str) -> Decimal {
+        self.lines
+            .get(team)
+            .map(|ls| ls.iter().map(|l| l.amount).sum())
+            .unwrap_or_default()
+    }
+}
+
+/// Prices a period. `usage` and `presence` carry the rate card version in force for their hours
+/// (`None`: none was); `cards` holds every version they name.
+pub fn bill(
+    usage: &[(UsageAggregate, Option<i64>)],
+    presence: &[(PresenceAggregate, Option<i64>)],
+    cards: &BTreeMap<i64, RateCard>,
+    first_uncovered: Option<String>,
+) -> Result<PeriodBill, BillingError> {
+    let uncovered =
+        usage.iter().any(|(_, c)| c.is_none()) || presence.iter().any(|(_, c)| c.is_none());
+    if uncovered {
+        return Err(BillingError::NoRateCard(
+            first_uncovered.unwrap_or_else(|| "the period's start".to_owned()),
+        ));
+    }
+    let mut used_cards: Vec<i64> = usage
+        .iter()
+        .filter_map(|(_, c)| *c)
+        .chain(presence.iter().filter_map(|(_, c)| *c))
+        .collect();
+    used_cards.sort_unstable();
+    used_cards.dedup();
+    let mut currencies: Vec<&Currency> = used_cards.iter().map(|c| &cards[c].currency).collect();
+    currencies.dedup();
+    if currencies.len() > 1 {
+        return Err(BillingError::MixedCurrencies(
+            currencies
+                .iter()
+                .map(|c| c.code.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+    }
+    let currency = currencies.first().map(|c| (*c).clone());
+    let round = |d: Decimal| currency.as_ref().map_or(d, |c| c.round(d));
+
+    let charges: Vec<Charge> = usage
+        .iter()
+        .map(|(u, c)| price(u, &cards[&c.expect("checked above")]))
+        .collect();
+
+    let mut fleet_by_card: BTreeMap<i64, Decimal> = BTreeMap::new();
+    let mut default_priced = Vec::new();
+    for (p, c) in presence {
+        let card = &cards[&c.expect("checked above")];
+        let (cost, source) = fleet_cost(p, card);
+        *fleet_by_card.entry(card.id).or_default() += cost;
+        if source == PriceSource::Default {
+            default_priced.push(DefaultPriced {
+                gpu_model: p.model.clone(),
+                rate_card: card.id,
+                gpu_hours: (p.present_seconds / Decimal::from(3600)).round_dp(6),
+                hourly_cost: card.default_hourly_cost,
+            });
+        }
+    }
+
+    // Usage lines: one per charge, rounded once.
+    let mut lines: BTreeMap<String, Vec<Line>> = BTreeMap::new();
+    for c in &charges {
+        lines.entry(c.team.clone()).or_default().push(Line {
+            key: LineKey {
+                kind: LineKind::Usage,
+                gpu_model: Some(c.model.clone()),
+                slice_kind: Some(c.kind),
+                profile: c.profile.clone(),
+                rate_card: c.rate_card,
+            },
+            price_source: Some(c.price_source),
+            slice_hours: c.slice_hours,
+            gpu_equivalent_hours: c.gpu_equivalent_hours,
+            unit_price: Some(c.unit_price),
+            exact_amount: c.amount,
+            amount: round(c.amount),
+            windows: c.windows,
+            corrects: None,
+        });
+    }
+
+    // Unallocated capacity per rate card version; spread over teams where its policy says so.
+    let mut unallocated = Decimal::ZERO;
+    let mut discount = Decimal::ZERO;
+    for (&card_id, &fleet) in &fleet_by_card {
+        let of_card: Vec<&Charge> = charges.iter().filter(|c| c.rate_card == card_id).collect();
+        let allocated: Decimal = of_card.iter().map(|c| c.allocated).sum();
+        discount += of_card.iter().map(|c| c.discount()).sum::<Decimal>();
+        let idle = fleet - allocated;
+        let charged: Decimal = of_card.iter().map(|c| c.amount).sum();
+        if cards[&card_id].idle_policy == IdlePolicy::Spread && charged > Decimal::ZERO {
+            let mut by_team: BTreeMap<&str, Decimal> = BTreeMap::new();
+            for c in &of_card {
+                *by_team.entry(&c.team).or_default() += c.amount;
+            }
+            let mut spread_total = Decimal::ZERO;
+            for (team, amount) in by_team {
+                let part = idle * amount / charged;
+                spread_total += part;
+                lines.entry(team.to_owned()).or_default().push(Line {
+                    key: LineKey {
+                        kind: LineKind::IdleSpread,
+                        gpu_model: None,
+                        slice_kind: None,
+                        profile: None,
+                        rate_card: card_id,
+                    },
+                    price_source: None,
+                    slice_hours: Decimal::ZERO,
+                    gpu_equivalent_hours: Decimal::ZERO,
+                    unit_price: None,
+                    exact_amount: part,
+                    amount: round(part),
+                    windows: 0,
+                    corrects: None,
+                });
+            }
+            unallocated += idle - spread_total;
+        } else {
+            unallocated += idle;
+        }
+    }
+    // Usage of hours whose GPUs were not present is impossible by ingest's contract; charges of a
+    // card with no presence would still be accounted: fleet cost 0, unallocated negative.
+    for c in &charges {
+        if !fleet_by_card.contains_key(&c.rate_card) {
+            unallocated -= c.allocated;
+            discount += c.discount();
+        }
+    }
+
+    for team_lines in lines.values_mut() {
+        team_lines.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+    let fleet_cost = round(fleet_by_card.values().copied().sum());
+    let team_charges: Decimal = lines.values().flatten().map(|l| l.amount).sum();
+    let unallocated = round(unallocated);
+    let sharing_discount = round(discount);
+    let conservation = Conservation {
+        fleet_cost,
+        team_charges,
+        unallocated,
+        sharing_discount,
+        rounding_residual: fleet_cost - team_charges - unallocated - sharing_discount,
+    };
+    Ok(PeriodBill {
+        currency,
+        charges,
+        lines,
+        conservation,
+        default_priced,
+        rate_cards: used_cards,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use proptest::prelude::*;
+    use rust_decimal_macros::dec;
+
+    use super::*;
+    use crate::billing::rate_card::IsolationFactors;
+    use crate::domain::slice::{GpuGeometry, Reservation, ShareWeights};
+    use crate::domain::usage::OccupancySums;
+
+    const H100_MODEL: &str = "NVIDIA H100 80GB HBM3";
+    const H100: GpuGeometry = GpuGeometry {
+        memory_bytes: 85_520_809_984,
+        compute_slices: 7,
+        memory_slices: 8,
+    };
+
+    fn card(id: i64, cost: Decimal, policy: IdlePolicy) -> RateCard {
+        RateCard {
+            id,
+            effective_from: "2026-01-01T00:00:00Z".parse().unwrap(),
+            currency: Currency::parse("USD").unwrap(),
+            weights: ShareWeights::default(),
+            factors: IsolationFactors::default(),
+            idle_policy: policy,
+            prices: BTreeMap::from([(H100_MODEL.to_owned(), cost)]),
+            default_hourly_cost: dec!(3.00),
+            note: None,
+        }
+    }
+
+    fn mig_held(
+        team: &str,
+        profile: &str,
+        c: u8,
+        m: u8,
+        seconds: Decimal,
+        card: i64,
+    ) -> (UsageAggregate, Option<i64>) {
+        let share = Reservation::Mig {
+            profile: profile.into(),
+            profile_id: None,
+            compute_slices: c,
+            memory_slices: m,
+            memory_bytes: 1,
+        }
+        .physical_share(&H100);
+        (
+            UsageAggregate {
+                team: team.into(),
+                model: H100_MODEL.into(),
+                kind: SliceKind::Mig,
+                profile: Some(profile.into()),
+                rate_card: card,
+                slices: 1,
+                sums: OccupancySums {
+                    held_seconds: seconds,
+                    held_compute: seconds * share.compute,
+                    held_memory: seconds * share.memory,
+                    ..Default::default()
+                },
+            },
+            Some(card),
+        )
+    }
+
+    fn present(seconds: Decimal, card: i64) -> (PresenceAggregate, Option<i64>) {
+        (
+            PresenceAggregate {
+                model: H100_MODEL.into(),
+                rate_card: card,
+                present_seconds: seconds,
+            },
+            Some(card),
+        )
+    }
+
+    #[test]
+    fn the_worked_example_accounts_for_every_cent() {
+        let month = dec!(720) * dec!(3600);
+        let cards = BTreeMap::from([(1, card(1, dec!(4.00), IdlePolicy::Platform))]);
+        let usage = [
+            mig_held("nlp", "3g.40gb", 3, 4, month, 1),
+            mig_held("search", "1g.10gb", 1, 1, month, 1),
+            mig_held("vision", "1g.10gb", 1, 1, month, 1),
+        ];
+        let bill = bill(&usage, &[present(month, 1)], &cards, None).unwrap();
+        let amounts: Vec<Decimal> = bill.lines.values().flatten().map(|l| l.amount).collect();
+        assert_eq!(amounts, vec![dec!(1337.14), dec!(385.71), dec!(385.71)]);
+        let c = &bill.conservation;
+        assert_eq!(c.fleet_cost, dec!(2880.00));
+        assert_eq!(c.unallocated, dec!(771.43));
+        assert_eq!(c.sharing_discount, dec!(0.00));
+        assert_eq!(c.team_charges, dec!(2108.56));
+        assert_eq!(c.rounding_residual, dec!(0.01));
+        assert_eq!(
+            c.fleet_cost,
+            c.team_charges + c.unallocated + c.sharing_discount + c.rounding_residual
+        );
+    }
+
+    #[test]
+    fn under_the_spread_policy_teams_carry_unallocated_capacity_in_proportion() {
+        let month = dec!(720) * dec!(3600);
+        let cards = BTreeMap::from([(1, card(1, dec!(4.00), IdlePolicy::Spread))]);
+        let usage = [
+            mig_held("nlp", "3g.40gb", 3, 4, month, 1),
+            mig_held("search", "1g.10gb", 1, 1, month, 1),
+        ];
+        let bill = bill(&usage, &[present(month, 1)], &cards, None).unwrap();
+        let nlp = bill.team_total("nlp");
+        let search = bill.team_total("search");
+        // Unallocated 1157.142857 splits 1337.14 : 385.71, so nlp carries 898.08 of it and search 259.06.
+        assert_eq!(
+            nlp + search + bill.conservation.rounding_residual,
+            dec!(2880.00)
+        );
+        assert_eq!(bill.conservation.unallocated, dec!(0.00));
+        assert_eq!(nlp, dec!(1337.14) + dec!(898.08));
+        assert_eq!(search, dec!(385.71) + dec!(259.06));
+        assert!(
+            bill.lines["nlp"]
+                .iter()
+                .any(|l| l.key.kind == LineKind::IdleSpread)
+        );
+    }
+
+    #[test]
+    fn hours_without_a_rate_card_are_an_error_not_zero() {
+        let err = bill(
+            &[(mig_held("nlp", "3g.40gb", 3, 4, dec!(3600), 1).0, None)],
+            &[],
+            &BTreeMap::new(),
+            Some("2026-10-01T00:00:00Z".into()),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("no rate card is in force"),
+            "{err}"
+        );
+    }
+
+    /// A random fleet: GPUs cut into MIG, MPS, vGPU, time-sliced or whole slices, held for random
+    /// parts of a random number of hours, under one or two rate cards with random prices, factors,
+    /// weights and idle policies.
+    /// Priced usage, presence and the rate cards behind them.
+    type Fleet = (
+        Vec<(UsageAggregate, Option<i64>)>,
+        Vec<(PresenceAggregate, Option<i64>)>,
+        BTreeMap<i64, RateCard>,
+    );
+
+    fn fleet() -> impl Strategy<Value = Fleet> {
+        let gpu = (
+            0usize..5,
+            1u32..=744,
+            proptest::collection::vec((0u32..=100, 0usize..4, 0u32..=100, 0u32..=100), 1..8),
+            0usize..2,
+        );
+        let rate = (
+            1u32..=2000,
+            0u32..=100,
+            50u32..=100,
+            50u32..=100,
+            0u32..=100,
+            any::<bool>(),
+            0u32..4,
+        );
+        (
+            proptest::collection::vec(gpu, 1..12),
+            proptest::collection::vec(rate, 2),
+        )
+            .prop_map(|(gpus, rates)| {
+                let mut cards = BTreeMap::new();
+                for (i, (cost, wc, f_mps, f_vgpu, f_ts, spread, currency)) in
+                    rates.into_iter().enumerate()
+                {
+                    let id = i as i64 + 1;
+                    let mut c = card(
+                        id,
+                        Decimal::new(i64::from(cost), 2),
+                        if spread {
+                            IdlePolicy::Spread
+                        } else {
+                            IdlePolicy::Platform
+                        },
+                    );
+                    c.currency =
+                        Currency::parse(["USD", "EUR", "JPY", "KWD"][currency as usize]).unwrap();
+                    c.weights = ShareWeights::new(
+                        Decimal::new(i64::from(wc), 2),
+                        Decimal::ONE - Decimal::new(i64::from(wc), 2),
+                    )
+                    .unwrap();
+                    c.factors.mps = Decimal::new(i64::from(f_mps), 2);
+                    c.factors.vgpu = Decimal::new(i64::from(f_vgpu), 2);
+                    c.factors.timeslice = Decimal::new(i64::from(f_ts), 2);
+                    cards.insert(id, c);
+                }
+                // One currency per period.
+                let code = cards[&1].currency.clone();
+                for c in cards.values_mut() {
+                    c.currency = code.clone();
+                }
+                let mut usage = Vec::new();
+                let mut presence = Vec::new();
+                for (g, (layout, hours, slices, card_pick)) in gpus.into_iter().enumerate() {
+                    let card_id = card_pick as i64 + 1;
+                    let present_s = Decimal::from(hours) * dec!(3600);
+                    presence.push(present(present_s, card_id));
+                    let reservations: Vec<Reservation> = match layout {
+                        0 => vec![(3, 4), (2, 2), (1, 1), (1, 1)]
+                            .into_iter()
+                            .map(|(c, m)| Reservation::Mig {
+                                profile: format!("{c}g"),
+                                profile_id: None,
+                                compute_slices: c,
+                                memory_slices: m,
+                                memory_bytes: 1,
+                            })
+                            .collect(),
+                        1 => vec![
+                            Reservation::Mps {
+                                active_thread_percentage: 25,
+                                pinned_memory_bytes: H100.memory_bytes / 4
+                            };
+                            4
+                        ],
+                        2 => vec![
+                            Reservation::Vgpu {
+                                fraction: dec!(0.5)
+                            };
+                            2
+                        ],
+                        3 => (0..4)
+                            .map(|r| Reservation::Timeslice {
+                                replicas: 4,
+                                replica: r,
+                            })
+                            .collect(),
+                        _ => vec![Reservation::Whole],
+                    };
+                    for (k, r) in reservations.iter().enumerate() {
+                        let Some(&(held_pct, team, busy, mem)) = slices.get(k % slices.len())
+                        else {
+                            continue;
+                        };
+                        let share = r.physical_share(&H100);
+                        let held = present_s * Decimal::from(held_pct) / dec!(100);
+                        // Time-sliced replicas share the GPU: each uses at most a quarter of it.
+                        let scale = if r.kind() == SliceKind::Timeslice {
+                            dec!(0.25)
+                        } else {
+                            Decimal::ONE
+                        };
+                        let active = held * Decimal::from(busy) / dec!(100) * scale;
+                        usage.push((
+                            UsageAggregate {
+                                team: ["nlp", "vision", "search", "unattributed"][team].into(),
+                                model: if g % 3 == 2 {
+                                    "Tesla T4".into()
+                                } else {
+                                    H100_MODEL.into()
+                                },
+                                kind: r.kind(),
+                                profile: None,
+                                rate_card: card_id,
+                                slices: 1,
+                                sums: OccupancySums {
+                                    held_seconds: held,
+                                    held_compute: held * share.compute,
+                                    held_memory: held * share.memory,
+                                    known_seconds: held,
+                                    known_compute: held * share.compute,
+                                    active_seconds: active,
+                                    active_compute: active * share.compute,
+                                    memory_used: held * share.memory * Decimal::from(mem)
+                                        / dec!(100)
+                                        * scale,
+                                    ..Default::default()
+                                },
+                            },
+                            Some(card_id),
+                        ));
+                    }
+                    if g % 3 == 2 {
+                        presence.last_mut().unwrap().0.model = "Tesla T4".into();
+                    }
+                }
+                (usage, presence, cards)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        #[test]
+        fn conservation_holds_to_the_minor_unit_for_random_fleets((usage, presence, cards) in fleet()) {
+            let bill = bill(&usage, &presence, &cards, None).unwrap();
+            let c = &bill.conservation;
+            let currency = bill.currency.clone().unwrap();
+            prop_assert_eq!(c.fleet_cost, c.team_charges + c.unallocated + c.sharing_discount + c.rounding_residual);
+            // Every figure is in minor units...
+            for v in [c.fleet_cost, c.team_charges, c.unallocated, c.sharing_discount, c.rounding_residual] {
+                prop_assert_eq!(v, currency.round(v));
+            }
+            // ...and the residual is only rounding: at most half a minor unit per rounded figure.
+            let rounded = bill.lines.values().flatten().count() + 3;
+            prop_assert!(c.rounding_residual.abs() <= currency.half_unit() * Decimal::from(rounded as u64),
+                "residual {} over {} rounded figures", c.rounding_residual, rounded);
+            // Exact before rounding: charges + discount + unallocated = fleet.
+            let exact_lines: Decimal = bill.lines.values().flatten().map(|l| l.exact_amount).sum();
+            let fleet_exact: Decimal = presence.iter().map(|(p, c)| fleet_cost(p, &cards[&c.unwrap()]).0).sum();
+            let discount_exact: Decimal = bill.charges.iter().map(|ch| ch.discount()).sum();
+            let unallocated_exact = fleet_exact - exact_lines - discount_exact;
+            prop_assert!((currency.round(unallocated_exact) - c.unallocated).abs() <= currency.half_unit() * Decimal::TWO);
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Invoices: draft runs, issue, credit notes, JSON and CSV.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::auth::require;
+use super::error::{ApiError, ErrorBody};
+use super::teams::ApiJson;
+use crate::auth::{Principal, Role};
+use crate::billing::invoice::{self, Invoice};
+use crate::billing::{self, RunSummary};
+use crate::db::invoices::{self as repo, InvoiceError};
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
+use crate::ingest::FieldError;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(run_invoices))
+        .routes(routes!(list_invoices))
+        .routes(routes!(get_invoice))
+        .routes(routes!(issue_invoice))
+        .routes(routes!(credit_invoice))
+}
+
+impl From<billing::Error> for ApiError {
+    fn from(e: billing::Error) -> Self {
+        match e {
+            billing::Error::Billing(e) => ApiError::Conflict {
+                code: "cannot_bill",
+                message: e.to_string(),
+                fields: vec![],
+            },
+            billing::Error::Db(e) => e.into(),
+        }
+    }
+}
+
+impl From<InvoiceError> for ApiError {
+    fn from(e: InvoiceError) -> Self {
+        match e {
+            InvoiceError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            InvoiceError::Db(e) => e.into(),
+            other => ApiError::Conflict {
+                code: "invoice_state",
+                message: other.to_string(),
+                fields: vec![],
+            },
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct RunRequest {
+    pub period: Month,
+}
+
+/// Makes or replaces the drafts of a period for every team with usage, with correction lines for
+/// earlier issued periods that changed since. Issued invoices are left as they are.
+#[utoipa::path(post, path = "/v1/invoices/runs", tag = "billing",
+    request_body = RunRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the drafts", body = RunSummary),
+        (status = 400, description = "not a period", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody),
+        (status = 409, description = "hours without a rate card", body = ErrorBody)))]
+async fn run_invoices(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(body): ApiJson<RunRequest>,
+) -> Result<Json<RunSummary>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let summary = billing::run_drafts(&state.pool, body.period).await?;
+    tracing::info!(period = %body.period, drafts = summary.drafts.len(), by = principal.token_id(), "An invoice run made drafts.");
+    Ok(Json(summary))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ListParams {
+    /// `YYYY-MM`.
+    period: Option<String>,
+    team: Option<String>,
+}
+
+/// Invoices and credit notes, without lines. A team lead sees only their team's.
+#[utoipa::path(get, path = "/v1/invoices", tag = "billing",
+    params(ListParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "by period, team and id", body = Vec<Invoice>),
+        (status = 400, description = "bad parameters", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "another team's invoices, or a collector", body = ErrorBody)))]
+async fn list_invoices(
+    State(state): State<AppState>,
+    principal: Principal,
+    params: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<Invoice>>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let Query(p) = params?;
+    let mut errors = Vec::new();
+    let period = p
+        .period
+        .as_deref()
+        .map(str::parse::<Month>)
+        .transpose()
+        .map_err(|e| errors.push(FieldError::new("period", e)))
+        .ok()
+        .flatten();
+    let team = p
+        .team
+        .as_deref()
+        .map(TeamId::parse)
+        .transpose()
+        .map_err(|e| errors.push(FieldError::new("team", e.to_string())))
+        .ok()
+        .flatten();
+    if !errors.is_empty() {
+        return Err(ApiError::invalid_fields(
+            "the parameters are invalid",
+            errors,
+        ));
+    }
+    let team = match (principal.team_scope(), team) {
+        (Some(own), Some(asked)) if own != &asked => {
+            return Err(ApiError::Forbidden(
+                "a team lead sees only their own team's invoices".into(),
+            ));
+        }
+        (Some(own), _) => Some(own.clone()),
+        (None, asked) => asked,
+    };
+    Ok(Json(repo::list(&state.pool, period, team.as_ref()).await?))
+}
+
+/// One invoice with its lines, as JSON, or as CSV when the id ends in `.csv`
+/// (`/v1/invoices/12.csv`). A team lead gets 404 for another team's invoice.
+#[utoipa::path(get, path = "/v1/invoices/{id}", tag = "billing",
+    params(("id" = String, Path, description = "the invoice id, e.g. `12`; `12.csv` for CSV")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the invoice", content(
+            (Invoice = "application/json"),
+            (String = "text/csv"))),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token", body = ErrorBody),
+        (status = 404, description = "no such invoice (or another team's)", body = ErrorBody)))]
+async fn get_invoice(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let (raw, csv) = match id.strip_suffix(".csv") {
+        Some(raw) => (raw, true),
+        None => (id.as_str(), false),
+    };
+    let not_found = || ApiError::NotFound(format!("there is no invoice {id}"));
+    let id: i64 = raw.parse().map_err(|_| not_found())?;
+    let invoice = repo::get(&state.pool, id)
+        .await?
+        .filter(|i| principal.team_scope().is_none_or(|t| t.as_str() == i.team))
+        .ok_or_else(not_found)?;
+    if !csv {
+        return Ok(Json(invoice).into_response());
+    }
+    let body = invoice::to_csv(&invoice).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let name = format!(
+        "slicemeter-invoice-{}-{}-{}.csv",
+        invoice
+            .number
+            .clone()
+            .unwrap_or_else(|| format!("draft-{}", invoice.id)),
+        invoice.team,
+        invoice.period
+    );
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// Issues a draft: the next gap-free number of the year, and frozen from then on.
+#[utoipa::path(post, path = "/v1/invoices/{id}/issue", tag = "billing",
+    params(("id" = i64, Path, description = "the invoice id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "issued", body = Invoice),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody),
+        (status = 404, description = "no such invoice", body = ErrorBody),
+        (status = 409, description = "not a draft", body = ErrorBody)))]
+async fn issue_invoice(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<i64>,
+) -> Result<Json<Invoice>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let invoice = repo::issue(&state.pool, id, Some(principal.token_id())).await?;
+    tracing::info!(id, number = ?invoice.number, by = principal.token_id(), "An invoice was issued.");
+    Ok(Json(invoice))
+}
+
+/// Voids an issued invoice by issuing a credit note that reverses it; returns the credit note.
+#[utoipa::path(post, path = "/v1/invoices/{id}/credit", tag = "billing",
+    params(("id" = i64, Path, description = "the issued invoice to void")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the credit note, issued", body = Invoice),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody),
+        (status = 404, description = "no such invoice", body = ErrorBody),
+        (status = 409, description = "not an issued invoice", body = ErrorBody)))]
+async fn credit_invoice(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<i64>,
+) -> Result<Json<Invoice>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let note = repo::credit(&state.pool, id, Some(principal.token_id())).await?;
+    tracing::info!(id, credit_note = ?note.number, by = principal.token_id(), "An invoice was voided by a credit note.");
+    Ok(Json(note))
+}

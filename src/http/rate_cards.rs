@@ -1,0 +1,119 @@
+//! `GET/POST /v1/rate-cards`: effective-dated price versions (finance, admin).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::AppState;
+use super::auth::require;
+use super::error::{ApiError, ErrorBody};
+use super::teams::ApiJson;
+use crate::auth::{Principal, Role};
+use crate::billing::rate_card::{IdlePolicy, IsolationFactors, RateCard, RateCardInput};
+use crate::db::billing::{self, RateCardConflict};
+use crate::domain::slice::ShareWeights;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list_rate_cards, create_rate_card))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RateCardView {
+    /// The version number.
+    pub version: i64,
+    pub effective_from: DateTime<Utc>,
+    /// When the next version takes over; null for the latest.
+    pub effective_until: Option<DateTime<Utc>>,
+    pub currency: String,
+    pub weights: ShareWeights,
+    pub isolation_factors: IsolationFactors,
+    pub idle_policy: IdlePolicy,
+    #[schema(value_type = String, example = "3.00")]
+    pub default_hourly_cost: Decimal,
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub prices: BTreeMap<String, Decimal>,
+    pub note: Option<String>,
+}
+
+fn view(card: &RateCard, until: Option<DateTime<Utc>>) -> RateCardView {
+    RateCardView {
+        version: card.id,
+        effective_from: card.effective_from,
+        effective_until: until,
+        currency: card.currency.code.clone(),
+        weights: card.weights,
+        isolation_factors: card.factors,
+        idle_policy: card.idle_policy,
+        default_hourly_cost: card.default_hourly_cost,
+        prices: card.prices.clone(),
+        note: card.note.clone(),
+    }
+}
+
+/// Every rate card version, oldest first.
+#[utoipa::path(get, path = "/v1/rate-cards", tag = "billing",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the versions", body = Vec<RateCardView>),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody)))]
+async fn list_rate_cards(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<Vec<RateCardView>>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let cards: Vec<RateCard> = billing::rate_cards(&state.pool)
+        .await?
+        .into_values()
+        .collect();
+    let mut sorted = cards;
+    sorted.sort_by_key(|c| c.effective_from);
+    let views = sorted
+        .iter()
+        .enumerate()
+        .map(|(i, c)| view(c, sorted.get(i + 1).map(|n| n.effective_from)))
+        .collect();
+    Ok(Json(views))
+}
+
+/// Publishes a new version. It applies from `effective_from` (an hour boundary) until a later version;
+/// published versions are never edited.
+#[utoipa::path(post, path = "/v1/rate-cards", tag = "billing",
+    request_body = RateCardInput,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "published", body = RateCardView),
+        (status = 400, description = "invalid fields, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody),
+        (status = 409, description = "not later than the latest version, inside an issued period, or another currency", body = ErrorBody)))]
+async fn create_rate_card(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(input): ApiJson<RateCardInput>,
+) -> Result<(StatusCode, Json<RateCardView>), ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let mut card = input
+        .validate()
+        .map_err(|fields| ApiError::invalid_fields("the rate card is invalid", fields))?;
+    card.id = billing::insert_rate_card(&state.pool, &card, Some(principal.token_id()))
+        .await
+        .map_err(|e| match e {
+            RateCardConflict::Db(e) => e.into(),
+            other => ApiError::Conflict {
+                code: "rate_card_conflict",
+                message: other.to_string(),
+                fields: vec![],
+            },
+        })?;
+    tracing::info!(version = card.id, from = %card.effective_from, by = principal.token_id(), "A rate card version was published.");
+    Ok((StatusCode::CREATED, Json(view(&card, None))))
+}

@@ -1,0 +1,499 @@
+//! Rate cards, the monthly report and invoices, end to end through ingest and the API.
+
+use std::str::FromStr;
+
+use axum::http::StatusCode;
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+use slicemeter::auth::Role;
+
+use crate::support::*;
+
+/// DESIGN.md's worked example: the H100 cut `-cgi 9,19,19`, each instance held by one team for every
+/// hour of `[first_day, first_day + days)` in one-hour windows, one batch a day.
+async fn worked_example(app: &TestApp, first_day: &str, days: i64) {
+    app.put_team("nlp", &["nlp"]).await;
+    app.put_team("search", &["search"]).await;
+    app.put_team("vision", &["vision"]).await;
+    let t0: chrono::DateTime<chrono::Utc> = format!("{first_day}T00:00:00Z").parse().unwrap();
+    for d in 0..days {
+        let day = t0 + chrono::Duration::days(d);
+        let mut windows = Vec::new();
+        for h in 0..24 {
+            let s = (day + chrono::Duration::hours(h)).to_rfc3339();
+            let e = (day + chrono::Duration::hours(h + 1)).to_rfc3339();
+            windows.push(window(MIG_3G, &s, &e, "nlp", "trainer-0", 3600.0));
+            windows.push(window(MIG_1G_A, &s, &e, "search", "ranker-0", 3600.0));
+            windows.push(window(MIG_1G_B, &s, &e, "vision", "detector-0", 3600.0));
+        }
+        let b = batch(
+            &day.to_rfc3339(),
+            &(day + chrono::Duration::days(1)).to_rfc3339(),
+            windows,
+        );
+        let r = app.ingest(&app.admin, &b).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+}
+
+async fn rate_card(app: &TestApp, from: &str, h100: &str) -> Reply {
+    app.send_json(
+        "POST",
+        Some(&app.admin),
+        "/v1/rate-cards",
+        &json!({"effective_from": from, "currency": "USD", "default_hourly_cost": "3.00",
+                "prices": {"NVIDIA H100 80GB HBM3": h100}}),
+    )
+    .await
+}
+
+fn dec(v: &Value) -> Decimal {
+    Decimal::from_str(
+        v.as_str()
+            .unwrap_or_else(|| panic!("a decimal string, got {v}")),
+    )
+    .unwrap()
+}
+
+fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).unwrap()
+}
+
+fn team_costs(report: &Value) -> Vec<(String, Decimal)> {
+    report["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["team"].as_str().unwrap().to_owned(), dec(&t["cost"])))
+        .collect()
+}
+
+async fn run(app: &TestApp, period: &str) -> Reply {
+    let r = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/runs",
+            &json!({"period": period}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    r
+}
+
+fn draft_of<'a>(run: &'a Reply, team: &str) -> &'a Value {
+    run.body["drafts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["team"] == team)
+        .unwrap_or_else(|| panic!("no draft for {team}: {run:?}"))
+}
+
+async fn issue(app: &TestApp, id: &Value) -> Reply {
+    app.send_json(
+        "POST",
+        Some(&app.admin),
+        &format!("/v1/invoices/{id}/issue"),
+        &json!({}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_worked_example_comes_out_to_the_cent_in_the_report_and_the_invoices() {
+    let app = TestApp::spawn().await;
+    assert_eq!(
+        rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await.status,
+        StatusCode::CREATED
+    );
+    worked_example(&app, "2026-09-01", 30).await;
+
+    let r = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(
+        team_costs(&r.body),
+        vec![
+            ("nlp".into(), d("1337.14")),
+            ("search".into(), d("385.71")),
+            ("vision".into(), d("385.71"))
+        ]
+    );
+    let c = &r.body["conservation"];
+    assert_eq!(dec(&c["fleet_cost"]), d("2880.00"));
+    assert_eq!(dec(&c["team_charges"]), d("2108.56"));
+    assert_eq!(dec(&c["unallocated"]), d("771.43"));
+    assert_eq!(dec(&c["sharing_discount"]), d("0.00"));
+    assert_eq!(dec(&c["rounding_residual"]), d("0.01"));
+    assert_eq!(
+        dec(&c["fleet_cost"]),
+        dec(&c["team_charges"])
+            + dec(&c["unallocated"])
+            + dec(&c["sharing_discount"])
+            + dec(&c["rounding_residual"])
+    );
+    let nlp = &r.body["teams"][0];
+    assert_eq!(dec(&nlp["slice_hours"]), d("720"));
+    assert_eq!(dec(&nlp["gpu_equivalent_hours"]), d("334.285714"));
+
+    let drafts = run(&app, "2026-09").await;
+    assert_eq!(drafts.body["drafts"].as_array().unwrap().len(), 3);
+    let nlp = draft_of(&drafts, "nlp");
+    assert_eq!(nlp["status"], "draft");
+    assert_eq!(dec(&nlp["total"]), d("1337.14"));
+    let line = &nlp["lines"][0];
+    assert_eq!(
+        line["description"],
+        "MIG 3g.40gb on NVIDIA H100 80GB HBM3 (rate card v1)"
+    );
+    assert_eq!(dec(&line["unit_price"]), d("4"));
+    assert_eq!(dec(&line["slice_hours"]), d("720"));
+    assert_eq!(line["windows"], 720);
+    assert_eq!(line["rate_card"], 1);
+    assert_eq!(dec(&draft_of(&drafts, "search")["total"]), d("385.71"));
+}
+
+#[tokio::test]
+async fn a_rate_card_change_at_mid_month_prices_each_half_at_its_own_rate() {
+    let app = TestApp::spawn().await;
+    assert_eq!(
+        rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        rate_card(&app, "2026-09-16T00:00:00Z", "6.00").await.status,
+        StatusCode::CREATED
+    );
+    worked_example(&app, "2026-09-01", 30).await;
+    let drafts = run(&app, "2026-09").await;
+    let lines = draft_of(&drafts, "nlp")["lines"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let by_card: Vec<(i64, Decimal, Decimal)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["rate_card"].as_i64().unwrap(),
+                dec(&l["slice_hours"]),
+                dec(&l["amount"]),
+            )
+        })
+        .collect();
+    // 360 hours at 4.00 and 360 at 6.00 of a 0.4642857 share.
+    assert_eq!(
+        by_card,
+        vec![(1, d("360"), d("668.57")), (2, d("360"), d("1002.86"))]
+    );
+    let r = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(dec(&r.body["conservation"]["fleet_cost"]), d("3600.00"));
+    assert_eq!(r.body["rate_cards"], json!([1, 2]));
+}
+
+#[tokio::test]
+async fn hours_without_a_rate_card_are_refused_with_what_to_do() {
+    let app = TestApp::spawn().await;
+    worked_example(&app, "2026-09-01", 1).await;
+    let r = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no rate card is in force") && message.contains("2026-09-01T00:00:00"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn issued_invoices_are_numbered_without_gaps_and_frozen_in_the_database_and_the_api() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let drafts = run(&app, "2026-09").await;
+    let ids: Vec<Value> = ["nlp", "search", "vision"]
+        .iter()
+        .map(|t| draft_of(&drafts, t)["id"].clone())
+        .collect();
+
+    let year = chrono::Utc::now().format("%Y").to_string();
+    let first = issue(&app, &ids[0]).await;
+    assert_eq!(first.status, StatusCode::OK, "{first:?}");
+    assert_eq!(first.body["number"], format!("SM-{year}-000001"));
+    assert_eq!(first.body["status"], "issued");
+    // Issuing twice is refused and costs no number.
+    let again = issue(&app, &ids[0]).await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{again:?}");
+    assert_eq!(
+        issue(&app, &ids[1]).await.body["number"],
+        format!("SM-{year}-000002")
+    );
+
+    let id = ids[0].as_i64().unwrap();
+    for sql in [
+        format!("update invoice set total = 0 where invoice_id = {id}"),
+        format!("delete from invoice where invoice_id = {id}"),
+        format!("update invoice_line set amount = 0 where invoice_id = {id}"),
+        format!("delete from invoice_line where invoice_id = {id}"),
+        format!(
+            "insert into invoice_line (invoice_id, line_no, line_kind, description, slice_hours, gpu_equivalent_hours, exact_amount, amount) values ({id}, 99, 'usage', 'x', 0, 0, 0, 0)"
+        ),
+        format!("update invoice set status = 'void' where invoice_id = {id}"),
+    ] {
+        let err = sqlx::query(&sql).execute(&app.pool).await.unwrap_err();
+        assert!(err.to_string().contains("cannot be"), "{sql}: {err}");
+    }
+    let stored = app
+        .get(Some(&app.admin), &format!("/v1/invoices/{id}"))
+        .await;
+    assert_eq!(stored.body["total"], first.body["total"]);
+    assert_eq!(stored.body["lines"], first.body["lines"]);
+
+    // A new run leaves the issued invoices alone and replaces the remaining draft.
+    let rerun = run(&app, "2026-09").await;
+    assert_eq!(rerun.body["already_issued"], json!(["nlp", "search"]));
+    assert_eq!(rerun.body["drafts"].as_array().unwrap().len(), 1);
+
+    // Voiding takes a credit note, which gets the next number and reverses every line.
+    let note = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            &format!("/v1/invoices/{id}/credit"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(note.status, StatusCode::OK, "{note:?}");
+    assert_eq!(note.body["kind"], "credit_note");
+    assert_eq!(note.body["number"], format!("SM-{year}-000003"));
+    assert_eq!(dec(&note.body["total"]), -dec(&first.body["total"]));
+    let voided = app
+        .get(Some(&app.admin), &format!("/v1/invoices/{id}"))
+        .await;
+    assert_eq!(voided.body["status"], "void");
+    assert_eq!(voided.body["credited_by"], note.body["id"]);
+    let numbers: Vec<i64> = sqlx::query_scalar(
+        "select number_seq::int8 from invoice where number_seq is not null order by 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(numbers, vec![1, 2, 3]);
+}
+
+#[tokio::test]
+async fn regenerating_a_draft_from_the_same_data_gives_identical_lines() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 3).await;
+    let lines = |r: &Reply| -> Vec<Value> {
+        r.body["drafts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| json!([i["team"], i["total"], i["lines"]]))
+            .collect()
+    };
+    let a = run(&app, "2026-09").await;
+    let b = run(&app, "2026-09").await;
+    assert_eq!(lines(&a), lines(&b));
+    assert_ne!(
+        a.body["drafts"][0]["id"], b.body["drafts"][0]["id"],
+        "the drafts were replaced"
+    );
+    assert_eq!(app.count("select count(*) from invoice").await, 3);
+}
+
+#[tokio::test]
+async fn a_late_window_for_an_issued_period_becomes_a_correction_on_the_next_draft() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 29).await;
+    let september = run(&app, "2026-09").await;
+    let nlp_sep = draft_of(&september, "nlp").clone();
+    assert_eq!(dec(&nlp_sep["total"]), d("1292.57"));
+    for t in ["nlp", "search", "vision"] {
+        assert_eq!(
+            issue(&app, &draft_of(&september, t)["id"]).await.status,
+            StatusCode::OK
+        );
+    }
+
+    // The last day of September arrives after the invoices went out.
+    worked_example(&app, "2026-09-30", 1).await;
+    let october = run(&app, "2026-10").await;
+    let fix = &draft_of(&october, "nlp")["lines"][0];
+    assert_eq!(fix["line_kind"], "correction");
+    assert_eq!(fix["corrects_period"], "2026-09");
+    assert_eq!(
+        fix["description"],
+        "Correction for 2026-09: MIG 3g.40gb on NVIDIA H100 80GB HBM3 (rate card v1)"
+    );
+    assert_eq!(dec(&fix["slice_hours"]), d("24"));
+    assert_eq!(dec(&fix["amount"]), d("1337.14") - d("1292.57"));
+    // The issued invoice is as it was.
+    let issued = app
+        .get(Some(&app.admin), &format!("/v1/invoices/{}", nlp_sep["id"]))
+        .await;
+    assert_eq!(issued.body["status"], "issued");
+    assert_eq!(dec(&issued.body["total"]), d("1292.57"));
+    assert_eq!(issued.body["lines"], nlp_sep["lines"]);
+
+    // Once the correction is issued, the next run finds nothing left to correct.
+    for i in october.body["drafts"].as_array().unwrap() {
+        assert_eq!(issue(&app, &i["id"]).await.status, StatusCode::OK);
+    }
+    let november = run(&app, "2026-11").await;
+    assert_eq!(november.body["drafts"], json!([]), "{november:?}");
+}
+
+#[tokio::test]
+async fn a_team_lead_reads_only_their_own_invoices_and_report_row() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let drafts = run(&app, "2026-09").await;
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+
+    let report = app.get(Some(&lead), "/v1/reports/monthly/2026-09").await;
+    assert_eq!(report.status, StatusCode::OK);
+    assert_eq!(team_costs(&report.body).len(), 1);
+    assert_eq!(report.body["teams"][0]["team"], "nlp");
+    assert!(report.body["conservation"].is_null());
+    assert!(!report.body.to_string().contains("search"));
+
+    let mine = app.get(Some(&lead), "/v1/invoices").await;
+    assert_eq!(mine.body.as_array().unwrap().len(), 1);
+    assert_eq!(mine.body[0]["team"], "nlp");
+    let theirs = app.get(Some(&lead), "/v1/invoices?team=search").await;
+    assert_eq!(theirs.status, StatusCode::FORBIDDEN);
+    assert!(!theirs.body.to_string().contains("385"));
+    let search_id = draft_of(&drafts, "search")["id"].clone();
+    for uri in [
+        format!("/v1/invoices/{search_id}"),
+        format!("/v1/invoices/{search_id}.csv"),
+    ] {
+        let r = app.get(Some(&lead), &uri).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}");
+        assert!(!r.body.to_string().contains("search"), "{r:?}");
+    }
+    let own = app
+        .get(
+            Some(&lead),
+            &format!("/v1/invoices/{}", draft_of(&drafts, "nlp")["id"]),
+        )
+        .await;
+    assert_eq!(own.status, StatusCode::OK);
+    // Leads read; only finance and admins run, issue and credit.
+    let r = app
+        .send_json(
+            "POST",
+            Some(&lead),
+            "/v1/invoices/runs",
+            &json!({"period": "2026-09"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = app
+        .send_json(
+            "POST",
+            Some(&lead),
+            &format!("/v1/invoices/{}/issue", draft_of(&drafts, "nlp")["id"]),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn an_invoice_downloads_as_csv_with_one_row_per_line() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    rate_card(&app, "2026-09-02T00:00:00Z", "5.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let drafts = run(&app, "2026-09").await;
+    let nlp = draft_of(&drafts, "nlp");
+    let r = app
+        .get(Some(&app.admin), &format!("/v1/invoices/{}.csv", nlp["id"]))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["content-type"], "text/csv; charset=utf-8");
+    let disposition = r.headers["content-disposition"].to_str().unwrap();
+    assert!(
+        disposition.starts_with("attachment; filename=\"slicemeter-invoice-draft-"),
+        "{disposition}"
+    );
+    assert!(disposition.ends_with("-nlp-2026-09.csv\""), "{disposition}");
+    let text = r.body.as_str().unwrap();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), nlp["lines"].as_array().unwrap().len());
+    assert_eq!(rows.len(), 2, "one line per rate card version");
+    let amount = headers.iter().position(|h| h == "amount").unwrap();
+    let total: Decimal = rows.iter().map(|row| d(&row[amount])).sum();
+    assert_eq!(total, dec(&nlp["total"]));
+}
+
+#[tokio::test]
+async fn rate_cards_are_versions_that_are_never_edited() {
+    let app = TestApp::spawn().await;
+    let r = rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["version"], 1);
+    assert_eq!(r.body["isolation_factors"]["timeslice"], "0.75");
+    let r = rate_card(&app, "2026-08-01T00:00:00Z", "3.00").await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("must be later than")
+    );
+    let r = app
+        .send_json("POST", Some(&app.admin), "/v1/rate-cards",
+            &json!({"effective_from": "2026-10-01T00:30:00Z", "currency": "EURO", "default_hourly_cost": "1",
+                    "weights": {"compute": "0.9", "memory": "0.2"}, "prices": {}}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    let fields: Vec<&str> = r.body["error"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, vec!["effective_from", "currency", "weights"]);
+    let list = app.get(Some(&app.admin), "/v1/rate-cards").await;
+    assert_eq!(list.body.as_array().unwrap().len(), 1);
+    // In force since November: the database refuses edits and deletion.
+    for sql in [
+        "update rate_card set default_hourly_cost = 0",
+        "delete from rate_card",
+        "update rate_card_price set hourly_cost = 0",
+    ] {
+        let err = sqlx::query(sql).execute(&app.pool).await.unwrap_err();
+        assert!(err.to_string().contains("cannot be"), "{sql}: {err}");
+    }
+    // A version may not start inside a period that has issued invoices.
+    worked_example(&app, "2026-09-01", 1).await;
+    let drafts = run(&app, "2026-09").await;
+    issue(&app, &draft_of(&drafts, "nlp")["id"]).await;
+    let r = rate_card(&app, "2026-09-20T00:00:00Z", "5.00").await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a period with issued invoices"),
+        "{r:?}"
+    );
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    assert_eq!(
+        app.get(Some(&lead), "/v1/rate-cards").await.status,
+        StatusCode::FORBIDDEN
+    );
+}
