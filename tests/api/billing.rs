@@ -137,6 +137,12 @@ async fn the_worked_example_comes_out_to_the_cent_in_the_report_and_the_invoices
     let nlp = &r.body["teams"][0];
     assert_eq!(dec(&nlp["slice_hours"]), d("720"));
     assert_eq!(dec(&nlp["gpu_equivalent_hours"]), d("334.285714"));
+    // A quarter busy and 2 GB of its 39.5 GiB used: most of what it blocked sat idle, and the report
+    // says what that idle part cost.
+    let efficiency = dec(&nlp["efficiency"]);
+    assert!(efficiency > d("0.1") && efficiency < d("0.2"), "{efficiency}");
+    let idle = dec(&nlp["idle_cost"]);
+    assert!((idle - d("1337.14") * (Decimal::ONE - efficiency)).abs() < d("0.10"), "{idle}");
 
     let drafts = run(&app, "2026-09").await;
     assert_eq!(drafts.body["drafts"].as_array().unwrap().len(), 3);
@@ -496,4 +502,35 @@ async fn rate_cards_are_versions_that_are_never_edited() {
         app.get(Some(&lead), "/v1/rate-cards").await.status,
         StatusCode::FORBIDDEN
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_loads_a_rate_card_and_runs_and_issues_a_period() {
+    let app = TestApp::spawn().await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args(args)
+            .env("DATABASE_URL", &app.database_url)
+            .env("RUST_LOG", "error")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = cli(&["invoice", "issue", "--period", "2026-09"]);
+    assert!(!ok && text.contains("there are no drafts for 2026-09"), "{text}");
+    let (ok, text) = cli(&["invoice", "run", "--period", "2026-09"]);
+    assert!(!ok && text.contains("no rate card is in force"), "{text}");
+    let (ok, text) = cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
+    assert!(ok && text.contains("rate card version 1 published"), "{text}");
+    let (ok, text) = cli(&["invoice", "run", "--period", "2026-09"]);
+    assert!(ok, "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains("\tdraft\t")).count(), 3, "{text}");
+    let (ok, text) = cli(&["invoice", "issue", "--period", "2026-09"]);
+    assert!(ok, "{text}");
+    let year = chrono::Utc::now().format("%Y").to_string();
+    assert!(text.starts_with(&format!("SM-{year}-000001\tnlp\t2026-09\t89.14 USD")), "{text}");
+    assert_eq!(app.count("select count(*) from invoice where status = 'issued'").await, 3);
 }

@@ -128,8 +128,8 @@ async fn drop_stale_databases(admin: &mut PgConnection) {
     }
 }
 
-/// A fresh, migrated database of its own.
-pub async fn fresh_pool() -> PgPool {
+/// A fresh, migrated database of its own, and its URL.
+pub async fn fresh_pool() -> (PgPool, String) {
     static N: AtomicUsize = AtomicUsize::new(0);
     let template = template().await;
     let name = format!(
@@ -144,13 +144,17 @@ pub async fn fresh_pool() -> PgPool {
         .execute(&mut admin)
         .await
         .expect("copying the template database");
-    db::connect_with(options_for(&name), 8).await.unwrap()
+    let mut url = url::Url::parse(server_url()).expect("DATABASE_URL is a URL");
+    url.set_path(&name);
+    (db::connect_with(options_for(&name), 8).await.unwrap(), url.to_string())
 }
 
 pub struct TestApp {
     pub pool: PgPool,
     pub router: Router,
     pub admin: String,
+    /// The URL of this test's database (it may hold a password: never print it).
+    pub database_url: String,
 }
 
 pub struct Reply {
@@ -171,7 +175,7 @@ impl TestApp {
     }
 
     pub async fn with_config(config: ServerConfig) -> TestApp {
-        let pool = fresh_pool().await;
+        let (pool, database_url) = fresh_pool().await;
         let router = http::router(AppState::new(pool.clone(), config));
         let (_, admin) =
             db::tokens::create(&pool, Role::Admin, None, None, Some("test admin"), None)
@@ -181,6 +185,7 @@ impl TestApp {
             pool,
             router,
             admin,
+            database_url,
         }
     }
 
