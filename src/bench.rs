@@ -55,6 +55,18 @@ pub struct BillingBenchArgs {
     pub seed: u64,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct ExportBenchArgs {
+    /// The database to work in (a scratch schema per fleet size is created and dropped).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// Fleet sizes to compare, the smallest first.
+    #[arg(long, value_delimiter = ',', default_value = "10,1000")]
+    pub gpus: Vec<usize>,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -65,7 +77,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// Runs `body` on a pool confined to a scratch schema, which is dropped afterwards.
 async fn in_scratch_schema<F, Fut>(url: &str, connections: u32, body: F) -> anyhow::Result<()>
 where
-    F: FnOnce(sqlx::PgPool) -> Fut,
+    F: FnOnce(sqlx::PgPool, String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
     let schema = format!("slicemeter_bench_{}", std::process::id());
@@ -77,7 +89,7 @@ where
     let result = async {
         let pool = db::connect_with(options, connections).await?;
         db::migrate(&pool).await?;
-        body(pool).await
+        body(pool, schema.clone()).await
     }
     .await;
     sqlx::query(&format!("drop schema {schema} cascade"))
@@ -89,7 +101,7 @@ where
 
 pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
     let connections = (args.concurrency as u32 + 4).max(8);
-    in_scratch_schema(&args.database_url, connections, |pool| {
+    in_scratch_schema(&args.database_url, connections, |pool, _| {
         run_ingest(&args, pool)
     })
     .await
@@ -235,65 +247,14 @@ async fn run_ingest(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Resul
 /// `bench billing`: a simulated month of `--gpus` GPUs; the time to run every team's invoices against,
 /// in the same run, one `SELECT ... GROUP BY team` over the same rollups (reading the data once).
 pub async fn billing(args: BillingBenchArgs) -> anyhow::Result<()> {
-    in_scratch_schema(&args.database_url, 8, |pool| run_billing(&args, pool)).await
+    in_scratch_schema(&args.database_url, 8, |pool, _| run_billing(&args, pool)).await
 }
 
 async fn run_billing(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
-    use crate::billing::rate_card::RateCardInput;
     use crate::domain::time::Month;
 
     let month = Month::of(Utc::now()).minus(1);
-    let mut card: RateCardInput = toml::from_str(include_str!("../deploy/rate-card.example.toml"))?;
-    card.effective_from = month.start();
-    let card = card
-        .validate()
-        .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
-    db::billing::insert_rate_card(&pool, &card, None).await?;
-
-    let fleet = SimFleet::generate(args.seed, args.gpus);
-    for t in &fleet.teams {
-        db::teams::put(
-            &pool,
-            db::teams::TeamUpdate {
-                team: &crate::domain::team::TeamId::parse(&t.id)?,
-                display_name: &t.display_name,
-                cost_center: Some(&t.cost_center),
-                gl_account: None,
-                namespaces: &t.namespaces,
-            },
-        )
-        .await?;
-    }
-    // Hourly windows sampled every five minutes, a day a batch: the month's rollups as a live fleet
-    // would leave them, made quickly.
-    let cadence = Cadence {
-        sample_interval: Duration::from_secs(300),
-        window: Duration::from_secs(3600),
-        batch_period: Duration::from_secs(86_400),
-    };
-    let started = Instant::now();
-    let partitions = db::Partitions::default();
-    let limits = crate::ingest::Limits::default();
-    let bar = simulate::progress(
-        simulate::expected_batches(&fleet, month.start(), month.end(), cadence.batch_period),
-        "loading a month",
-    );
-    let totals =
-        simulate::generate_and_ingest(fleet, month.start(), month.end(), cadence, 2, bar, |b| {
-            let (pool, partitions, limits) = (&pool, &partitions, &limits);
-            async move { crate::ingest::ingest(pool, partitions, b, Utc::now(), limits).await }
-        })
-        .await?;
-    sqlx::query("analyze").execute(&pool).await?;
-    let rollup_rows: i64 = sqlx::query_scalar("select count(*) from usage_hourly")
-        .fetch_one(&pool)
-        .await?;
-    eprintln!(
-        "bench billing: {} GPUs, {month}: {} windows, {rollup_rows} rollup rows, loaded in {:.1} s",
-        args.gpus,
-        totals.inserted,
-        started.elapsed().as_secs_f64()
-    );
+    let rollup_rows = load_month(&pool, args.gpus, args.seed, month).await?;
 
     // The floor first, then the invoice run; each twice, the second timed, so both read warm caches.
     let floor = || async {
@@ -331,4 +292,148 @@ async fn run_billing(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Res
         run_time.as_secs_f64() / floor_time.as_secs_f64()
     );
     Ok(())
+}
+
+/// Loads `month` of a simulated fleet of `gpus` GPUs (teams, hourly windows sampled every five
+/// minutes, a day a batch) straight through ingest, with the example rate card in force. Returns
+/// the number of rollup rows.
+async fn load_month(
+    pool: &sqlx::PgPool,
+    gpus: usize,
+    seed: u64,
+    month: crate::domain::time::Month,
+) -> anyhow::Result<i64> {
+    use crate::billing::rate_card::RateCardInput;
+    let mut card: RateCardInput = toml::from_str(include_str!("../deploy/rate-card.example.toml"))?;
+    card.effective_from = month.start();
+    let card = card
+        .validate()
+        .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
+    db::billing::insert_rate_card(pool, &card, None).await?;
+    let fleet = SimFleet::generate(seed, gpus);
+    for t in &fleet.teams {
+        db::teams::put(
+            pool,
+            db::teams::TeamUpdate {
+                team: &crate::domain::team::TeamId::parse(&t.id)?,
+                display_name: &t.display_name,
+                cost_center: Some(&t.cost_center),
+                gl_account: Some("6420"),
+                namespaces: &t.namespaces,
+            },
+        )
+        .await?;
+    }
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(300),
+        window: Duration::from_secs(3600),
+        batch_period: Duration::from_secs(86_400),
+    };
+    let started = Instant::now();
+    let partitions = db::Partitions::default();
+    let limits = crate::ingest::Limits::default();
+    let bar = simulate::progress(
+        simulate::expected_batches(&fleet, month.start(), month.end(), cadence.batch_period),
+        "loading a month",
+    );
+    let totals =
+        simulate::generate_and_ingest(fleet, month.start(), month.end(), cadence, 2, bar, |b| {
+            let (pool, partitions, limits) = (pool, &partitions, &limits);
+            async move { crate::ingest::ingest(pool, partitions, b, Utc::now(), limits).await }
+        })
+        .await?;
+    sqlx::query("analyze").execute(pool).await?;
+    let rollup_rows: i64 = sqlx::query_scalar("select count(*) from usage_hourly")
+        .fetch_one(pool)
+        .await?;
+    eprintln!(
+        "loaded {gpus} GPUs, {month}: {} windows, {rollup_rows} rollup rows, in {:.1} s",
+        totals.inserted,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(rollup_rows)
+}
+
+/// `bench export`: peak memory and time of `slicemeter export focus` for a month of each fleet size,
+/// each run as its own process so that its peak resident memory is its own.
+pub async fn export(args: ExportBenchArgs) -> anyhow::Result<()> {
+    use crate::domain::time::Month;
+    let month = Month::of(Utc::now()).minus(1);
+    let mut results = Vec::new();
+    for &gpus in &args.gpus {
+        let url = args.database_url.clone();
+        let results = &mut results;
+        in_scratch_schema(&args.database_url, 8, |pool, schema| async move {
+            let rollups = load_month(&pool, gpus, args.seed, month).await?;
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let scoped = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+            let out = tempfile_path(&format!("focus-{gpus}.csv"));
+            let started = Instant::now();
+            let mut child = std::process::Command::new(std::env::current_exe()?)
+                .args(["export", "focus", "--period", &month.to_string(), "--out"])
+                .arg(&out)
+                .env("DATABASE_URL", &scoped)
+                .env("RUST_LOG", "error")
+                .spawn()?;
+            let mut peak_kib = 0u64;
+            let status = loop {
+                if let Some(kib) = peak_rss_kib(child.id()) {
+                    peak_kib = peak_kib.max(kib);
+                }
+                if let Some(status) = child.try_wait()? {
+                    break status;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            anyhow::ensure!(status.success(), "the export failed: {status}");
+            let elapsed = started.elapsed();
+            let text = std::fs::read_to_string(&out)?;
+            std::fs::remove_file(&out).ok();
+            results.push((
+                gpus,
+                rollups,
+                text.lines().count() - 1,
+                text.len(),
+                peak_kib,
+                elapsed,
+            ));
+            Ok(())
+        })
+        .await?;
+    }
+    println!("GPUs   rollup rows   FOCUS rows   CSV bytes     peak RSS    time");
+    for (gpus, rollups, rows, bytes, kib, t) in &results {
+        println!(
+            "{gpus:<6} {rollups:>11}   {rows:>10}   {bytes:>11}   {:>7.1} MiB   {:.2} s",
+            *kib as f64 / 1024.0,
+            t.as_secs_f64()
+        );
+    }
+    if let (Some(first), Some(last)) = (results.first(), results.last()) {
+        println!(
+            "peak RSS ratio {} GPUs / {} GPUs: {:.2} for {:.0}x the rows",
+            last.0,
+            first.0,
+            last.4 as f64 / first.4.max(1) as f64,
+            last.2 as f64 / first.2.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+/// Peak resident memory of a running process (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn tempfile_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("slicemeter-bench-{}-{name}", std::process::id()))
 }

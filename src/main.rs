@@ -14,6 +14,9 @@ use slicemeter::domain::team::TeamId;
 use slicemeter::domain::time::Month;
 use slicemeter::http::ServerConfig;
 use slicemeter::ingest::Limits;
+use slicemeter::reports::erp::{Layout, Platform};
+use slicemeter::reports::exports::{self, ExportConfig};
+use slicemeter::reports::focus::Issuer;
 use slicemeter::sim::SimFleet;
 use slicemeter::{bench, billing, db, demo, server, simulate};
 use tracing_subscriber::EnvFilter;
@@ -51,6 +54,11 @@ enum Command {
     Invoice {
         #[command(subcommand)]
         command: InvoiceCommand,
+    },
+    /// Export a month for finance: FOCUS 1.0 cost data or ERP journal lines, as CSV.
+    Export {
+        #[command(subcommand)]
+        command: ExportCommand,
     },
     /// Print the OpenAPI document the code describes.
     Openapi,
@@ -93,6 +101,68 @@ struct ServeArgs {
     /// Connections in the database pool.
     #[arg(long, env = "SLICEMETER_DB_MAX_CONNECTIONS", default_value_t = 16)]
     db_max_connections: u32,
+    #[command(flatten)]
+    exports: ExportArgs,
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// FOCUS BillingAccountId of every row.
+    #[arg(
+        long,
+        env = "SLICEMETER_BILLING_ACCOUNT_ID",
+        default_value = "slicemeter"
+    )]
+    billing_account_id: String,
+    /// FOCUS BillingAccountName.
+    #[arg(
+        long,
+        env = "SLICEMETER_BILLING_ACCOUNT_NAME",
+        default_value = "GPU chargeback"
+    )]
+    billing_account_name: String,
+    /// FOCUS InvoiceIssuerName, ProviderName and PublisherName: the team running the GPUs.
+    #[arg(long, env = "SLICEMETER_ISSUER_NAME", default_value = "GPU Platform")]
+    issuer_name: String,
+    /// Cost center the journal credits with what teams are charged.
+    #[arg(
+        long,
+        env = "SLICEMETER_PLATFORM_COST_CENTER",
+        default_value = "GPU-PLATFORM"
+    )]
+    platform_cost_center: String,
+    /// GL account of that credit.
+    #[arg(long, env = "SLICEMETER_PLATFORM_GL_ACCOUNT", default_value = "6490")]
+    platform_gl_account: String,
+    /// A TOML file naming and ordering the journal's columns (see deploy/erp-layout.example.toml).
+    #[arg(long, env = "SLICEMETER_ERP_LAYOUT")]
+    erp_layout: Option<PathBuf>,
+}
+
+impl ExportArgs {
+    fn config(&self) -> anyhow::Result<ExportConfig> {
+        let erp_layout = match &self.erp_layout {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                Layout::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+            }
+            None => Layout::default(),
+        };
+        Ok(ExportConfig {
+            issuer: Issuer {
+                billing_account_id: self.billing_account_id.clone(),
+                billing_account_name: self.billing_account_name.clone(),
+                name: self.issuer_name.clone(),
+                ..Issuer::default()
+            },
+            platform: Platform {
+                cost_center: self.platform_cost_center.clone(),
+                gl_account: self.platform_gl_account.clone(),
+            },
+            erp_layout,
+        })
+    }
 }
 
 impl ServeArgs {
@@ -105,6 +175,7 @@ impl ServeArgs {
                 max_windows: self.max_windows,
             },
             request_timeout: self.request_timeout,
+            exports: std::sync::Arc::new(self.exports.config()?),
         })
     }
 }
@@ -265,11 +336,43 @@ enum InvoiceCommand {
 }
 
 #[derive(Subcommand)]
+enum ExportCommand {
+    /// FOCUS 1.0 rows of a month.
+    Focus {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        period: Month,
+        /// Only this team's rows.
+        #[arg(long)]
+        team: Option<String>,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        exports: ExportArgs,
+    },
+    /// Balanced journal lines of a month's issued invoices.
+    Erp {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        period: Month,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        exports: ExportArgs,
+    },
+}
+
+#[derive(Subcommand)]
 enum BenchCommand {
     /// HTTP ingest of simulated batches against a plain COPY of the same rows, in one run.
     Ingest(bench::IngestBenchArgs),
     /// An invoice run over a simulated month against one GROUP BY over the same rollups.
     Billing(bench::BillingBenchArgs),
+    /// Peak memory and time of a month's FOCUS export, for fleets of several sizes.
+    Export(bench::ExportBenchArgs),
 }
 
 fn init_tracing() {
@@ -308,12 +411,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Token { command } => token(command).await?,
         Command::RateCard { command } => rate_card(command).await?,
         Command::Invoice { command } => invoice(command).await?,
+        Command::Export { command } => export(command).await?,
         Command::Openapi => {
             println!("{}", slicemeter::http::openapi().to_pretty_json()?);
         }
         Command::Bench { command } => match command {
             BenchCommand::Ingest(args) => bench::ingest(args).await?,
             BenchCommand::Billing(args) => bench::billing(args).await?,
+            BenchCommand::Export(args) => bench::export(args).await?,
         },
     }
     Ok(())
@@ -549,6 +654,52 @@ async fn invoice(command: InvoiceCommand) -> anyhow::Result<()> {
                     issued.currency
                 );
             }
+        }
+    }
+    Ok(())
+}
+
+fn output(out: Option<&PathBuf>) -> anyhow::Result<Box<dyn std::io::Write + Send>> {
+    Ok(match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(std::io::stdout()),
+    })
+}
+
+async fn export(command: ExportCommand) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    match command {
+        ExportCommand::Focus {
+            db,
+            period,
+            team,
+            out,
+            exports,
+        } => {
+            let pool = db::connect(&db.database_url, 4).await?;
+            let team = team.as_deref().map(TeamId::parse).transpose()?;
+            let mut stream = Box::pin(
+                exports::focus(&pool, period, team, std::sync::Arc::new(exports.config()?)).await?,
+            );
+            let mut sink = output(out.as_ref())?;
+            while let Some(chunk) = stream.next().await {
+                sink.write_all(&chunk?)?;
+            }
+            sink.flush()?;
+        }
+        ExportCommand::Erp {
+            db,
+            period,
+            out,
+            exports,
+        } => {
+            let pool = db::connect(&db.database_url, 2).await?;
+            let csv = exports::erp(&pool, period, &exports.config()?).await?;
+            let mut sink = output(out.as_ref())?;
+            sink.write_all(&csv)?;
+            sink.flush()?;
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 //! place sqlx queries live).
 
 pub mod billing;
+pub mod exports;
 pub mod fleet;
 pub mod ingest;
 pub mod invoices;

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod error;
+mod exports;
 mod fleet;
 mod health;
 mod ingest;
@@ -26,6 +27,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::db::Partitions;
 use crate::ingest::Limits;
+use crate::reports::exports::ExportConfig;
 use error::ApiError;
 
 /// What the server is configured with.
@@ -35,6 +37,7 @@ pub struct ServerConfig {
     pub body_limit: usize,
     pub ingest: Limits,
     pub request_timeout: Duration,
+    pub exports: Arc<ExportConfig>,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +46,7 @@ impl Default for ServerConfig {
             body_limit: 16 << 20,
             ingest: Limits::default(),
             request_timeout: Duration::from_secs(60),
+            exports: Arc::new(ExportConfig::default()),
         }
     }
 }
@@ -97,6 +101,7 @@ pub fn metrics_handle() -> PrometheusHandle {
         (name = "ingest", description = "Occupancy windows from node collectors"),
         (name = "reports", description = "Usage and monthly cost, from the hourly rollups"),
         (name = "billing", description = "Rate cards and invoices"),
+        (name = "exports", description = "FOCUS and ERP CSV for finance"),
         (name = "teams", description = "Teams, cost centers and namespaces"),
         (name = "fleet", description = "GPUs, slices and current holders"),
         (name = "operations", description = "Health, readiness and metrics; no token needed")
@@ -124,6 +129,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(reports::router())
         .merge(rate_cards::router())
         .merge(invoices::router())
+        .merge(exports::router())
         .merge(teams::router())
         .merge(fleet::router())
         .merge(health::router())

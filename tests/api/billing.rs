@@ -11,7 +11,7 @@ use crate::support::*;
 
 /// DESIGN.md's worked example: the H100 cut `-cgi 9,19,19`, each instance held by one team for every
 /// hour of `[first_day, first_day + days)` in one-hour windows, one batch a day.
-async fn worked_example(app: &TestApp, first_day: &str, days: i64) {
+pub async fn worked_example(app: &TestApp, first_day: &str, days: i64) {
     app.put_team("nlp", &["nlp"]).await;
     app.put_team("search", &["search"]).await;
     app.put_team("vision", &["vision"]).await;
@@ -36,7 +36,7 @@ async fn worked_example(app: &TestApp, first_day: &str, days: i64) {
     }
 }
 
-async fn rate_card(app: &TestApp, from: &str, h100: &str) -> Reply {
+pub async fn rate_card(app: &TestApp, from: &str, h100: &str) -> Reply {
     app.send_json(
         "POST",
         Some(&app.admin),
@@ -47,7 +47,7 @@ async fn rate_card(app: &TestApp, from: &str, h100: &str) -> Reply {
     .await
 }
 
-fn dec(v: &Value) -> Decimal {
+pub fn dec(v: &Value) -> Decimal {
     Decimal::from_str(
         v.as_str()
             .unwrap_or_else(|| panic!("a decimal string, got {v}")),
@@ -55,7 +55,7 @@ fn dec(v: &Value) -> Decimal {
     .unwrap()
 }
 
-fn d(s: &str) -> Decimal {
+pub fn d(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap()
 }
 
@@ -68,7 +68,7 @@ fn team_costs(report: &Value) -> Vec<(String, Decimal)> {
         .collect()
 }
 
-async fn run(app: &TestApp, period: &str) -> Reply {
+pub async fn run(app: &TestApp, period: &str) -> Reply {
     let r = app
         .send_json(
             "POST",
@@ -81,7 +81,7 @@ async fn run(app: &TestApp, period: &str) -> Reply {
     r
 }
 
-fn draft_of<'a>(run: &'a Reply, team: &str) -> &'a Value {
+pub fn draft_of<'a>(run: &'a Reply, team: &str) -> &'a Value {
     run.body["drafts"]
         .as_array()
         .unwrap()
@@ -90,7 +90,7 @@ fn draft_of<'a>(run: &'a Reply, team: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no draft for {team}: {run:?}"))
 }
 
-async fn issue(app: &TestApp, id: &Value) -> Reply {
+pub async fn issue(app: &TestApp, id: &Value) -> Reply {
     app.send_json(
         "POST",
         Some(&app.admin),
@@ -140,9 +140,15 @@ async fn the_worked_example_comes_out_to_the_cent_in_the_report_and_the_invoices
     // A quarter busy and 2 GB of its 39.5 GiB used: most of what it blocked sat idle, and the report
     // says what that idle part cost.
     let efficiency = dec(&nlp["efficiency"]);
-    assert!(efficiency > d("0.1") && efficiency < d("0.2"), "{efficiency}");
+    assert!(
+        efficiency > d("0.1") && efficiency < d("0.2"),
+        "{efficiency}"
+    );
     let idle = dec(&nlp["idle_cost"]);
-    assert!((idle - d("1337.14") * (Decimal::ONE - efficiency)).abs() < d("0.10"), "{idle}");
+    assert!(
+        (idle - d("1337.14") * (Decimal::ONE - efficiency)).abs() < d("0.10"),
+        "{idle}"
+    );
 
     let drafts = run(&app, "2026-09").await;
     assert_eq!(drafts.body["drafts"].as_array().unwrap().len(), 3);
@@ -516,21 +522,39 @@ async fn the_cli_loads_a_rate_card_and_runs_and_issues_a_period() {
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
         (out.status.success(), text)
     };
     let (ok, text) = cli(&["invoice", "issue", "--period", "2026-09"]);
-    assert!(!ok && text.contains("there are no drafts for 2026-09"), "{text}");
+    assert!(
+        !ok && text.contains("there are no drafts for 2026-09"),
+        "{text}"
+    );
     let (ok, text) = cli(&["invoice", "run", "--period", "2026-09"]);
     assert!(!ok && text.contains("no rate card is in force"), "{text}");
     let (ok, text) = cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
-    assert!(ok && text.contains("rate card version 1 published"), "{text}");
+    assert!(
+        ok && text.contains("rate card version 1 published"),
+        "{text}"
+    );
     let (ok, text) = cli(&["invoice", "run", "--period", "2026-09"]);
     assert!(ok, "{text}");
-    assert_eq!(text.lines().filter(|l| l.contains("\tdraft\t")).count(), 3, "{text}");
+    assert_eq!(
+        text.lines().filter(|l| l.contains("\tdraft\t")).count(),
+        3,
+        "{text}"
+    );
     let (ok, text) = cli(&["invoice", "issue", "--period", "2026-09"]);
     assert!(ok, "{text}");
     let year = chrono::Utc::now().format("%Y").to_string();
-    assert!(text.starts_with(&format!("SM-{year}-000001\tnlp\t2026-09\t89.14 USD")), "{text}");
-    assert_eq!(app.count("select count(*) from invoice where status = 'issued'").await, 3);
+    assert!(
+        text.starts_with(&format!("SM-{year}-000001\tnlp\t2026-09\t89.14 USD")),
+        "{text}"
+    );
+    assert_eq!(
+        app.count("select count(*) from invoice where status = 'issued'")
+            .await,
+        3
+    );
 }

@@ -2,6 +2,7 @@
 
 mod billing;
 mod collector;
+mod exports;
 mod fleet;
 mod ingest;
 mod openapi;

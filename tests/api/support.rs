@@ -146,7 +146,10 @@ pub async fn fresh_pool() -> (PgPool, String) {
         .expect("copying the template database");
     let mut url = url::Url::parse(server_url()).expect("DATABASE_URL is a URL");
     url.set_path(&name);
-    (db::connect_with(options_for(&name), 8).await.unwrap(), url.to_string())
+    (
+        db::connect_with(options_for(&name), 8).await.unwrap(),
+        url.to_string(),
+    )
 }
 
 pub struct TestApp {
@@ -263,7 +266,7 @@ impl TestApp {
                 "PUT",
                 Some(&self.admin),
                 &format!("/v1/teams/{team}"),
-                &json!({"namespaces": namespaces, "cost_center": format!("CC-{team}")}),
+                &json!({"namespaces": namespaces, "cost_center": format!("CC-{team}"), "gl_account": "6420"}),
             )
             .await;
         assert_eq!(r.status, StatusCode::OK, "{r:?}");

@@ -1,0 +1,657 @@
+//! The finance exports, streamed: FOCUS 1.0 rows straight from a database cursor to CSV chunks (memory
+//! does not grow with the fleet), and the ERP journal of a period's issued invoices.
+//!
+//! The FOCUS export of a month states the month as the monthly report does: one row per (team, slice,
+//! day), their amounts carried so that each invoice line's rows sum to its amount; the share of idle
+//! capacity spread to teams; correction lines of the month's invoices; and the platform's rows
+//! (unallocated capacity and sharing discount per model and day, and the rounding residual). The rows
+//! that are not corrections sum to the month's fleet cost, to the cent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Duration, Utc};
+use futures_util::{Stream, StreamExt};
+use rust_decimal::Decimal;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+
+use super::erp::{self, Document, JournalError, Layout, Platform};
+use super::focus::{self, CarryRounder, Category, Issuer, Row};
+use crate::billing::period::{LineKind, PeriodBill};
+use crate::billing::pricing::{UsageAggregate, price};
+use crate::billing::rate_card::{IdlePolicy, RateCard};
+use crate::billing::{self, invoice::Invoice};
+use crate::db::{self, exports::SliceDay};
+use crate::domain::slice::SliceKind;
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
+use crate::domain::usage::OccupancySums;
+
+/// Who the exports name as issuer and where the platform's journal credit goes.
+#[derive(Debug, Clone)]
+pub struct ExportConfig {
+    pub issuer: Issuer,
+    pub platform: Platform,
+    pub erp_layout: Layout,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        ExportConfig {
+            issuer: Issuer::default(),
+            platform: Platform {
+                cost_center: "GPU-PLATFORM".into(),
+                gl_account: "6490".into(),
+            },
+            erp_layout: Layout::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Billing(#[from] billing::Error),
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Journal(Vec<JournalError>),
+    #[error(
+        "the invoices of {period} are not all issued (drafts: {teams}); issue them before exporting journal lines"
+    )]
+    Drafts { period: Month, teams: String },
+    #[error("there are no issued invoices for {0}; run and issue them first")]
+    NoInvoices(Month),
+    #[error(transparent)]
+    Csv(#[from] csv::Error),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// A chunk of CSV, or the error that cut the stream short.
+pub type Chunk = Result<Bytes, std::io::Error>;
+
+const CHUNK: usize = 64 << 10;
+
+/// Collects CSV records and hands them on in chunks.
+struct ChunkWriter {
+    csv: csv::Writer<Vec<u8>>,
+    out: mpsc::Sender<Chunk>,
+}
+
+impl ChunkWriter {
+    async fn write(&mut self, record: &[String]) -> bool {
+        if self.csv.write_record(record).is_err() {
+            return false;
+        }
+        if self.csv.get_ref().len() >= CHUNK {
+            return self.flush().await;
+        }
+        true
+    }
+
+    async fn flush(&mut self) -> bool {
+        let full = std::mem::replace(&mut self.csv, csv::Writer::from_writer(Vec::new()));
+        let Ok(buf) = full.into_inner() else {
+            return false;
+        };
+        buf.is_empty() || self.out.send(Ok(Bytes::from(buf))).await.is_ok()
+    }
+}
+
+/// What the FOCUS stream needs to know before it starts, so that every error is found before the
+/// first byte is sent.
+struct FocusPlan {
+    month: Month,
+    team: Option<TeamId>,
+    bill: PeriodBill,
+    cards: BTreeMap<i64, RateCard>,
+    invoices: Vec<Invoice>,
+    config: Arc<ExportConfig>,
+}
+
+/// The FOCUS rows of `month` (only `team`'s when given: a team lead's export) as CSV chunks.
+pub async fn focus(
+    pool: &PgPool,
+    month: Month,
+    team: Option<TeamId>,
+    config: Arc<ExportConfig>,
+) -> Result<impl Stream<Item = Chunk> + Send + 'static, ExportError> {
+    let bill = billing::period_bill(pool, month).await?;
+    let cards = db::billing::rate_cards(pool).await?;
+    let mut invoices = Vec::new();
+    for i in db::invoices::list(pool, Some(month), team.as_ref()).await? {
+        if i.kind == "invoice" && i.status != "void" {
+            invoices.extend(db::invoices::get(pool, i.id).await?);
+        }
+    }
+    let plan = FocusPlan {
+        month,
+        team,
+        bill,
+        cards,
+        invoices,
+        config,
+    };
+    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    let pool = pool.clone();
+    tokio::spawn(async move {
+        let err_tx = tx.clone();
+        if let Err(e) = write_focus(&pool, plan, tx).await {
+            tracing::error!(error = %e, "The FOCUS export stopped part way.");
+            let _ = err_tx
+                .send(Err(std::io::Error::other(
+                    "the export stopped part way; see the server log",
+                )))
+                .await;
+        }
+    });
+    Ok(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }))
+}
+
+/// The invoice line a usage row belongs to.
+type LineGroup = (String, String, String, Option<String>, i64);
+
+async fn write_focus(
+    pool: &PgPool,
+    plan: FocusPlan,
+    out: mpsc::Sender<Chunk>,
+) -> Result<(), ExportError> {
+    let FocusPlan {
+        month,
+        team,
+        bill,
+        cards,
+        invoices,
+        config,
+    } = plan;
+    let Some(currency) = bill
+        .currency
+        .clone()
+        .or_else(|| cards.values().last().map(|c| c.currency.clone()))
+    else {
+        // Nothing priced, no rate card: the header alone.
+        let mut w = ChunkWriter {
+            csv: csv::Writer::from_writer(Vec::new()),
+            out,
+        };
+        w.write(&focus::COLUMNS.map(str::to_owned)).await;
+        w.flush().await;
+        return Ok(());
+    };
+    let number_of: BTreeMap<&str, &str> = invoices
+        .iter()
+        .filter_map(|i| i.number.as_deref().map(|n| (i.team.as_str(), n)))
+        .collect();
+    let mut w = ChunkWriter {
+        csv: csv::Writer::from_writer(Vec::new()),
+        out,
+    };
+    if !w.write(&focus::COLUMNS.map(str::to_owned)).await {
+        return Ok(());
+    }
+    let issuer = &config.issuer;
+
+    // The amount of each usage line, which its rows must sum to.
+    let mut targets: BTreeMap<LineGroup, Decimal> = BTreeMap::new();
+    for (t, lines) in &bill.lines {
+        for l in lines.iter().filter(|l| l.key.kind == LineKind::Usage) {
+            let key = (
+                t.clone(),
+                l.key.gpu_model.clone().unwrap_or_default(),
+                l.key
+                    .slice_kind
+                    .map(|k| k.as_str().to_owned())
+                    .unwrap_or_default(),
+                l.key.profile.clone(),
+                l.key.rate_card,
+            );
+            targets.insert(key, l.amount);
+        }
+    }
+    // Per (model, rate card, day): what the slices took of the fleet cost, and the discount.
+    let mut allocated: BTreeMap<(String, i64, DateTime<Utc>), (Decimal, Decimal)> = BTreeMap::new();
+
+    let mut conn = pool.acquire().await?;
+    let mut rows = db::exports::slice_days(&mut conn, month.start(), month.end(), team.as_ref());
+    let mut pending: Option<(LineGroup, Row, Decimal)> = None;
+    let mut rounder = CarryRounder::new();
+    loop {
+        let next = rows.next().await.transpose()?;
+        let next = match next {
+            Some(day) => Some(usage_row(&day, &cards, &number_of)?),
+            None => None,
+        };
+        if let Some((group, mut row, exact)) = pending.take() {
+            let group_ends = next.as_ref().is_none_or(|(g, _, _)| *g != group);
+            row.billed = match (group_ends, targets.get(&group)) {
+                (true, Some(target)) => rounder.last(exact, *target),
+                _ => rounder.next(exact, &currency),
+            };
+            if group_ends {
+                rounder = CarryRounder::new();
+            }
+            if !w.write(&row.record(month, &currency, issuer)).await {
+                return Ok(());
+            }
+        }
+        let Some((group, row, exact)) = next else {
+            break;
+        };
+        if let (Some(model), Some(card)) = (&row.gpu_model, row.rate_card) {
+            let e = allocated
+                .entry((model.clone(), card, row.charge_start))
+                .or_default();
+            e.0 += row.list_cost;
+            e.1 += row.list_cost - exact;
+        }
+        pending = Some((group, row, exact));
+    }
+    drop(rows);
+    drop(conn);
+
+    // Idle capacity spread to teams, one row per team and rate card for the month.
+    for (t, lines) in &bill.lines {
+        if team.as_ref().is_some_and(|own| own.as_str() != t) {
+            continue;
+        }
+        for l in lines.iter().filter(|l| l.key.kind == LineKind::IdleSpread) {
+            let row = Row {
+                category: Category::Usage,
+                correction: false,
+                description: l.description(),
+                charge_start: month.start(),
+                charge_end: month.end(),
+                billed: l.amount,
+                list_cost: l.exact_amount,
+                list_unit_price: None,
+                contracted_cost: l.exact_amount,
+                contracted_unit_price: None,
+                consumed_hours: None,
+                pricing_hours: None,
+                resource_id: None,
+                resource_name: None,
+                resource_type: None,
+                sku_id: "idle-capacity".into(),
+                sku_price_id: format!("idle-capacity/v{}", l.key.rate_card),
+                sub_account_id: t.clone(),
+                sub_account_name: t.clone(),
+                tags: BTreeMap::from([("slicemeter/team".to_owned(), t.clone())]),
+                gpu_model: None,
+                slice_kind: None,
+                mig_profile: None,
+                physical_share: None,
+                isolation_factor: None,
+                rate_card: Some(l.key.rate_card),
+                invoice_number: number_of.get(t.as_str()).map(|n| (*n).to_owned()),
+            };
+            if !w.write(&row.record(month, &currency, issuer)).await {
+                return Ok(());
+            }
+        }
+    }
+
+    // Corrections the month's invoices carry for earlier periods.
+    for i in &invoices {
+        for l in i.lines.iter().filter(|l| l.line_kind == "correction") {
+            let corrected = l.corrects_period.unwrap_or(month);
+            let sku = sku_id(
+                l.gpu_model.as_deref(),
+                l.slice_kind.as_deref(),
+                l.profile.as_deref(),
+            );
+            let row = Row {
+                category: Category::Usage,
+                correction: true,
+                description: l.description.clone(),
+                charge_start: corrected.start(),
+                charge_end: corrected.end(),
+                billed: l.amount,
+                list_cost: l.amount,
+                list_unit_price: None,
+                contracted_cost: l.amount,
+                contracted_unit_price: l.unit_price,
+                consumed_hours: Some(l.slice_hours),
+                pricing_hours: Some(l.gpu_equivalent_hours),
+                resource_id: None,
+                resource_name: None,
+                resource_type: l
+                    .slice_kind
+                    .as_deref()
+                    .map(|k| focus::resource_type(k).to_owned()),
+                sku_price_id: format!("{sku}/v{}", l.rate_card.unwrap_or_default()),
+                sku_id: sku,
+                sub_account_id: i.team.clone(),
+                sub_account_name: i.team.clone(),
+                tags: BTreeMap::from([
+                    ("slicemeter/team".to_owned(), i.team.clone()),
+                    ("slicemeter/corrects".to_owned(), corrected.to_string()),
+                ]),
+                gpu_model: l.gpu_model.clone(),
+                slice_kind: l.slice_kind.clone(),
+                mig_profile: l.profile.clone(),
+                physical_share: None,
+                isolation_factor: None,
+                rate_card: l.rate_card,
+                invoice_number: i.number.clone(),
+            };
+            if !w.write(&row.record(month, &currency, issuer)).await {
+                return Ok(());
+            }
+        }
+    }
+
+    if team.is_none() {
+        let mut conn = pool.acquire().await?;
+        let days = db::exports::model_days(&mut conn, month.start(), month.end()).await?;
+        drop(conn);
+        let spread_cards: Vec<i64> = bill
+            .lines
+            .values()
+            .flatten()
+            .filter(|l| l.key.kind == LineKind::IdleSpread)
+            .map(|l| l.key.rate_card)
+            .collect();
+        let c = &bill.conservation;
+        let mut platform: Vec<(Row, Decimal)> = Vec::new();
+        let mut discounts: Vec<(Row, Decimal)> = Vec::new();
+        for d in &days {
+            let Some(card) = d.rate_card.and_then(|id| cards.get(&id)) else {
+                continue;
+            };
+            let (cost, _) = card.hourly_cost(&d.model);
+            let fleet = cost * d.present_seconds / Decimal::from(3600);
+            let (taken, discount) = allocated
+                .get(&(d.model.clone(), card.id, d.day))
+                .copied()
+                .unwrap_or_default();
+            let spread = card.idle_policy == IdlePolicy::Spread && spread_cards.contains(&card.id);
+            if !spread {
+                platform.push((
+                    platform_row(
+                        month,
+                        d.day,
+                        &d.model,
+                        card,
+                        "unallocated",
+                        fleet - taken,
+                        issuer,
+                    ),
+                    fleet - taken,
+                ));
+            }
+            if !discount.is_zero() {
+                discounts.push((
+                    platform_row(
+                        month,
+                        d.day,
+                        &d.model,
+                        card,
+                        "sharing-discount",
+                        discount,
+                        issuer,
+                    ),
+                    discount,
+                ));
+            }
+        }
+        for (group, target) in [(platform, c.unallocated), (discounts, c.sharing_discount)] {
+            let mut r = CarryRounder::new();
+            let n = group.len();
+            for (k, (mut row, exact)) in group.into_iter().enumerate() {
+                row.billed = if k + 1 == n {
+                    r.last(exact, target)
+                } else {
+                    r.next(exact, &currency)
+                };
+                if !w.write(&row.record(month, &currency, issuer)).await {
+                    return Ok(());
+                }
+            }
+        }
+        if !c.rounding_residual.is_zero() {
+            let mut row = platform_row(
+                month,
+                month.start(),
+                "",
+                cards
+                    .values()
+                    .last()
+                    .expect("a priced month has a rate card"),
+                "rounding",
+                c.rounding_residual,
+                issuer,
+            );
+            row.category = Category::Adjustment;
+            row.charge_end = month.end();
+            row.billed = c.rounding_residual;
+            row.description =
+                "Rounding residual: invoice lines are each rounded once to the minor unit".into();
+            if !w.write(&row.record(month, &currency, issuer)).await {
+                return Ok(());
+            }
+        }
+    }
+    w.flush().await;
+    Ok(())
+}
+
+fn sku_id(model: Option<&str>, kind: Option<&str>, profile: Option<&str>) -> String {
+    [model, kind, profile]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A team's usage row for one slice-day, its exact amount, and the invoice line it belongs to.
+fn usage_row(
+    d: &SliceDay,
+    cards: &BTreeMap<i64, RateCard>,
+    invoice_numbers: &BTreeMap<&str, &str>,
+) -> Result<(LineGroup, Row, Decimal), ExportError> {
+    let card_id = d.rate_card.ok_or_else(|| {
+        billing::Error::Billing(crate::billing::period::BillingError::NoRateCard(
+            d.day.to_rfc3339(),
+        ))
+    })?;
+    let card = &cards[&card_id];
+    let kind: SliceKind = d
+        .kind
+        .parse()
+        .map_err(|e: crate::domain::slice::UnknownSliceKind| sqlx::Error::Decode(e.into()))?;
+    let memory_used =
+        d.memory_byte_seconds * d.memory_share / Decimal::from(d.memory_reserved_bytes);
+    let sums = OccupancySums {
+        held_seconds: d.held_seconds,
+        held_compute: d.held_seconds * d.compute_share,
+        held_memory: d.held_seconds * d.memory_share,
+        known_seconds: d.known_seconds,
+        known_compute: d.known_seconds * d.compute_share,
+        active_seconds: d.active_seconds,
+        active_compute: d.active_seconds * d.compute_share,
+        memory_gib_seconds: d.memory_byte_seconds / Decimal::from(1u64 << 30),
+        memory_used,
+        windows: d.windows,
+    };
+    let charge = price(
+        &UsageAggregate {
+            team: d.team.clone(),
+            model: d.model.clone(),
+            kind,
+            profile: d.profile.clone(),
+            rate_card: card_id,
+            slices: 1,
+            sums,
+        },
+        card,
+    );
+    let share = if kind.is_reserved() {
+        Some(card.weights.compute * d.compute_share + card.weights.memory * d.memory_share)
+    } else {
+        None
+    };
+    let sku = sku_id(Some(&d.model), Some(&d.kind), d.profile.as_deref());
+    let mut tags = BTreeMap::from([
+        ("slicemeter/team".to_owned(), d.team.clone()),
+        ("slicemeter/node".to_owned(), d.node.clone()),
+    ]);
+    if let Some(cc) = &d.cost_center {
+        tags.insert("slicemeter/cost-center".to_owned(), cc.clone());
+    }
+    let (hourly, _) = card.hourly_cost(&d.model);
+    let row = Row {
+        category: Category::Usage,
+        correction: false,
+        description: format!(
+            "{} held by {} on {}",
+            match (&d.profile, kind) {
+                (Some(p), SliceKind::Mig) => format!("MIG {p}"),
+                _ => focus::resource_type(&d.kind).to_owned(),
+            },
+            d.team,
+            d.model
+        ),
+        charge_start: d.day,
+        charge_end: d.day + Duration::days(1),
+        billed: Decimal::ZERO,
+        list_cost: charge.allocated,
+        list_unit_price: Some(hourly),
+        contracted_cost: charge.amount,
+        contracted_unit_price: Some(charge.unit_price),
+        consumed_hours: Some(charge.slice_hours),
+        pricing_hours: Some(charge.gpu_equivalent_hours),
+        resource_id: Some(d.slice_uuid.clone()),
+        resource_name: Some(format!("{} {}", d.node, d.slice_uuid)),
+        resource_type: Some(focus::resource_type(&d.kind).to_owned()),
+        sku_price_id: format!("{sku}/v{card_id}"),
+        sku_id: sku,
+        sub_account_id: d.team.clone(),
+        sub_account_name: d.team_name.clone(),
+        tags,
+        gpu_model: Some(d.model.clone()),
+        slice_kind: Some(d.kind.clone()),
+        mig_profile: d.profile.clone(),
+        physical_share: share,
+        isolation_factor: Some(card.factors.of(kind)),
+        rate_card: Some(card_id),
+        invoice_number: invoice_numbers
+            .get(d.team.as_str())
+            .map(|n| (*n).to_owned()),
+    };
+    let group = (
+        d.team.clone(),
+        d.model.clone(),
+        d.kind.clone(),
+        d.profile.clone(),
+        card_id,
+    );
+    Ok((group, row, charge.amount))
+}
+
+/// One of the platform's rows: `what` is `unallocated`, `sharing-discount` or `rounding`.
+fn platform_row(
+    month: Month,
+    day: DateTime<Utc>,
+    model: &str,
+    card: &RateCard,
+    what: &str,
+    exact: Decimal,
+    issuer: &Issuer,
+) -> Row {
+    let description = match what {
+        "unallocated" => {
+            format!("Unallocated capacity of {model}: the share of its GPUs no slice held")
+        }
+        _ => {
+            format!("Sharing discount on {model}: the (1 - isolation factor) part of shared slices")
+        }
+    };
+    let sku = if model.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{model}/{what}")
+    };
+    Row {
+        category: Category::Usage,
+        correction: false,
+        description,
+        charge_start: day,
+        charge_end: (day + Duration::days(1)).min(month.end()),
+        billed: Decimal::ZERO,
+        list_cost: exact,
+        list_unit_price: None,
+        contracted_cost: exact,
+        contracted_unit_price: None,
+        consumed_hours: None,
+        pricing_hours: None,
+        resource_id: None,
+        resource_name: None,
+        resource_type: Some("GPU".into()),
+        sku_price_id: format!("{sku}/v{}", card.id),
+        sku_id: sku,
+        sub_account_id: "platform".into(),
+        sub_account_name: issuer.name.clone(),
+        tags: BTreeMap::from([("slicemeter/platform".to_owned(), what.to_owned())]),
+        gpu_model: (!model.is_empty()).then(|| model.to_owned()),
+        slice_kind: None,
+        mig_profile: None,
+        physical_share: None,
+        isolation_factor: None,
+        rate_card: Some(card.id),
+        invoice_number: None,
+    }
+}
+
+/// The ERP journal of `month`'s issued invoices and credit notes, as CSV.
+pub async fn erp(
+    pool: &PgPool,
+    month: Month,
+    config: &ExportConfig,
+) -> Result<Vec<u8>, ExportError> {
+    let mut conn = pool.acquire().await?;
+    let docs = db::exports::period_documents(&mut conn, month.first_day()).await?;
+    drop(conn);
+    let drafts: Vec<&str> = docs
+        .iter()
+        .filter(|d| d.status == "draft")
+        .map(|d| d.team.as_str())
+        .collect();
+    if !drafts.is_empty() {
+        return Err(ExportError::Drafts {
+            period: month,
+            teams: drafts.join(", "),
+        });
+    }
+    if docs.is_empty() {
+        return Err(ExportError::NoInvoices(month));
+    }
+    let documents: Vec<Document> = docs
+        .into_iter()
+        .map(|d| Document {
+            number: d.number.unwrap_or_default(),
+            team: d.team,
+            team_name: d.team_name,
+            cost_center: d.cost_center,
+            gl_account: d.gl_account,
+            currency: d.currency,
+            total: d.total,
+        })
+        .collect();
+    let lines = erp::journal(month, &documents, &config.platform).map_err(ExportError::Journal)?;
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let header: Vec<&str> = config
+        .erp_layout
+        .columns
+        .iter()
+        .map(|c| c.header.as_str())
+        .collect();
+    w.write_record(&header)?;
+    for l in &lines {
+        w.write_record(erp::record(l, &config.erp_layout))?;
+    }
+    w.into_inner()
+        .map_err(|e| csv::Error::from(e.into_error()).into())
+}

@@ -1,0 +1,328 @@
+//! FOCUS 1.0 cost and usage rows (FinOps Foundation, <https://focus.finops.org>): every column the
+//! specification defines for 1.0, in its order, then slicemeter's own `x_` columns. Pure: rows in,
+//! CSV records out.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+
+use crate::billing::rate_card::Currency;
+use crate::domain::time::Month;
+
+/// The header, FOCUS 1.0 columns first.
+pub const COLUMNS: [&str; 50] = [
+    "AvailabilityZone",
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "CommitmentDiscountCategory",
+    "CommitmentDiscountId",
+    "CommitmentDiscountName",
+    "CommitmentDiscountStatus",
+    "CommitmentDiscountType",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCategory",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "RegionId",
+    "RegionName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "SkuId",
+    "SkuPriceId",
+    "SubAccountId",
+    "SubAccountName",
+    "Tags",
+    "x_GpuModel",
+    "x_SliceKind",
+    "x_MigProfile",
+    "x_PhysicalShare",
+    "x_IsolationFactor",
+    "x_RateCardVersion",
+    "x_InvoiceNumber",
+];
+
+/// Who issues and provides the charges: the GPU platform team running slicemeter.
+#[derive(Debug, Clone)]
+pub struct Issuer {
+    pub billing_account_id: String,
+    pub billing_account_name: String,
+    /// InvoiceIssuerName, ProviderName and PublisherName.
+    pub name: String,
+    pub service_name: String,
+}
+
+impl Default for Issuer {
+    fn default() -> Self {
+        Issuer {
+            billing_account_id: "slicemeter".into(),
+            billing_account_name: "GPU chargeback".into(),
+            name: "GPU Platform".into(),
+            service_name: "GPU slices".into(),
+        }
+    }
+}
+
+/// A FOCUS `ChargeCategory`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    Usage,
+    Adjustment,
+}
+
+/// One row before formatting. Quantities and prices exact; `billed` already in minor units.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub category: Category,
+    pub correction: bool,
+    pub description: String,
+    pub charge_start: DateTime<Utc>,
+    pub charge_end: DateTime<Utc>,
+    pub billed: Decimal,
+    /// At list price: hourly cost x GPU-equivalent hours, before the isolation factor.
+    pub list_cost: Decimal,
+    pub list_unit_price: Option<Decimal>,
+    /// At the contracted (factored) price: the exact amount before rounding.
+    pub contracted_cost: Decimal,
+    pub contracted_unit_price: Option<Decimal>,
+    /// Slice-hours.
+    pub consumed_hours: Option<Decimal>,
+    /// GPU-equivalent hours.
+    pub pricing_hours: Option<Decimal>,
+    pub resource_id: Option<String>,
+    pub resource_name: Option<String>,
+    pub resource_type: Option<String>,
+    pub sku_id: String,
+    pub sku_price_id: String,
+    pub sub_account_id: String,
+    pub sub_account_name: String,
+    pub tags: BTreeMap<String, String>,
+    pub gpu_model: Option<String>,
+    pub slice_kind: Option<String>,
+    pub mig_profile: Option<String>,
+    pub physical_share: Option<Decimal>,
+    pub isolation_factor: Option<Decimal>,
+    pub rate_card: Option<i64>,
+    pub invoice_number: Option<String>,
+}
+
+/// FOCUS dates: `YYYY-MM-DDTHH:mm:ssZ`.
+pub fn timestamp(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A decimal with a fixed scale and `.` as separator, never in exponent form.
+pub fn fixed(d: Decimal, scale: u32) -> String {
+    let mut r =
+        d.round_dp_with_strategy(scale, rust_decimal::RoundingStrategy::MidpointNearestEven);
+    r.rescale(scale);
+    if r.is_zero() {
+        r.set_sign_positive(true);
+    }
+    r.to_string()
+}
+
+impl Row {
+    /// The CSV record for this row under `month`'s billing period.
+    pub fn record(&self, month: Month, currency: &Currency, issuer: &Issuer) -> Vec<String> {
+        // Money with at least two decimals, quantities and prices with six: fixed scales, as the
+        // FOCUS validator reads decimals as floats.
+        let money = currency.minor_units.max(2);
+        let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+        let dec6 = |v: Option<Decimal>| v.map(|d| fixed(d, 6)).unwrap_or_default();
+        let tags = serde_json::to_string(&self.tags).expect("tags serialise");
+        vec![
+            String::new(),
+            fixed(self.billed, money),
+            issuer.billing_account_id.clone(),
+            issuer.billing_account_name.clone(),
+            currency.code.clone(),
+            timestamp(month.end()),
+            timestamp(month.start()),
+            match self.category {
+                Category::Usage => "Usage",
+                Category::Adjustment => "Adjustment",
+            }
+            .to_owned(),
+            if self.correction { "Correction" } else { "" }.to_owned(),
+            self.description.clone(),
+            match self.category {
+                Category::Usage => "Usage-Based",
+                Category::Adjustment => "One-Time",
+            }
+            .to_owned(),
+            timestamp(self.charge_end),
+            timestamp(self.charge_start),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            dec6(self.consumed_hours),
+            if self.consumed_hours.is_some() {
+                "Slice-Hours"
+            } else {
+                ""
+            }
+            .to_owned(),
+            fixed(self.contracted_cost, money),
+            dec6(self.contracted_unit_price),
+            fixed(self.billed, money),
+            issuer.name.clone(),
+            fixed(self.list_cost, money),
+            dec6(self.list_unit_price),
+            "Standard".to_owned(),
+            dec6(self.pricing_hours),
+            if self.pricing_hours.is_some() {
+                "GPU-Equivalent-Hours"
+            } else {
+                ""
+            }
+            .to_owned(),
+            issuer.name.clone(),
+            issuer.name.clone(),
+            String::new(),
+            String::new(),
+            opt(&self.resource_id),
+            opt(&self.resource_name),
+            opt(&self.resource_type),
+            "AI and Machine Learning".to_owned(),
+            issuer.service_name.clone(),
+            self.sku_id.clone(),
+            self.sku_price_id.clone(),
+            self.sub_account_id.clone(),
+            self.sub_account_name.clone(),
+            tags,
+            opt(&self.gpu_model),
+            opt(&self.slice_kind),
+            opt(&self.mig_profile),
+            dec6(self.physical_share),
+            self.isolation_factor
+                .map(|f| fixed(f, 2))
+                .unwrap_or_default(),
+            self.rate_card.map(|r| r.to_string()).unwrap_or_default(),
+            opt(&self.invoice_number),
+        ]
+    }
+}
+
+/// The resource type FOCUS rows name for a slice kind.
+pub fn resource_type(kind: &str) -> &'static str {
+    match kind {
+        "mig" => "MIG instance",
+        "mps" => "MPS share",
+        "timeslice" => "Time-sliced replica",
+        "vgpu" => "vGPU",
+        _ => "GPU",
+    }
+}
+
+/// Rounds a stream of exact amounts so that every prefix sums to the rounded prefix total, and the
+/// whole group to a given target: each row is off its own exact amount by less than one minor unit,
+/// and only the running total is kept, whatever the number of rows.
+#[derive(Debug)]
+pub struct CarryRounder {
+    exact: Decimal,
+    emitted: Decimal,
+}
+
+impl CarryRounder {
+    pub fn new() -> Self {
+        CarryRounder {
+            exact: Decimal::ZERO,
+            emitted: Decimal::ZERO,
+        }
+    }
+
+    /// The rounded amount of the next row.
+    pub fn next(&mut self, exact: Decimal, currency: &Currency) -> Decimal {
+        self.exact += exact;
+        let amount = currency.round(self.exact) - self.emitted;
+        self.emitted += amount;
+        amount
+    }
+
+    /// The last row of a group: whatever makes the group sum to `target`.
+    pub fn last(&mut self, exact: Decimal, target: Decimal) -> Decimal {
+        self.exact += exact;
+        let amount = target - self.emitted;
+        self.emitted = target;
+        amount
+    }
+}
+
+impl Default for CarryRounder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rust_decimal_macros::dec;
+
+    #[test]
+    fn carried_rounding_sums_to_the_target_and_stays_within_a_cent_of_each_row() {
+        let usd = Currency::parse("USD").unwrap();
+        let exact = [
+            dec!(0.333333),
+            dec!(0.333333),
+            dec!(0.333334),
+            dec!(1.005),
+            dec!(2.4449),
+        ];
+        let target = usd.round(exact.iter().sum());
+        let mut r = CarryRounder::new();
+        let mut rows = Vec::new();
+        for (i, e) in exact.iter().enumerate() {
+            rows.push(if i + 1 == exact.len() {
+                r.last(*e, target)
+            } else {
+                r.next(*e, &usd)
+            });
+        }
+        assert_eq!(rows.iter().copied().sum::<Decimal>(), target);
+        for (row, e) in rows.iter().zip(exact) {
+            assert!((*row - e).abs() < dec!(0.01), "{row} vs {e}");
+        }
+        assert_eq!(
+            rows,
+            vec![dec!(0.33), dec!(0.34), dec!(0.33), dec!(1.00), dec!(2.45)]
+        );
+    }
+
+    #[test]
+    fn decimals_are_written_with_a_fixed_scale() {
+        assert_eq!(fixed(dec!(24), 6), "24.000000");
+        assert_eq!(fixed(dec!(1337.142857), 2), "1337.14");
+        assert_eq!(fixed(dec!(-0.005), 2), "0.00");
+        assert_eq!(
+            timestamp("2026-10-01T00:00:00Z".parse().unwrap()),
+            "2026-10-01T00:00:00Z"
+        );
+        assert_eq!(COLUMNS.len(), 50);
+    }
+}

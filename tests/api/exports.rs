@@ -1,0 +1,492 @@
+//! FOCUS and ERP exports, reconciled against the monthly report and the invoices.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use rust_decimal::Decimal;
+use serde_json::json;
+use slicemeter::auth::Role;
+use slicemeter::collector::Cadence;
+use slicemeter::sim::SimFleet;
+
+use crate::billing::{d, dec, draft_of, issue, rate_card, run, worked_example};
+use crate::support::*;
+
+struct Csv {
+    headers: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Csv {
+    fn parse(text: &str) -> Csv {
+        let mut r = csv::Reader::from_reader(text.as_bytes());
+        let headers = r.headers().unwrap().iter().map(str::to_owned).collect();
+        let rows = r
+            .records()
+            .map(|rec| rec.unwrap().iter().map(str::to_owned).collect())
+            .collect();
+        Csv { headers, rows }
+    }
+
+    fn col(&self, name: &str) -> usize {
+        self.headers
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name}"))
+    }
+
+    fn sum(&self, name: &str, filter: impl Fn(&Vec<String>) -> bool) -> Decimal {
+        let c = self.col(name);
+        self.rows
+            .iter()
+            .filter(|r| filter(r))
+            .map(|r| d(&r[c]))
+            .sum()
+    }
+}
+
+async fn focus(app: &TestApp, token: &str, period: &str) -> (Reply, Csv) {
+    let r = app
+        .get(Some(token), &format!("/v1/exports/focus?period={period}"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let csv = Csv::parse(r.body.as_str().unwrap());
+    (r, csv)
+}
+
+#[tokio::test]
+async fn the_focus_export_sums_to_the_fleet_cost_and_each_team_to_its_invoice() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 30).await;
+    let drafts = run(&app, "2026-09").await;
+    issue(&app, &draft_of(&drafts, "nlp")["id"]).await;
+
+    let (reply, csv) = focus(&app, &app.admin, "2026-09").await;
+    let disposition = reply.headers["content-disposition"].to_str().unwrap();
+    assert!(
+        disposition.starts_with("attachment; filename=\"slicemeter-focus-2026-09-generated-"),
+        "{disposition}"
+    );
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    let fleet = dec(&report.body["conservation"]["fleet_cost"]);
+    assert_eq!(fleet, d("2880.00"));
+    assert_eq!(csv.sum("BilledCost", |_| true), fleet);
+    let sub = csv.col("SubAccountId");
+    for team in ["nlp", "search", "vision"] {
+        let invoice = dec(&draft_of(&drafts, team)["total"]);
+        assert_eq!(csv.sum("BilledCost", |r| r[sub] == team), invoice, "{team}");
+    }
+    // One row per slice and day, then the platform's day by day, then the rounding residual.
+    let category = csv.col("ChargeCategory");
+    assert_eq!(
+        csv.sum("BilledCost", |r| r[sub] == "platform"
+            && r[category] == "Usage"),
+        d("771.43"),
+        "unallocated"
+    );
+    assert_eq!(
+        csv.sum("BilledCost", |r| r[category] == "Adjustment"),
+        d("0.01"),
+        "residual"
+    );
+    assert_eq!(csv.rows.iter().filter(|r| r[sub] == "nlp").count(), 30);
+    assert_eq!(
+        csv.rows.iter().filter(|r| r[sub] == "platform").count(),
+        30 + 1
+    );
+    assert_eq!(
+        csv.rows
+            .iter()
+            .filter(|r| r[category] == "Adjustment")
+            .count(),
+        1
+    );
+    let nlp_row = csv.rows.iter().find(|r| r[sub] == "nlp").unwrap();
+    let get = |name: &str| nlp_row[csv.col(name)].clone();
+    assert_eq!(get("ChargePeriodStart"), "2026-09-01T00:00:00Z");
+    assert_eq!(get("ChargePeriodEnd"), "2026-09-02T00:00:00Z");
+    assert_eq!(get("BillingPeriodStart"), "2026-09-01T00:00:00Z");
+    assert_eq!(get("BillingPeriodEnd"), "2026-10-01T00:00:00Z");
+    assert_eq!(get("ServiceCategory"), "AI and Machine Learning");
+    assert_eq!(get("BillingCurrency"), "USD");
+    assert_eq!(get("ResourceId"), MIG_3G);
+    assert_eq!(get("ConsumedQuantity"), "24.000000");
+    assert_eq!(get("ConsumedUnit"), "Slice-Hours");
+    assert_eq!(get("PricingQuantity"), "11.142857");
+    assert_eq!(get("SkuId"), "NVIDIA H100 80GB HBM3/mig/3g.40gb");
+    assert_eq!(get("x_MigProfile"), "3g.40gb");
+    assert_eq!(get("x_PhysicalShare"), "0.464286");
+    assert_eq!(get("x_IsolationFactor"), "1.00");
+    assert_eq!(get("x_RateCardVersion"), "1");
+    assert!(get("x_InvoiceNumber").starts_with("SM-"));
+    let tags: serde_json::Value = serde_json::from_str(&get("Tags")).unwrap();
+    assert_eq!(tags["slicemeter/team"], "nlp");
+    assert_eq!(get("ChargeClass"), "");
+}
+
+/// A month of a simulated fleet with every slice kind, two rate cards (the second spreads idle
+/// capacity), and a correction: every FOCUS row type.
+async fn simulated_month(app: &TestApp) {
+    let fleet = SimFleet::generate(7, 24);
+    for t in &fleet.teams {
+        let ns: Vec<&str> = t.namespaces.iter().map(String::as_str).collect();
+        app.put_team(&t.id, &ns).await;
+    }
+    rate_card(app, "2026-08-01T00:00:00Z", "4.00").await;
+    let r = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/rate-cards",
+            &json!({"effective_from": "2026-09-16T00:00:00Z", "currency": "USD", "default_hourly_cost": "3.10",
+                    "idle_policy": "spread", "prices": {"NVIDIA H100 80GB HBM3": "4.40", "NVIDIA H200": "5.50"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(300),
+        window: Duration::from_secs(3600),
+        batch_period: Duration::from_secs(86_400),
+    };
+    let mut batches = Vec::new();
+    let from: chrono::DateTime<chrono::Utc> = "2026-08-31T00:00:00Z".parse().unwrap();
+    slicemeter::simulate::generate(
+        &fleet,
+        from,
+        from + chrono::Duration::days(31),
+        cadence,
+        |day| {
+            batches.extend(day);
+            true
+        },
+    )
+    .unwrap();
+    // August's last day first, invoiced; it comes back corrected in September.
+    let (august, september): (Vec<_>, Vec<_>) = batches.into_iter().partition(|b| {
+        b.period.start
+            < "2026-09-01T00:00:00Z"
+                .parse::<chrono::DateTime<chrono::Utc>>()
+                .unwrap()
+    });
+    let (early, late): (Vec<_>, Vec<_>) = august.into_iter().partition(|b| b.node != "gpu-node-01");
+    for b in &early {
+        assert_eq!(
+            app.ingest(&app.admin, &serde_json::to_value(b).unwrap())
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+    let drafts = run(app, "2026-08").await;
+    for i in drafts.body["drafts"].as_array().unwrap() {
+        issue(app, &i["id"]).await;
+    }
+    for b in late.iter().chain(&september) {
+        assert_eq!(
+            app.ingest(&app.admin, &serde_json::to_value(b).unwrap())
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+    run(app, "2026-09").await;
+}
+
+#[tokio::test]
+async fn a_simulated_month_passes_the_finops_foundation_focus_validator() {
+    let app = TestApp::spawn().await;
+    simulated_month(&app).await;
+    let (reply, csv) = focus(&app, &app.admin, "2026-09").await;
+    let class = csv.col("ChargeClass");
+    assert!(
+        csv.rows.iter().any(|r| r[class] == "Correction"),
+        "the month carries corrections"
+    );
+    let kinds: std::collections::BTreeSet<&str> = csv
+        .rows
+        .iter()
+        .map(|r| r[csv.col("x_SliceKind")].as_str())
+        .collect();
+    assert!(kinds.len() >= 5, "{kinds:?}");
+    // Without the corrections (August's), the rows sum to September's fleet cost.
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(
+        csv.sum("BilledCost", |r| r[class] != "Correction"),
+        dec(&report.body["conservation"]["fleet_cost"])
+    );
+    // Team rows (corrections included) equal the September invoices.
+    let invoices = app
+        .get(Some(&app.admin), "/v1/invoices?period=2026-09")
+        .await;
+    let sub = csv.col("SubAccountId");
+    for i in invoices.body.as_array().unwrap() {
+        let team = i["team"].as_str().unwrap();
+        assert_eq!(
+            csv.sum("BilledCost", |r| r[sub] == team),
+            dec(&i["total"]),
+            "{team}"
+        );
+    }
+
+    let validator = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/scripts/focus-validate"
+    );
+    assert!(
+        std::path::Path::new(validator).exists(),
+        "the FinOps Foundation's validator wrapper is expected at {validator}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("focus-2026-09.csv");
+    std::fs::write(&file, reply.body.as_str().unwrap()).unwrap();
+    let out = std::process::Command::new(validator)
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "focus-validator failed:\n{text}");
+    assert!(text.contains("focus-validate: all checks passed"), "{text}");
+}
+
+#[tokio::test]
+async fn a_team_leads_focus_export_holds_only_their_rows() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 3).await;
+    let lead = app.token(Role::TeamLead, Some("search"), None).await;
+    let (_, csv) = focus(&app, &lead, "2026-09").await;
+    let sub = csv.col("SubAccountId");
+    assert_eq!(csv.rows.len(), 3);
+    assert!(csv.rows.iter().all(|r| r[sub] == "search"));
+    assert!(
+        !csv.rows
+            .iter()
+            .flatten()
+            .any(|v| v.contains("nlp") || v.contains("vision"))
+    );
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    assert_eq!(
+        app.get(Some(&collector), "/v1/exports/focus?period=2026-09")
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.get(Some(&lead), "/v1/exports/erp?period=2026-09")
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
+async fn names_with_commas_quotes_newlines_and_non_ascii_round_trip() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 1).await;
+    let name = "Ads, \"Ranking\"\nÉquipe 東京 🚀";
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!({"display_name": name, "namespaces": ["nlp"], "cost_center": "CC, \"7\"", "gl_account": "6420"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let (_, csv) = focus(&app, &app.admin, "2026-09").await;
+    let row = csv
+        .rows
+        .iter()
+        .find(|r| r[csv.col("SubAccountId")] == "nlp")
+        .unwrap();
+    assert_eq!(row[csv.col("SubAccountName")], name);
+    let tags: serde_json::Value = serde_json::from_str(&row[csv.col("Tags")]).unwrap();
+    assert_eq!(tags["slicemeter/cost-center"], "CC, \"7\"");
+
+    let drafts = run(&app, "2026-09").await;
+    for i in drafts.body["drafts"].as_array().unwrap() {
+        issue(&app, &i["id"]).await;
+    }
+    let erp = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(erp.status, StatusCode::OK, "{erp:?}");
+    let csv = Csv::parse(erp.body.as_str().unwrap());
+    let nlp = csv
+        .rows
+        .iter()
+        .find(|r| r[csv.col("cost_center")] == "CC, \"7\"")
+        .unwrap();
+    assert!(nlp[csv.col("description")].contains(name));
+}
+
+#[tokio::test]
+async fn the_erp_journal_balances_and_matches_the_issued_invoices() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 30).await;
+    let drafts = run(&app, "2026-09").await;
+
+    let early = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(early.status, StatusCode::CONFLICT);
+    assert!(
+        early.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("drafts: nlp, search, vision"),
+        "{early:?}"
+    );
+    let mut numbers = BTreeMap::new();
+    for team in ["nlp", "search", "vision"] {
+        let issued = issue(&app, &draft_of(&drafts, team)["id"]).await;
+        numbers.insert(
+            issued.body["number"].as_str().unwrap().to_owned(),
+            dec(&issued.body["total"]),
+        );
+    }
+    let r = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let csv = Csv::parse(r.body.as_str().unwrap());
+    assert_eq!(
+        csv.headers,
+        [
+            "posting_date",
+            "period",
+            "document",
+            "line",
+            "cost_center",
+            "gl_account",
+            "debit",
+            "credit",
+            "currency",
+            "description"
+        ]
+    );
+    let (debit, credit, doc, cc) = (
+        csv.col("debit"),
+        csv.col("credit"),
+        csv.col("document"),
+        csv.col("cost_center"),
+    );
+    let debits: Decimal = csv
+        .rows
+        .iter()
+        .filter(|r| !r[debit].is_empty())
+        .map(|r| d(&r[debit]))
+        .sum();
+    let credits: Decimal = csv
+        .rows
+        .iter()
+        .filter(|r| !r[credit].is_empty())
+        .map(|r| d(&r[credit]))
+        .sum();
+    assert_eq!(debits, credits, "balanced");
+    assert_eq!(debits, d("2108.56"));
+    for row in csv.rows.iter().filter(|r| !r[debit].is_empty()) {
+        assert_eq!(d(&row[debit]), numbers[&row[doc]], "{row:?}");
+        assert_eq!(row[csv.col("posting_date")], "2026-09-30");
+    }
+    let platform: Vec<_> = csv
+        .rows
+        .iter()
+        .filter(|r| r[cc] == "GPU-PLATFORM")
+        .collect();
+    assert_eq!(platform.len(), 1);
+    assert_eq!(d(&platform[0][credit]), d("2108.56"));
+
+    // A team without a cost center is named, and nothing is exported.
+    sqlx::query("update team set cost_center = null where team_id = 'vision'")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let r = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(
+        r.body["error"]["message"],
+        "team \"vision\" has no cost center: set it with PUT /v1/teams/vision before exporting journal lines"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_exports_focus_and_the_journal_in_a_layout_of_the_erps_choosing() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let drafts = run(&app, "2026-09").await;
+    for t in ["nlp", "search", "vision"] {
+        issue(&app, &draft_of(&drafts, t)["id"]).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args(args)
+            .env("DATABASE_URL", &app.database_url)
+            .env("RUST_LOG", "error")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let focus_file = dir.path().join("focus.csv");
+    cli(&[
+        "export",
+        "focus",
+        "--period",
+        "2026-09",
+        "--out",
+        focus_file.to_str().unwrap(),
+    ]);
+    let api = app
+        .get(Some(&app.admin), "/v1/exports/focus?period=2026-09")
+        .await;
+    let file = std::fs::read_to_string(&focus_file).unwrap();
+    assert_eq!(
+        Csv::parse(&file).rows,
+        Csv::parse(api.body.as_str().unwrap()).rows
+    );
+
+    let erp_file = dir.path().join("journal.csv");
+    cli(&[
+        "export",
+        "erp",
+        "--period",
+        "2026-09",
+        "--erp-layout",
+        "deploy/erp-layout.example.toml",
+        "--out",
+        erp_file.to_str().unwrap(),
+    ]);
+    let journal = Csv::parse(&std::fs::read_to_string(&erp_file).unwrap());
+    assert_eq!(
+        journal.headers,
+        [
+            "PostingDate",
+            "DocumentReference",
+            "CostCenter",
+            "GLAccount",
+            "Amount",
+            "Currency",
+            "LineText"
+        ]
+    );
+    assert_eq!(journal.sum("Amount", |_| true), Decimal::ZERO);
+    assert_eq!(journal.rows.len(), 4);
+}
