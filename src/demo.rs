@@ -165,6 +165,7 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
     }
     println!("slicemeter demo is serving at {base}/");
     println!("admin token (id {admin_id}, shown once): {admin}");
+    println!("dashboard: {base}/ui/ (sign in with the token above)");
     println!(
         "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team&step=day'",
         (Utc::now() - chrono::Duration::days(i64::from(args.days))).date_naive(),

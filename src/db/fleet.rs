@@ -30,7 +30,7 @@ pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceR
         FleetSliceRow,
         r#"with holder as (
                select distinct on (u.slice_id) u.slice_id, u.consumer_id from usage_hourly u
-               where u.hour >= $1::timestamptz - interval '1 hour' and u.hour <= $1
+               where u.hour >= date_trunc('hour', $1::timestamptz, 'UTC') - interval '1 hour' and u.hour <= $1
                order by u.slice_id, u.hour desc, u.held_seconds desc),
            present as (
                select h.gpu_id, max(h.hour) + interval '1 hour' as until from gpu_hourly h

@@ -9,6 +9,7 @@ pub mod invoices;
 pub mod reports;
 pub mod teams;
 pub mod tokens;
+pub mod ui;
 
 use std::collections::HashSet;
 use std::str::FromStr;

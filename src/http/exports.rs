@@ -102,8 +102,17 @@ async fn focus_export(
     principal: Principal,
     params: Result<Query<PeriodParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let month = period(params)?;
+    focus_response(&state, &principal, month).await
+}
+
+/// The FOCUS export of `month` as the principal may see it; the dashboard serves the same.
+pub(crate) async fn focus_response(
+    state: &AppState,
+    principal: &Principal,
+    month: Month,
+) -> Result<Response, ApiError> {
+    require(principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let stream = exports::focus(
         &state.pool,
         month,
@@ -130,8 +139,17 @@ async fn erp_export(
     principal: Principal,
     params: Result<Query<PeriodParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    require(&principal, &[Role::Admin, Role::Finance])?;
     let month = period(params)?;
+    erp_response(&state, &principal, month).await
+}
+
+/// The ERP journal of `month`; the dashboard serves the same.
+pub(crate) async fn erp_response(
+    state: &AppState,
+    principal: &Principal,
+    month: Month,
+) -> Result<Response, ApiError> {
+    require(principal, &[Role::Admin, Role::Finance])?;
     let csv = exports::erp(&state.pool, month, &state.config.exports).await?;
     Ok(csv_response("erp-journal", month, Body::from(csv)))
 }

@@ -160,10 +160,19 @@ async fn get_invoice(
     principal: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    invoice_response(&state, &principal, &id).await
+}
+
+/// An invoice as JSON, or as CSV for an id ending in `.csv`; the dashboard serves the same.
+pub(crate) async fn invoice_response(
+    state: &AppState,
+    principal: &Principal,
+    id: &str,
+) -> Result<Response, ApiError> {
+    require(principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let (raw, csv) = match id.strip_suffix(".csv") {
         Some(raw) => (raw, true),
-        None => (id.as_str(), false),
+        None => (id, false),
     };
     let not_found = || ApiError::NotFound(format!("there is no invoice {id}"));
     let id: i64 = raw.parse().map_err(|_| not_found())?;

@@ -11,6 +11,7 @@ mod invoices;
 mod rate_cards;
 mod reports;
 mod teams;
+mod ui;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -147,6 +148,7 @@ pub fn router(state: AppState) -> Router {
     // Swagger UI's assets are vendored into the binary: no download at build, no CDN at run time.
     routes
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc))
+        .merge(ui::router())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state)
         .layer(TimeoutLayer::with_status_code(

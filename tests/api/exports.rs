@@ -130,7 +130,7 @@ async fn the_focus_export_sums_to_the_fleet_cost_and_each_team_to_its_invoice() 
 
 /// A month of a simulated fleet with every slice kind, two rate cards (the second spreads idle
 /// capacity), and a correction: every FOCUS row type.
-async fn simulated_month(app: &TestApp) {
+pub async fn simulated_month(app: &TestApp) {
     let fleet = SimFleet::generate(7, 24);
     for t in &fleet.teams {
         let ns: Vec<&str> = t.namespaces.iter().map(String::as_str).collect();

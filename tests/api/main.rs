@@ -1,6 +1,7 @@
 //! The API, in-process, against a real PostgreSQL: one test binary, one module per resource.
 
 mod billing;
+mod browser;
 mod collector;
 mod exports;
 mod fleet;

@@ -1,0 +1,256 @@
+// End-to-end test of the dashboard in Debian's chromium, driven by playwright-core. Run by
+// tests/api/browser.rs (part of `cargo test`) against a server it started on loopback, with:
+//   BASE_URL, MONTH, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS (a folder)
+// It exits non-zero, saying why, on the first failed check.
+import { chromium } from 'playwright-core';
+import { readFileSync, mkdirSync } from 'node:fs';
+import assert from 'node:assert/strict';
+
+const { BASE_URL, MONTH, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS } = process.env;
+for (const [k, v] of Object.entries({ BASE_URL, MONTH, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS })) {
+  if (!v) throw new Error(`${k} is not set`);
+}
+mkdirSync(SCREENSHOTS, { recursive: true });
+
+async function api(token, path) {
+  const r = await fetch(BASE_URL + path, { headers: { Authorization: `Bearer ${token}` } });
+  assert.equal(r.status, 200, `GET ${path}: ${r.status}`);
+  return r.json();
+}
+
+/** "USD 1,337.14" -> "1337.14"; "-0.01" stays. */
+function amount(text) {
+  const m = text.replace(/,/g, '').match(/-?\d+(\.\d+)?/);
+  assert.ok(m, `no number in ${JSON.stringify(text)}`);
+  return m[0];
+}
+
+/** Equal as decimals, whatever the trailing zeros. */
+function sameDecimal(a, b, what) {
+  assert.equal(Number(a).toFixed(6), Number(b).toFixed(6), `${what}: page says ${a}, API says ${b}`);
+}
+
+/** A minimal RFC 4180 reader (quotes, doubled quotes, commas and newlines inside quotes). */
+function parseCsv(text) {
+  const rows = [];
+  let row = [], field = '', quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') { field += '"'; i++; }
+      else if (c === '"') quoted = false;
+      else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') { row.push(field); field = ''; }
+    else if (c === '\n') { row.push(field); rows.push(row); row = []; field = ''; }
+    else if (c !== '\r') field += c;
+  }
+  if (field || row.length) { row.push(field); rows.push(row); }
+  return rows;
+}
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+         '--disable-component-update', '--disable-sync', '--disable-default-apps'],
+});
+
+// Every request any page makes, to prove none leaves the machine.
+const requests = [];
+
+async function newSession(viewport = { width: 1280, height: 800 }) {
+  const context = await browser.newContext({ viewport, acceptDownloads: true });
+  context.on('request', (r) => requests.push(r.url()));
+  return { context, page: await context.newPage() };
+}
+
+async function signIn(page, token) {
+  await page.goto(BASE_URL + '/ui/signin');
+  await page.fill('#token', token);
+  await Promise.all([page.waitForURL((u) => !u.pathname.endsWith('/signin')), page.click('button[type=submit]')]);
+}
+
+/** Labels for every form field, names for every chart, a page language. */
+async function checkAccessibility(page, what) {
+  const problems = await page.evaluate(() => {
+    const out = [];
+    if (!document.documentElement.lang) out.push('the page has no lang');
+    for (const el of document.querySelectorAll('input:not([type=hidden]), select, textarea')) {
+      const labelled = (el.id && document.querySelector(`label[for="${el.id}"]`)) || el.getAttribute('aria-label')
+        || el.getAttribute('aria-labelledby') || el.closest('label');
+      if (!labelled) out.push(`unlabelled field ${el.outerHTML}`);
+    }
+    for (const svg of document.querySelectorAll('svg')) {
+      const ids = (svg.getAttribute('aria-labelledby') || '').split(/\s+/).filter(Boolean);
+      const named = ids.length && ids.every((id) => (document.getElementById(id)?.textContent || '').trim());
+      if (svg.getAttribute('role') !== 'img' || !named) out.push(`chart without a text alternative: ${svg.dataset.chart}`);
+    }
+    for (const img of document.querySelectorAll('img')) if (!img.hasAttribute('alt')) out.push(`img without alt`);
+    for (const b of document.querySelectorAll('button')) if (!(b.textContent.trim() || b.getAttribute('aria-label'))) out.push('button without a name');
+    return out;
+  });
+  assert.deepEqual(problems, [], `${what}: accessibility`);
+}
+
+async function checkCharts(page, names) {
+  for (const name of names) {
+    const marks = await page.locator(`svg[data-chart="${name}"] .mark`).count();
+    assert.ok(marks > 0, `chart ${name} has no data marks`);
+    const hover = await page.locator(`svg[data-chart="${name}"] .mark title`).first().textContent();
+    assert.ok(hover.trim().length > 0, `chart ${name} has no hover values`);
+  }
+}
+
+/** Bytes a fresh load of `path` transfers (document and everything it loads). */
+async function firstLoadBytes(context, path) {
+  const page = await context.newPage();
+  let bytes = 0;
+  page.on('response', async (r) => { try { bytes += (await r.body()).length; } catch { /* redirects */ } });
+  await page.goto(BASE_URL + path, { waitUntil: 'networkidle' });
+  await page.close();
+  return bytes;
+}
+
+// --- Sign-in page -----------------------------------------------------------------------------
+{
+  const { context, page } = await newSession();
+  await page.goto(BASE_URL + '/ui/');
+  assert.ok(page.url().endsWith('/ui/signin'), 'an anonymous visit goes to sign-in');
+  await checkAccessibility(page, 'sign-in');
+  await page.screenshot({ path: `${SCREENSHOTS}/signin.png`, fullPage: true });
+  await page.fill('#token', 'smt_1_' + '0'.repeat(64));
+  await page.click('button[type=submit]');
+  await page.waitForSelector('.error');
+  assert.match(await page.textContent('.error'), /not valid/);
+  await context.close();
+}
+
+// --- Finance: the fleet page ------------------------------------------------------------------
+const report = await api(FINANCE_TOKEN, `/v1/reports/monthly/${MONTH}`);
+const teams = await api(FINANCE_TOKEN, '/v1/teams');
+{
+  const { context, page } = await newSession();
+  await signIn(page, FINANCE_TOKEN);
+  assert.ok(page.url().includes('/ui/fleet'), `finance lands on the fleet page, not ${page.url()}`);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === 'slicemeter_session');
+  assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `session cookie ${JSON.stringify(session)}`);
+
+  await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}`);
+  for (const field of ['fleet_cost', 'team_charges', 'unallocated', 'sharing_discount', 'rounding_residual']) {
+    const text = await page.textContent(`[data-field="${field}"]`);
+    sameDecimal(amount(text), report.conservation[field], field);
+  }
+  assert.ok(report.teams.length > 1, 'the month has several teams');
+  for (const t of report.teams) {
+    const text = await page.textContent(`tr[data-team="${t.team}"] [data-field="cost"]`);
+    sameDecimal(amount(text), t.cost, `${t.team} cost`);
+  }
+  await checkCharts(page, ['conservation', 'team-cost', 'allocation', 'gpu-map']);
+  await checkAccessibility(page, 'fleet');
+  await page.screenshot({ path: `${SCREENSHOTS}/fleet.png`, fullPage: true });
+
+  // The invoice run at a click, then the invoices as the API has them.
+  await Promise.all([page.waitForURL(/notice=/), page.click('text=Make drafts for')]);
+  assert.match(await page.textContent('.notice'), /drafts made/);
+  const invoices = await api(FINANCE_TOKEN, `/v1/invoices?period=${MONTH}`);
+  assert.ok(invoices.length > 0, 'drafts exist');
+  for (const i of invoices) {
+    const text = await page.textContent(`tr[data-invoice="${i.id}"] [data-field="total"]`);
+    sameDecimal(amount(text), i.total, `invoice ${i.id} total`);
+  }
+  const first = invoices[0];
+  await Promise.all([page.waitForURL(/notice=/), page.click(`tr[data-invoice="${first.id}"] button`)]);
+  assert.equal((await page.textContent(`tr[data-invoice="${first.id}"] [data-field="status"]`)).trim(), 'issued');
+  const issued = await api(FINANCE_TOKEN, `/v1/invoices/${first.id}`);
+  assert.equal(issued.status, 'issued');
+  assert.match(await page.textContent('.notice'), new RegExp(issued.number));
+
+  // The CSV download works and adds up to the invoice.
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.click(`tr[data-invoice="${first.id}"] a:text("CSV")`),
+  ]);
+  assert.match(download.suggestedFilename(), new RegExp(`^slicemeter-invoice-${issued.number}-`));
+  const rows = parseCsv(readFileSync(await download.path(), 'utf8'));
+  const col = rows[0].indexOf('amount');
+  const sum = rows.slice(1).reduce((s, r) => s + Math.round(Number(r[col]) * 100), 0) / 100;
+  sameDecimal(sum, issued.total, 'CSV lines');
+  assert.equal(rows.length - 1, issued.lines.length);
+
+  const bytes = await firstLoadBytes(context, `/ui/fleet?month=${MONTH}`);
+  assert.ok(bytes < 300 * 1024, `the fleet page's first load is ${bytes} bytes`);
+  console.log(`fleet page first load: ${bytes} bytes`);
+
+  // Finance may open any team's page; it shows the report's figures.
+  const team = report.teams.find((t) => t.team !== LEAD_TEAM);
+  await page.goto(`${BASE_URL}/ui/team/${team.team}?month=${MONTH}`);
+  sameDecimal(amount(await page.textContent('[data-field="cost"]')), team.cost, `${team.team} page cost`);
+  await page.click('button:text("Sign out")');
+  await page.waitForURL(/\/ui\/signin$/);
+  await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}`);
+  assert.ok(page.url().endsWith('/ui/signin'), 'signed out, the fleet page asks to sign in again');
+  await context.close();
+}
+
+// --- A team lead: their own team, nothing of the others --------------------------------------
+{
+  const others = teams.filter((t) => t.team !== LEAD_TEAM);
+  const own = await api(LEAD_TOKEN, `/v1/reports/monthly/${MONTH}`);
+  assert.equal(own.teams.length, 1);
+  const { context, page } = await newSession();
+  await signIn(page, LEAD_TOKEN);
+  assert.ok(page.url().includes(`/ui/team/${LEAD_TEAM}`), `a lead lands on their team page, not ${page.url()}`);
+  await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
+  sameDecimal(amount(await page.textContent('[data-field="cost"]')), own.teams[0].cost, 'own cost');
+  sameDecimal(amount(await page.textContent('[data-field="gpu_equivalent_hours"]')),
+    Number(own.teams[0].gpu_equivalent_hours).toFixed(2), 'own GPU-equivalent hours');
+  await checkCharts(page, ['history']);
+  await checkAccessibility(page, 'team');
+  const slices = await page.locator('tr[data-slice]').count();
+  assert.ok(slices > 0, 'the slice table has rows');
+  await page.screenshot({ path: `${SCREENSHOTS}/team.png`, fullPage: true });
+
+  // Sorting by a heading, by keyboard.
+  await page.focus('th a:text("Held hours")');
+  await Promise.all([page.waitForURL(/sort=held/), page.keyboard.press('Enter')]);
+
+  const leaks = async (what) => {
+    const text = await page.evaluate(() => document.documentElement.outerHTML);
+    for (const t of others) {
+      const pattern = new RegExp(`\\b${t.team.replace(/[-_]/g, '[-_]')}\\b`);
+      assert.ok(!pattern.test(text) && !text.includes(t.display_name), `${what} shows team ${t.team}`);
+    }
+  };
+  await leaks('the team page');
+  for (const t of others) {
+    const r = await page.goto(`${BASE_URL}/ui/team/${t.team}?month=${MONTH}`);
+    assert.equal(r.status(), 404, `a lead opening ${t.team}'s page`);
+    await leaks(`${t.team}'s page`);
+  }
+  const fleet = await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}`);
+  assert.equal(fleet.status(), 403, 'a lead opening the fleet page');
+  await leaks('the fleet page');
+  await page.screenshot({ path: `${SCREENSHOTS}/forbidden.png`, fullPage: true });
+  const all = await api(FINANCE_TOKEN, `/v1/invoices?period=${MONTH}`);
+  const foreign = all.find((i) => i.team !== LEAD_TEAM);
+  const csv = await page.goto(`${BASE_URL}/ui/invoices/${foreign.id}.csv`);
+  assert.equal(csv.status(), 404, 'another team\'s invoice CSV');
+  await leaks('another team\'s invoice');
+  await context.close();
+
+  // A phone.
+  const phone = await newSession({ width: 390, height: 844 });
+  await signIn(phone.page, LEAD_TOKEN);
+  await phone.page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
+  const overflow = await phone.page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page is ${overflow} px wider than a phone (tables scroll inside their box)`);
+  await phone.page.screenshot({ path: `${SCREENSHOTS}/team-phone.png`, fullPage: true });
+  await phone.context.close();
+}
+
+const remote = requests.filter((u) => !/^(https?:\/\/(127\.0\.0\.1|localhost)(:\d+)?\/|data:|blob:)/.test(u));
+assert.deepEqual(remote, [], 'requests that left the machine');
+console.log(`${requests.length} requests, all on loopback; screenshots in ${SCREENSHOTS}`);
+await browser.close();
