@@ -6,8 +6,15 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, Parser, Subcommand};
+use serde_json::json;
 use slicemeter::auth::Role;
+use slicemeter::collector::attribution::kubeapi::KubeApi;
+use slicemeter::collector::attribution::procfs::Procfs;
+use slicemeter::collector::attribution::{self, Attribution, load_static_map, podresources};
 use slicemeter::collector::shipper::Shipper;
+use slicemeter::collector::source::Source;
+use slicemeter::collector::source::nvml::real::RealNvml;
+use slicemeter::collector::source::nvml::{NvmlSource, Sharing};
 use slicemeter::collector::source::sim::SimSource;
 use slicemeter::collector::{self, Cadence};
 use slicemeter::domain::team::TeamId;
@@ -180,10 +187,12 @@ impl ServeArgs {
     }
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum SourceKind {
     /// A node of the deterministic simulated fleet.
     Sim,
+    /// This machine's NVIDIA GPUs, through NVML.
+    Nvml,
 }
 
 #[derive(Args)]
@@ -221,21 +230,47 @@ struct SimFleetArgs {
 
 #[derive(Args)]
 struct CollectArgs {
-    /// The server, e.g. http://slicemeter:8080.
-    #[arg(long, env = "SLICEMETER_SERVER")]
-    server: String,
-    /// A collector token for this node.
-    #[arg(long, env = "SLICEMETER_TOKEN", hide_env_values = true)]
-    token: String,
+    /// The server, e.g. http://slicemeter:8080 (not needed with --dry-run).
+    #[arg(long, env = "SLICEMETER_SERVER", required_unless_present = "dry_run")]
+    server: Option<String>,
+    /// A collector token for this node (not needed with --dry-run).
+    #[arg(long, env = "SLICEMETER_TOKEN", hide_env_values = true, required_unless_present_any = ["dry_run", "token_file"])]
+    token: Option<String>,
+    /// Read the token from this file instead; `{node}` in the path is the node's name (one file per
+    /// node in a mounted Secret).
+    #[arg(long, env = "SLICEMETER_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<String>,
     #[arg(long, value_enum, default_value = "sim")]
     source: SourceKind,
-    /// With --source sim: which node of the simulated fleet to be.
-    #[arg(long, default_value = "gpu-node-01")]
-    node: String,
+    /// The node's name: with --source sim which simulated node to be (default gpu-node-01); with
+    /// --source nvml the name to report (default: the host name).
+    #[arg(long, env = "SLICEMETER_NODE")]
+    node: Option<String>,
     #[command(flatten)]
     fleet: SimFleetArgs,
     #[command(flatten)]
     cadence: CadenceArgs,
+    /// With --source nvml: how the device plugin shares non-MIG GPUs: none, timeslice:N or mps:N.
+    #[arg(long, env = "SLICEMETER_GPU_SHARING", default_value = "none")]
+    gpu_sharing: Sharing,
+    /// The kubelet's PodResources socket; used when it exists.
+    #[arg(long, env = "SLICEMETER_KUBELET_SOCKET", default_value = podresources::DEFAULT_SOCKET)]
+    kubelet_socket: PathBuf,
+    /// Read pod labels and uids from the API server with the pod's service account.
+    #[arg(long, env = "SLICEMETER_KUBE_API")]
+    kube_api: bool,
+    /// Where /proc is (the host's, mounted, in a container without hostPID).
+    #[arg(long, env = "SLICEMETER_PROC_ROOT", default_value = "/proc")]
+    proc_root: PathBuf,
+    /// A TOML file `[teams] "<slice or GPU uuid>" = "<team>"` for GPUs no scheduler hands out.
+    #[arg(long, env = "SLICEMETER_STATIC_MAP")]
+    static_map: Option<PathBuf>,
+    /// Stop after the first window.
+    #[arg(long)]
+    once: bool,
+    /// Print the inventory and each window as JSON instead of sending them.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -426,18 +461,106 @@ async fn main() -> anyhow::Result<()> {
 
 async fn collect(args: CollectArgs) -> anyhow::Result<()> {
     let cadence = args.cadence.cadence(args.cadence.window)?;
-    let source = match args.source {
-        SourceKind::Sim => SimSource::new(
+    let mut source: Box<dyn Source> = match args.source {
+        SourceKind::Sim => Box::new(SimSource::new(
             SimFleet::generate(args.fleet.seed, args.fleet.gpus),
-            &args.node,
-        )?,
+            args.node.as_deref().unwrap_or("gpu-node-01"),
+        )?),
+        SourceKind::Nvml => {
+            let api = RealNvml::init()?;
+            let node = match &args.node {
+                Some(n) => n.clone(),
+                None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
+            };
+            let mut attribution = Attribution {
+                procfs: Procfs {
+                    root: args.proc_root.clone(),
+                },
+                ..Attribution::default()
+            };
+            if let Some(map) = &args.static_map {
+                attribution.static_map = load_static_map(map).map_err(|e| anyhow::anyhow!(e))?;
+            }
+            if args.kubelet_socket.exists() {
+                let api = if args.kube_api {
+                    Some(KubeApi::in_cluster(&node)?)
+                } else {
+                    None
+                };
+                let (snapshot, _task) =
+                    attribution::watch(args.kubelet_socket.clone(), api, Duration::from_secs(5));
+                // Attribute the first windows too: wait a little for the first listing.
+                for _ in 0..50 {
+                    if snapshot.read().expect("not poisoned").is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                attribution.kubelet = Some(snapshot);
+            } else {
+                tracing::info!(socket = %args.kubelet_socket.display(), "No kubelet here: holders are processes' units, containers or users.");
+            }
+            Box::new(NvmlSource::new(api, attribution, &node, args.gpu_sharing))
+        }
     };
-    let shipper = Shipper::new(&args.server, &args.token)?;
-    let (tx, rx) = tokio::sync::mpsc::channel(10_000);
+    let source_node = &source.node().to_owned();
+    if args.dry_run {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "node": source.node(),
+                "inventory": {"gpus": source.inventory()?.gpus, "slices": source.inventory()?.slices},
+            }))?
+        );
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel(10_000);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let shipping = tokio::spawn(shipper.run(rx));
     let sampling = tokio::spawn(collector::run_live(source, cadence, tx, stopped));
-    server::shutdown_signal().await;
+    if args.dry_run {
+        let mut printed = 0;
+        loop {
+            tokio::select! {
+                batch = rx.recv() => match batch {
+                    Some(b) => {
+                        println!("{}", serde_json::to_string_pretty(&b)?);
+                        printed += 1;
+                        if args.once && printed == 1 {
+                            stop.send(true).ok();
+                        }
+                    }
+                    None => break,
+                },
+                _ = server::shutdown_signal() => { stop.send(true).ok(); }
+            }
+        }
+        sampling.await??;
+        return Ok(());
+    }
+    let token = match (&args.token, &args.token_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(path)) => {
+            let path = path.replace("{node}", source_node);
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("reading the collector token from {path}"))?
+                .trim()
+                .to_owned()
+        }
+        (None, None) => bail!("--token or --token-file is required"),
+    };
+    let shipper = Shipper::new(
+        args.server.as_deref().context("--server is required")?,
+        &token,
+    )?;
+    let shipping = tokio::spawn(shipper.run(rx));
+    if args.once {
+        // run_live sends the first window when it closes; stop right after.
+        tokio::select! {
+            _ = tokio::time::sleep(cadence.window + cadence.sample_interval * 2) => {}
+            _ = server::shutdown_signal() => {}
+        }
+    } else {
+        server::shutdown_signal().await;
+    }
     stop.send(true).ok();
     sampling.await??;
     // The queue closed with the sampler; give the shipper a moment to send what is left.

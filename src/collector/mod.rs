@@ -1,6 +1,7 @@
 //! The node collector: a source sampled every `sample_interval`, integrated into occupancy windows,
 //! shipped as batches. `simulate` and `demo` drive the same parts in fast-forward.
 
+pub mod attribution;
 pub mod integrator;
 pub mod shipper;
 pub mod source;

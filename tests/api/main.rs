@@ -6,6 +6,8 @@ mod collector;
 mod exports;
 mod fleet;
 mod ingest;
+mod kubelet;
+mod nvml;
 mod openapi;
 mod reports;
 mod support;

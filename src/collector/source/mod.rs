@@ -1,5 +1,6 @@
 //! Where readings come from: the simulator here, NVML on real GPUs; both behind [`Source`].
 
+pub mod nvml;
 pub mod sim;
 
 use std::sync::Arc;
@@ -41,4 +42,18 @@ pub trait Source: Send {
     fn inventory(&mut self) -> Result<Inventory, SourceError>;
     /// Readings of every slice of the inventory at `at`.
     fn sample(&mut self, at: DateTime<Utc>) -> Result<Vec<Reading>, SourceError>;
+}
+
+impl Source for Box<dyn Source> {
+    fn node(&self) -> &str {
+        (**self).node()
+    }
+
+    fn inventory(&mut self) -> Result<Inventory, SourceError> {
+        (**self).inventory()
+    }
+
+    fn sample(&mut self, at: DateTime<Utc>) -> Result<Vec<Reading>, SourceError> {
+        (**self).sample(at)
+    }
 }
