@@ -14,6 +14,7 @@ use sqlx::postgres::PgConnectOptions;
 use crate::auth::Role;
 use crate::collector::Cadence;
 use crate::collector::shipper::Shipper;
+use crate::db::audit::Actor;
 use crate::db::{self, tokens};
 use crate::domain::batch::Batch;
 use crate::domain::time::{floor_hour, months_touched};
@@ -145,7 +146,7 @@ async fn run_ingest(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Resul
             let _ = stopped.changed().await;
         },
     ));
-    let (_, token) = tokens::create(&pool, Role::Admin, None, None, Some("bench"), None).await?;
+    let (_, token) = tokens::create(&pool, Role::Admin, None, None, Some("bench"), None, &Actor::CLI).await?;
     let shipper = Shipper::new(&base, &token)?;
 
     let started = Instant::now();
@@ -272,9 +273,9 @@ async fn run_billing(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Res
     let t = Instant::now();
     let teams = floor().await?.len();
     let floor_time = t.elapsed();
-    crate::billing::run_drafts(&pool, month).await?;
+    crate::billing::run_drafts(&pool, month, &Actor::CLI).await?;
     let t = Instant::now();
-    let run = crate::billing::run_drafts(&pool, month).await?;
+    let run = crate::billing::run_drafts(&pool, month, &Actor::CLI).await?;
     let run_time = t.elapsed();
     let lines: usize = run.drafts.iter().map(|i| i.lines.len()).sum();
     println!("rollup rows                   {rollup_rows}");
@@ -309,7 +310,7 @@ async fn load_month(
     let card = card
         .validate()
         .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
-    db::billing::insert_rate_card(pool, &card, None).await?;
+    db::billing::insert_rate_card(pool, &card, &Actor::CLI).await?;
     let fleet = SimFleet::generate(seed, gpus);
     for t in &fleet.teams {
         db::teams::put(
@@ -321,6 +322,7 @@ async fn load_month(
                 gl_account: Some("6420"),
                 namespaces: &t.namespaces,
             },
+            &Actor::CLI,
         )
         .await?;
     }

@@ -16,6 +16,7 @@ use crate::billing::{self, rate_card::RateCardInput};
 use crate::collector::shipper::Shipper;
 use crate::collector::source::sim::SimSource;
 use crate::collector::{self, Cadence};
+use crate::db::audit::Actor;
 use crate::db::{self, Partitions, teams::TeamUpdate, tokens};
 use crate::domain::team::TeamId;
 use crate::domain::time::{Month, floor_to};
@@ -96,6 +97,7 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
                 gl_account: Some("6420"),
                 namespaces: &t.namespaces,
             },
+            &Actor::CLI,
         )
         .await?;
     }
@@ -103,7 +105,7 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
     backfill(args, &pool, &fleet).await?;
     // Drafts for last month, so that there are invoices to look at.
     let last_month = Month::of(Utc::now()).minus(1);
-    match billing::run_drafts(&pool, last_month).await {
+    match billing::run_drafts(&pool, last_month, &Actor::CLI).await {
         Ok(run) => eprintln!("Drafted {} invoices for {last_month}.", run.drafts.len()),
         Err(e) => eprintln!("No invoices drafted for {last_month}: {e}"),
     }
@@ -119,7 +121,7 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
     let address: SocketAddr = listener.local_addr()?;
     let base = format!("http://{address}");
     let (admin_id, admin) =
-        tokens::create(&pool, Role::Admin, None, None, Some("demo admin"), None).await?;
+        tokens::create(&pool, Role::Admin, None, None, Some("demo admin"), None, &Actor::CLI).await?;
 
     // Collectors stop first, so that their last windows still reach the server.
     let (stop_collectors, collectors_stopped) = watch::channel(false);
@@ -142,6 +144,7 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
                 Some(&node.name),
                 Some("demo collector"),
                 None,
+                &Actor::CLI,
             )
             .await?;
             let (tx, rx) = mpsc::channel(1_000);
@@ -206,7 +209,7 @@ async fn publish_example_rate_card(pool: &PgPool, days: u32) -> anyhow::Result<(
     let card = input
         .validate()
         .map_err(|e| anyhow::anyhow!("the example rate card is invalid: {e:?}"))?;
-    let id = db::billing::insert_rate_card(pool, &card, None).await?;
+    let id = db::billing::insert_rate_card(pool, &card, &Actor::CLI).await?;
     eprintln!("Published the example rate card (deploy/rate-card.example.toml) as version {id}.");
     Ok(())
 }

@@ -17,6 +17,7 @@ use slicemeter::collector::source::nvml::real::RealNvml;
 use slicemeter::collector::source::nvml::{NvmlSource, Sharing};
 use slicemeter::collector::source::sim::SimSource;
 use slicemeter::collector::{self, Cadence};
+use slicemeter::db::audit::Actor;
 use slicemeter::domain::team::TeamId;
 use slicemeter::domain::time::Month;
 use slicemeter::http::ServerConfig;
@@ -108,6 +109,12 @@ struct ServeArgs {
     /// Connections in the database pool.
     #[arg(long, env = "SLICEMETER_DB_MAX_CONNECTIONS", default_value_t = 16)]
     db_max_connections: u32,
+    /// Ingest requests a second one token may make (0: no limit); more get 429 with Retry-After.
+    #[arg(long, env = "SLICEMETER_INGEST_RATE", default_value_t = 20.0)]
+    ingest_rate: f64,
+    /// Ingest requests one token may make at once.
+    #[arg(long, env = "SLICEMETER_INGEST_BURST", default_value_t = 40.0)]
+    ingest_burst: f64,
     #[command(flatten)]
     exports: ExportArgs,
 }
@@ -183,6 +190,8 @@ impl ServeArgs {
             },
             request_timeout: self.request_timeout,
             exports: std::sync::Arc::new(self.exports.config()?),
+            ingest_rate: self.ingest_rate,
+            ingest_burst: self.ingest_burst,
         })
     }
 }
@@ -681,6 +690,7 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
                 node.as_deref(),
                 label.as_deref(),
                 expires_at,
+                &Actor::CLI,
             )
             .await?;
             eprintln!("token {id} ({role}) created; it is shown once:");
@@ -688,7 +698,7 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
         }
         TokenCommand::Revoke { db, id } => {
             let pool = db::connect(&db.database_url, 2).await?;
-            if db::tokens::revoke(&pool, id).await? {
+            if db::tokens::revoke(&pool, id, &Actor::CLI).await? {
                 println!("token {id} revoked");
             } else {
                 bail!("there is no unrevoked token {id}");
@@ -733,7 +743,7 @@ async fn invoice(command: InvoiceCommand) -> anyhow::Result<()> {
         InvoiceCommand::Run { db, period } => {
             let pool = db::connect(&db.database_url, 4).await?;
             db::migrate(&pool).await?;
-            let run = billing::run_drafts(&pool, period).await?;
+            let run = billing::run_drafts(&pool, period, &Actor::CLI).await?;
             println!("id\tteam\tperiod\tstatus\ttotal\tcurrency\tlines");
             for i in &run.drafts {
                 println!(
@@ -767,7 +777,7 @@ async fn invoice(command: InvoiceCommand) -> anyhow::Result<()> {
                 );
             }
             for d in drafts {
-                let issued = db::invoices::issue(&pool, d.id, None).await?;
+                let issued = db::invoices::issue(&pool, d.id, &Actor::CLI).await?;
                 println!(
                     "{}\t{}\t{}\t{} {}",
                     issued.number.unwrap_or_default(),

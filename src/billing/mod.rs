@@ -15,6 +15,7 @@ use sqlx::PgPool;
 use utoipa::ToSchema;
 
 use crate::db;
+use crate::db::audit::Actor;
 use crate::domain::time::Month;
 use invoice::Invoice;
 use period::{BillingError, PeriodBill};
@@ -61,7 +62,7 @@ pub struct RunSummary {
 
 /// Makes or replaces the drafts of `month` for every team with usage, with correction lines for
 /// earlier issued periods that changed since they were issued.
-pub async fn run_drafts(pool: &PgPool, month: Month) -> Result<RunSummary, Error> {
+pub async fn run_drafts(pool: &PgPool, month: Month, actor: &Actor) -> Result<RunSummary, Error> {
     let bill = period_bill(pool, month).await?;
     let mut conn = pool.acquire().await?;
     let issued = db::invoices::issued_teams(&mut conn, month).await?;
@@ -106,6 +107,21 @@ pub async fn run_drafts(pool: &PgPool, month: Month) -> Result<RunSummary, Error
     // Lines exist only where a rate card priced something, so a draft always has a currency.
     let code = currency.map(|c| c.code).unwrap_or_default();
     let ids = db::invoices::replace_drafts(&mut tx, month, &code, &drafts).await?;
+    let totals: Vec<serde_json::Value> = drafts
+        .iter()
+        .map(|(team, lines)| {
+            let total: rust_decimal::Decimal = lines.iter().map(|l| l.amount).sum();
+            serde_json::json!({"team": team, "total": total})
+        })
+        .collect();
+    db::audit::record(
+        &mut tx,
+        actor,
+        "invoice.run",
+        &month.to_string(),
+        serde_json::json!({"drafts": totals, "already_issued": issued}),
+    )
+    .await?;
     tx.commit().await?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {

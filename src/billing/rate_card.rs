@@ -371,8 +371,7 @@ pub async fn load(pool: &sqlx::PgPool, path: &std::path::Path) -> Result<i64, Lo
                 .join("; "),
         )
     })?;
-    // Published from the command line: no API token to record.
-    Ok(crate::db::billing::insert_rate_card(pool, &card, None).await?)
+    Ok(crate::db::billing::insert_rate_card(pool, &card, &crate::db::audit::Actor::CLI).await?)
 }
 
 #[cfg(test)]

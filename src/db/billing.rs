@@ -10,6 +10,7 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::billing::pricing::{PresenceAggregate, UsageAggregate};
 use crate::billing::rate_card::{Currency, IdlePolicy, IsolationFactors, RateCard};
+use crate::db::audit::{self, Actor};
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::usage::OccupancySums;
@@ -81,7 +82,7 @@ pub enum RateCardConflict {
 pub async fn insert_rate_card(
     pool: &PgPool,
     card: &RateCard,
-    by: Option<i64>,
+    actor: &Actor,
 ) -> Result<i64, RateCardConflict> {
     let mut tx = pool.begin().await?;
     sqlx::query!("lock table rate_card in share row exclusive mode")
@@ -132,7 +133,7 @@ pub async fn insert_rate_card(
         card.idle_policy.as_str(),
         card.default_hourly_cost,
         card.note,
-        by
+        actor.token_id
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -146,6 +147,18 @@ pub async fn insert_rate_card(
         &costs
     )
     .execute(&mut *tx)
+    .await?;
+    audit::record(
+        &mut tx,
+        actor,
+        "rate_card.publish",
+        &format!("v{id}"),
+        serde_json::json!({
+            "effective_from": card.effective_from, "currency": card.currency.code,
+            "idle_policy": card.idle_policy.as_str(), "default_hourly_cost": card.default_hourly_cost,
+            "prices": card.prices,
+        }),
+    )
     .await?;
     tx.commit().await?;
     Ok(id)

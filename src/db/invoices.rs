@@ -9,6 +9,7 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::billing::invoice::{Billed, Invoice, InvoiceLine, PricedKey, price_source_str};
 use crate::billing::period::Line;
+use crate::db::audit::{self, Actor};
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
@@ -199,14 +200,27 @@ async fn insert_lines(conn: &mut PgConnection, id: i64, lines: &[Line]) -> Resul
 }
 
 /// Gives a draft the next number of this year and freezes it.
-pub async fn issue(pool: &PgPool, id: i64, by: Option<i64>) -> Result<Invoice, InvoiceError> {
+pub async fn issue(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, InvoiceError> {
     let mut tx = pool.begin().await?;
-    issue_in(&mut tx, id, by).await?;
+    let number = issue_in(&mut tx, id, actor.token_id).await?;
+    let head = sqlx::query!("select team_id, period, total from invoice where invoice_id = $1", id)
+        .fetch_one(&mut *tx)
+        .await?;
+    audit::record(
+        &mut tx,
+        actor,
+        "invoice.issue",
+        &number,
+        serde_json::json!({"invoice_id": id, "team": head.team_id,
+                           "period": Month::from_first_day(head.period), "total": head.total}),
+    )
+    .await?;
     tx.commit().await?;
     get(pool, id).await?.ok_or(InvoiceError::NotFound(id))
 }
 
-async fn issue_in(conn: &mut PgConnection, id: i64, by: Option<i64>) -> Result<(), InvoiceError> {
+/// Issues a draft in `conn`'s transaction and returns its number.
+async fn issue_in(conn: &mut PgConnection, id: i64, by: Option<i64>) -> Result<String, InvoiceError> {
     let status = sqlx::query_scalar!(
         "select status from invoice where invoice_id = $1 for update",
         id
@@ -238,11 +252,11 @@ async fn issue_in(conn: &mut PgConnection, id: i64, by: Option<i64>) -> Result<(
     )
     .execute(&mut *conn)
     .await?;
-    Ok(())
+    Ok(format!("SM-{year}-{seq:06}"))
 }
 
 /// Voids an issued invoice by issuing a credit note that reverses each of its lines.
-pub async fn credit(pool: &PgPool, id: i64, by: Option<i64>) -> Result<Invoice, InvoiceError> {
+pub async fn credit(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, InvoiceError> {
     let mut tx = pool.begin().await?;
     let head = sqlx::query!(
         "select kind, status, team_id, period, currency, total from invoice where invoice_id = $1 for update",
@@ -282,12 +296,21 @@ pub async fn credit(pool: &PgPool, id: i64, by: Option<i64>) -> Result<Invoice, 
     )
     .execute(&mut *tx)
     .await?;
-    issue_in(&mut tx, note, by).await?;
-    sqlx::query!(
-        "update invoice set status = 'void' where invoice_id = $1",
+    let number = issue_in(&mut tx, note, actor.token_id).await?;
+    let voided = sqlx::query_scalar!(
+        r#"update invoice set status = 'void' where invoice_id = $1 returning number as "number!""#,
         id
     )
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
+    .await?;
+    audit::record(
+        &mut tx,
+        actor,
+        "invoice.credit",
+        &number,
+        serde_json::json!({"credit_note_id": note, "voids": voided, "voided_invoice_id": id,
+                           "team": head.team_id, "total": -head.total}),
+    )
     .await?;
     tx.commit().await?;
     get(pool, note).await?.ok_or(InvoiceError::NotFound(note))

@@ -1,6 +1,7 @@
 //! PostgreSQL: the pool, the embedded migrations, monthly partitions, and the repositories (the only
 //! place sqlx queries live).
 
+pub mod audit;
 pub mod billing;
 pub mod exports;
 pub mod fleet;
@@ -34,7 +35,8 @@ pub async fn connect_with(
 ) -> Result<PgPool, sqlx::Error> {
     PgPoolOptions::new()
         .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
+        // While the database is away, requests fail fast with 503 rather than queue.
+        .acquire_timeout(Duration::from_secs(5))
         .connect_with(options.application_name("slicemeter"))
         .await
 }

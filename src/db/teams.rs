@@ -2,6 +2,7 @@
 
 use sqlx::PgPool;
 
+use crate::db::audit::{self, Actor};
 use crate::domain::team::TeamId;
 
 #[derive(Debug, Clone)]
@@ -47,7 +48,7 @@ pub enum TeamError {
 
 /// Creates or replaces a team and its namespace list, then re-attributes the unlabelled consumers of
 /// the namespaces it gained or lost. Returns the team and how many consumers changed team.
-pub async fn put(pool: &PgPool, u: TeamUpdate<'_>) -> Result<(TeamRow, u64), TeamError> {
+pub async fn put(pool: &PgPool, u: TeamUpdate<'_>, actor: &Actor) -> Result<(TeamRow, u64), TeamError> {
     let mut tx = pool.begin().await?;
     if let Some(taken) = sqlx::query!(
         "select namespace, team_id from team_namespace
@@ -107,6 +108,17 @@ pub async fn put(pool: &PgPool, u: TeamUpdate<'_>) -> Result<(TeamRow, u64), Tea
     .execute(&mut *tx)
     .await?
     .rows_affected();
+    audit::record(
+        &mut tx,
+        actor,
+        "team.put",
+        u.team.as_str(),
+        serde_json::json!({
+            "display_name": u.display_name, "cost_center": u.cost_center, "gl_account": u.gl_account,
+            "namespaces": u.namespaces, "namespaces_removed": removed, "reattributed_consumers": gained + lost,
+        }),
+    )
+    .await?;
     tx.commit().await?;
     let row = list(pool, Some(u.team))
         .await?

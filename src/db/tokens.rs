@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::auth::{NewToken, PresentedToken, Principal, Role};
+use crate::db::audit::{self, Actor};
 use crate::domain::team::TeamId;
 
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +27,7 @@ pub async fn create(
     node: Option<&str>,
     label: Option<&str>,
     expires_at: Option<DateTime<Utc>>,
+    actor: &Actor,
 ) -> Result<(i64, String), TokenError> {
     if (role == Role::TeamLead) != team.is_some() {
         return Err(TokenError::TeamRequired);
@@ -45,6 +47,7 @@ pub async fn create(
         }
     }
     let new = NewToken::generate();
+    let mut tx = pool.begin().await?;
     let id = sqlx::query_scalar!(
         "insert into api_token (role, team_id, node, secret_hash, label, expires_at)
          values ($1, $2, $3, $4, $5, $6) returning api_token_id",
@@ -55,8 +58,19 @@ pub async fn create(
         label,
         expires_at
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *tx)
     .await?;
+    // The secret is never recorded, only what the token may do.
+    audit::record(
+        &mut tx,
+        actor,
+        "token.create",
+        &id.to_string(),
+        serde_json::json!({"role": role.as_str(), "team": team.map(TeamId::as_str), "node": node,
+                           "label": label, "expires_at": expires_at}),
+    )
+    .await?;
+    tx.commit().await?;
     Ok((id, new.token(id)))
 }
 
@@ -118,13 +132,18 @@ pub async fn authenticate(
 }
 
 /// Revokes a token; returns whether it existed and was not revoked already.
-pub async fn revoke(pool: &PgPool, id: i64) -> Result<bool, sqlx::Error> {
+pub async fn revoke(pool: &PgPool, id: i64, actor: &Actor) -> Result<bool, sqlx::Error> {
+    let mut tx = pool.begin().await?;
     let done = sqlx::query!(
         "update api_token set revoked_at = now() where api_token_id = $1 and revoked_at is null",
         id
     )
-    .execute(pool)
+    .execute(&mut *tx)
     .await?;
+    if done.rows_affected() == 1 {
+        audit::record(&mut tx, actor, "token.revoke", &id.to_string(), serde_json::json!({})).await?;
+    }
+    tx.commit().await?;
     Ok(done.rows_affected() == 1)
 }
 

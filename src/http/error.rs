@@ -50,6 +50,10 @@ pub enum ApiError {
     PayloadTooLarge(String),
     /// The database is unreachable for now; the client should retry.
     Unavailable,
+    /// The request ran past the server's time limit.
+    Timeout(std::time::Duration),
+    /// A token over its rate; retry after this long.
+    TooManyRequests { message: String, retry_after: std::time::Duration },
     Internal(String),
 }
 
@@ -74,8 +78,19 @@ impl ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => {
                 tracing::warn!(error = %e, "The database is unavailable.");
+                ApiError::Unavailable
+            }
+            // Class 08 (connection exception) and 57 (operator intervention: shutdown, restart).
+            sqlx::Error::Database(d)
+                if d.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57")) =>
+            {
+                tracing::warn!(error = %e, "The database went away mid-request.");
                 ApiError::Unavailable
             }
             _ => ApiError::Internal(e.to_string()),
@@ -177,6 +192,30 @@ impl IntoResponse for ApiError {
                 "the database is unavailable; retry later".to_owned(),
                 vec![],
             ),
+            ApiError::Timeout(limit) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                format!("the request took longer than the server's limit of {} s; retry later", limit.as_secs()),
+                vec![],
+            ),
+            ApiError::TooManyRequests { message, retry_after } => {
+                let mut response = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    Json(ErrorBody {
+                        error: ErrorDetail {
+                            code: "rate_limited",
+                            message,
+                            fields: vec![],
+                        },
+                    }),
+                )
+                    .into_response();
+                let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                return response;
+            }
             ApiError::Internal(detail) => {
                 tracing::error!(%detail, "A request failed with an internal error.");
                 (

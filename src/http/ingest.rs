@@ -32,6 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 409, description = "the batch contradicts stored GPUs, slices or periods", body = ErrorBody),
         (status = 413, description = "the body is over the size limit", body = ErrorBody),
         (status = 422, description = "invalid fields, each named", body = ErrorBody),
+        (status = 429, description = "over the token's rate; see Retry-After", body = ErrorBody),
         (status = 503, description = "the database is unavailable; retry", body = ErrorBody)))]
 async fn post_ingest(
     State(state): State<AppState>,
@@ -39,6 +40,21 @@ async fn post_ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<IngestOutcome>, ApiError> {
+    if let Err(wait) = state
+        .ingest_limiter
+        .check(principal.token_id(), std::time::Instant::now())
+    {
+        metrics::counter!("slicemeter_ingest_rate_limited_total").increment(1);
+        return Err(ApiError::TooManyRequests {
+            message: format!(
+                "too many batches from this token: at most {} a second (bursts of {}); retry in {} s",
+                state.ingest_limiter.rate(),
+                state.ingest_limiter.burst(),
+                wait.as_secs_f64().ceil().max(1.0)
+            ),
+            retry_after: wait,
+        });
+    }
     let limit = state.config.body_limit;
     let bytes = axum::body::to_bytes(body, limit)
         .await

@@ -16,6 +16,7 @@ use super::teams::ApiJson;
 use crate::auth::{Principal, Role};
 use crate::billing::invoice::{self, Invoice};
 use crate::billing::{self, RunSummary};
+use crate::db::audit::Actor;
 use crate::db::invoices::{self as repo, InvoiceError};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
@@ -79,7 +80,7 @@ async fn run_invoices(
     ApiJson(body): ApiJson<RunRequest>,
 ) -> Result<Json<RunSummary>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let summary = billing::run_drafts(&state.pool, body.period).await?;
+    let summary = billing::run_drafts(&state.pool, body.period, &Actor::of(&principal)).await?;
     tracing::info!(period = %body.period, drafts = summary.drafts.len(), by = principal.token_id(), "An invoice run made drafts.");
     Ok(Json(summary))
 }
@@ -223,7 +224,7 @@ async fn issue_invoice(
     Path(id): Path<i64>,
 ) -> Result<Json<Invoice>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let invoice = repo::issue(&state.pool, id, Some(principal.token_id())).await?;
+    let invoice = repo::issue(&state.pool, id, &Actor::of(&principal)).await?;
     tracing::info!(id, number = ?invoice.number, by = principal.token_id(), "An invoice was issued.");
     Ok(Json(invoice))
 }
@@ -244,7 +245,7 @@ async fn credit_invoice(
     Path(id): Path<i64>,
 ) -> Result<Json<Invoice>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let note = repo::credit(&state.pool, id, Some(principal.token_id())).await?;
+    let note = repo::credit(&state.pool, id, &Actor::of(&principal)).await?;
     tracing::info!(id, credit_note = ?note.number, by = principal.token_id(), "An invoice was voided by a credit note.");
     Ok(Json(note))
 }

@@ -1,6 +1,7 @@
 //! The HTTP API (DESIGN.md, "HTTP API"): one router per resource, each route registered with its
 //! OpenAPI annotation through `utoipa-axum` so that a route and its documentation cannot drift.
 
+mod audit;
 pub mod auth;
 pub mod error;
 mod exports;
@@ -8,6 +9,7 @@ mod fleet;
 mod health;
 mod ingest;
 mod invoices;
+pub mod limits;
 mod rate_cards;
 mod reports;
 mod teams;
@@ -17,10 +19,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::StatusCode;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sqlx::PgPool;
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -39,6 +39,9 @@ pub struct ServerConfig {
     pub ingest: Limits,
     pub request_timeout: Duration,
     pub exports: Arc<ExportConfig>,
+    /// Ingest requests per second per token (0: unlimited), and the burst allowed.
+    pub ingest_rate: f64,
+    pub ingest_burst: f64,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +51,8 @@ impl Default for ServerConfig {
             ingest: Limits::default(),
             request_timeout: Duration::from_secs(60),
             exports: Arc::new(ExportConfig::default()),
+            ingest_rate: 20.0,
+            ingest_burst: 40.0,
         }
     }
 }
@@ -58,6 +63,7 @@ pub struct AppState {
     pub partitions: Arc<Partitions>,
     pub config: Arc<ServerConfig>,
     pub metrics: PrometheusHandle,
+    pub ingest_limiter: Arc<limits::RateLimiter>,
 }
 
 impl AppState {
@@ -65,6 +71,7 @@ impl AppState {
         AppState {
             pool,
             partitions: Arc::new(Partitions::default()),
+            ingest_limiter: Arc::new(limits::RateLimiter::new(config.ingest_rate, config.ingest_burst)),
             config: Arc::new(config),
             metrics: metrics_handle(),
         }
@@ -105,7 +112,7 @@ pub fn metrics_handle() -> PrometheusHandle {
         (name = "exports", description = "FOCUS and ERP CSV for finance"),
         (name = "teams", description = "Teams, cost centers and namespaces"),
         (name = "fleet", description = "GPUs, slices and current holders"),
-        (name = "operations", description = "Health, readiness and metrics; no token needed")
+        (name = "operations", description = "Health, readiness, metrics (no token needed) and the audit log")
     )
 )]
 struct ApiDoc;
@@ -131,6 +138,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(rate_cards::router())
         .merge(invoices::router())
         .merge(exports::router())
+        .merge(audit::router())
         .merge(teams::router())
         .merge(fleet::router())
         .merge(health::router())
@@ -151,9 +159,12 @@ pub fn router(state: AppState) -> Router {
         .merge(ui::router())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .with_state(state)
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            timeout,
-        ))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(move |_: tower::BoxError| async move {
+                    ApiError::Timeout(timeout)
+                }))
+                .timeout(timeout),
+        )
         .layer(TraceLayer::new_for_http())
 }

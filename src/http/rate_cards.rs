@@ -18,6 +18,7 @@ use super::error::{ApiError, ErrorBody};
 use super::teams::ApiJson;
 use crate::auth::{Principal, Role};
 use crate::billing::rate_card::{IdlePolicy, IsolationFactors, RateCard, RateCardInput};
+use crate::db::audit::Actor;
 use crate::db::billing::{self, RateCardConflict};
 use crate::domain::slice::ShareWeights;
 
@@ -104,7 +105,7 @@ async fn create_rate_card(
     let mut card = input
         .validate()
         .map_err(|fields| ApiError::invalid_fields("the rate card is invalid", fields))?;
-    card.id = billing::insert_rate_card(&state.pool, &card, Some(principal.token_id()))
+    card.id = billing::insert_rate_card(&state.pool, &card, &Actor::of(&principal))
         .await
         .map_err(|e| match e {
             RateCardConflict::Db(e) => e.into(),

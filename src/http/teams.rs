@@ -11,6 +11,7 @@ use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
 use crate::auth::{Principal, Role};
+use crate::db::audit::Actor;
 use crate::db::teams::{self, TeamError, TeamRow, TeamUpdate};
 use crate::domain::team::{TeamId, UNATTRIBUTED};
 use crate::ingest::FieldError;
@@ -155,6 +156,7 @@ async fn put_team(
             gl_account: body.gl_account.as_deref(),
             namespaces: &body.namespaces,
         },
+        &Actor::of(&principal),
     )
     .await
     .map_err(|e| match e {

@@ -181,7 +181,7 @@ impl TestApp {
         let (pool, database_url) = fresh_pool().await;
         let router = http::router(AppState::new(pool.clone(), config));
         let (_, admin) =
-            db::tokens::create(&pool, Role::Admin, None, None, Some("test admin"), None)
+            db::tokens::create(&pool, Role::Admin, None, None, Some("test admin"), None, &db::audit::Actor::CLI)
                 .await
                 .unwrap();
         TestApp {
@@ -204,7 +204,7 @@ impl TestApp {
             .unwrap();
         }
         let team = team.map(|t| TeamId::parse(t).unwrap());
-        db::tokens::create(&self.pool, role, team.as_ref(), node, None, None)
+        db::tokens::create(&self.pool, role, team.as_ref(), node, None, None, &db::audit::Actor::CLI)
             .await
             .unwrap()
             .1

@@ -22,6 +22,7 @@ use crate::billing::rate_card::Currency;
 use crate::billing::report::{self, MonthlyReport};
 use crate::billing::{self, invoice::Invoice};
 use crate::db;
+use crate::db::audit::Actor;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
@@ -747,7 +748,7 @@ pub async fn run_invoices(
         .month
         .parse()
         .map_err(|e: String| UiError::Api(crate::http::error::ApiError::bad_request(e)))?;
-    let notice = match billing::run_drafts(&state.pool, month).await {
+    let notice = match billing::run_drafts(&state.pool, month, &Actor::of(&viewer)).await {
         Ok(run) => format!(
             "{} drafts made for {month}; {} already issued.",
             run.drafts.len(),
@@ -781,7 +782,7 @@ pub async fn issue_invoice(
         .month
         .parse()
         .map_err(|e: String| UiError::Api(crate::http::error::ApiError::bad_request(e)))?;
-    let notice = match db::invoices::issue(&state.pool, id, Some(viewer.token_id())).await {
+    let notice = match db::invoices::issue(&state.pool, id, &Actor::of(&viewer)).await {
         Ok(i) => format!("Issued {} for {}.", i.number.unwrap_or_default(), i.team),
         Err(e) => format!("Not issued: {e}"),
     };
