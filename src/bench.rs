@@ -146,7 +146,16 @@ async fn run_ingest(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Resul
             let _ = stopped.changed().await;
         },
     ));
-    let (_, token) = tokens::create(&pool, Role::Admin, None, None, Some("bench"), None, &Actor::CLI).await?;
+    let (_, token) = tokens::create(
+        &pool,
+        Role::Admin,
+        None,
+        None,
+        Some("bench"),
+        None,
+        &Actor::CLI,
+    )
+    .await?;
     let shipper = Shipper::new(&base, &token)?;
 
     let started = Instant::now();

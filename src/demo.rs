@@ -3,18 +3,20 @@
 //! simulated collectors running, and serves the API until Ctrl-C, then stops its PostgreSQL.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use chrono::Utc;
 use sqlx::PgPool;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::auth::Role;
 use crate::billing::{self, rate_card::RateCardInput};
 use crate::collector::shipper::Shipper;
 use crate::collector::source::sim::SimSource;
+use crate::collector::spool::Spool;
 use crate::collector::{self, Cadence};
 use crate::db::audit::Actor;
 use crate::db::{self, Partitions, teams::TeamUpdate, tokens};
@@ -58,6 +60,8 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut cluster = None;
+    // The live collectors' spools: beside the private cluster, else in the temporary folder.
+    let mut spool_root = std::env::temp_dir().join("slicemeter-demo-spool");
     let url = match &args.database_url {
         Some(url) => url.clone(),
         None => {
@@ -65,6 +69,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 .data_dir
                 .clone()
                 .unwrap_or_else(|| PrivateCluster::default_root("demo"));
+            spool_root = root.join("spool");
             eprintln!("Starting a private PostgreSQL in {} ...", root.display());
             let c = tokio::task::spawn_blocking(move || PrivateCluster::start(&root)).await??;
             pgcluster::ensure_database(&c.url("postgres"), "slicemeter").await?;
@@ -73,7 +78,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             url
         }
     };
-    let result = run_on(&args, &url).await;
+    let result = run_on(&args, &url, &spool_root).await;
     if let Some(c) = cluster {
         eprintln!("Stopping the private PostgreSQL ...");
         tokio::task::spawn_blocking(move || c.stop()).await??;
@@ -81,7 +86,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
+async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result<()> {
     let pool = db::connect(url, 12)
         .await
         .context("connecting to the database")?;
@@ -120,8 +125,16 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
         })?;
     let address: SocketAddr = listener.local_addr()?;
     let base = format!("http://{address}");
-    let (admin_id, admin) =
-        tokens::create(&pool, Role::Admin, None, None, Some("demo admin"), None, &Actor::CLI).await?;
+    let (admin_id, admin) = tokens::create(
+        &pool,
+        Role::Admin,
+        None,
+        None,
+        Some("demo admin"),
+        None,
+        &Actor::CLI,
+    )
+    .await?;
 
     // Collectors stop first, so that their last windows still reach the server.
     let (stop_collectors, collectors_stopped) = watch::channel(false);
@@ -147,21 +160,21 @@ async fn run_on(args: &DemoArgs, url: &str) -> anyhow::Result<()> {
                 &Actor::CLI,
             )
             .await?;
-            let (tx, rx) = mpsc::channel(1_000);
             let shipper = Shipper::new(&base, &token)?;
-            collectors.push(tokio::spawn(shipper.run(rx)));
+            let spool = Arc::new(Spool::open(&spool_root.join(&node.name), 64 << 20)?);
             let source = SimSource::new(fleet.clone(), &node.name)?;
             let cadence = Cadence {
                 sample_interval: Duration::from_secs(5),
                 window: Duration::from_secs(60),
                 batch_period: Duration::from_secs(60),
             };
-            collectors.push(tokio::spawn({
-                let stopped = collectors_stopped.clone();
-                async move {
-                    if let Err(e) = collector::run_live(source, cadence, tx, stopped).await {
-                        tracing::error!(error = %e, "A demo collector stopped.");
-                    }
+            let stopped = collectors_stopped.clone();
+            collectors.push(tokio::spawn(async move {
+                let grace = Duration::from_secs(10);
+                if let Err(e) =
+                    collector::run_spooled(source, cadence, spool, shipper, stopped, grace).await
+                {
+                    tracing::error!(error = %e, "A demo collector stopped.");
                 }
             }));
         }

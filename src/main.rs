@@ -16,6 +16,7 @@ use slicemeter::collector::source::Source;
 use slicemeter::collector::source::nvml::real::RealNvml;
 use slicemeter::collector::source::nvml::{NvmlSource, Sharing};
 use slicemeter::collector::source::sim::SimSource;
+use slicemeter::collector::spool::Spool;
 use slicemeter::collector::{self, Cadence};
 use slicemeter::db::audit::Actor;
 use slicemeter::domain::team::TeamId;
@@ -27,6 +28,7 @@ use slicemeter::reports::exports::{self, ExportConfig};
 use slicemeter::reports::focus::Issuer;
 use slicemeter::sim::SimFleet;
 use slicemeter::{bench, billing, db, demo, server, simulate};
+use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -274,6 +276,28 @@ struct CollectArgs {
     /// A TOML file `[teams] "<slice or GPU uuid>" = "<team>"` for GPUs no scheduler hands out.
     #[arg(long, env = "SLICEMETER_STATIC_MAP")]
     static_map: Option<PathBuf>,
+    /// Where batches wait until the server has them (fsync'd; removed only after a 2xx).
+    #[arg(
+        long,
+        env = "SLICEMETER_SPOOL_DIR",
+        default_value = "/var/lib/slicemeter/spool"
+    )]
+    spool_dir: PathBuf,
+    /// Most bytes the spool may hold; when full, new batches are dropped (and said so).
+    #[arg(long, env = "SLICEMETER_SPOOL_MAX_BYTES", default_value_t = 1 << 30)]
+    spool_max_bytes: u64,
+    /// Only ship what the spool holds, then exit.
+    #[arg(long, conflicts_with_all = ["dry_run", "once"])]
+    drain: bool,
+    /// With --source sim: generate `[replay-from, replay-to)` in fast-forward instead of sampling live,
+    /// spool and ship it, then exit (load and fault tests).
+    #[arg(long, requires = "replay_to")]
+    replay_from: Option<DateTime<Utc>>,
+    #[arg(long, requires = "replay_from")]
+    replay_to: Option<DateTime<Utc>>,
+    /// Time one batch reports on in a replay.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    replay_batch_period: Duration,
     /// Stop after the first window.
     #[arg(long)]
     once: bool,
@@ -469,8 +493,105 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn collect(args: CollectArgs) -> anyhow::Result<()> {
+    if args.drain {
+        let node = match &args.node {
+            Some(n) => n.clone(),
+            None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
+        };
+        let (shipper, spool) = shipping(&args, &node)?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (_finished, finished) = tokio::sync::watch::channel(true);
+        let batches = spool.len();
+        let shipped = tokio::spawn(shipper.run_spool(spool.clone(), stopped, finished));
+        tokio::select! {
+            r = shipped => r??,
+            _ = server::shutdown_signal() => { stop.send(true).ok(); }
+        }
+        eprintln!(
+            "Shipped {} of {batches} spooled batches.",
+            batches - spool.len()
+        );
+        return Ok(());
+    }
     let cadence = args.cadence.cadence(args.cadence.window)?;
-    let mut source: Box<dyn Source> = match args.source {
+    let mut source = open_source(&args).await?;
+    if args.dry_run {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "node": source.node(),
+                "inventory": {"gpus": source.inventory()?.gpus, "slices": source.inventory()?.slices},
+            }))?
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::channel(10_000);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let sampling = tokio::spawn(collector::run_live(source, cadence, tx, stopped));
+        let mut printed = 0;
+        loop {
+            tokio::select! {
+                batch = rx.recv() => match batch {
+                    Some(b) => {
+                        println!("{}", serde_json::to_string_pretty(&b)?);
+                        printed += 1;
+                        if args.once && printed == 1 {
+                            stop.send(true).ok();
+                        }
+                    }
+                    None => break,
+                },
+                _ = server::shutdown_signal() => { stop.send(true).ok(); }
+            }
+        }
+        sampling.await??;
+        return Ok(());
+    }
+    let (shipper, spool) = shipping(&args, source.node())?;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    if let (Some(from), Some(to)) = (args.replay_from, args.replay_to) {
+        let (finished, finished_rx) = tokio::sync::watch::channel(false);
+        let shipped = tokio::spawn(shipper.run_spool(spool.clone(), stopped, finished_rx));
+        let cadence = args.cadence.cadence(args.replay_batch_period)?;
+        let replay = tokio::task::spawn_blocking({
+            let spool = spool.clone();
+            move || collector::replay_into_spool(source, cadence, from, to, &spool)
+        });
+        tokio::select! {
+            r = async {
+                let windows = replay.await??;
+                tracing::info!(windows, "The replay is spooled; shipping what is left.");
+                finished.send(true).ok();
+                shipped.await??;
+                anyhow::Ok(())
+            } => r?,
+            _ = server::shutdown_signal() => { stop.send(true).ok(); }
+        }
+        return Ok(());
+    }
+    let running = tokio::spawn(collector::run_spooled(
+        source,
+        cadence,
+        spool,
+        shipper,
+        stopped,
+        Duration::from_secs(10),
+    ));
+    if args.once {
+        // The first window closes within a window and a little; stop right after.
+        tokio::select! {
+            _ = tokio::time::sleep(cadence.window + cadence.sample_interval * 2) => {}
+            _ = server::shutdown_signal() => {}
+        }
+    } else {
+        server::shutdown_signal().await;
+    }
+    stop.send(true).ok();
+    running.await??;
+    Ok(())
+}
+
+/// The collector's source: the simulator, or NVML with its holders' attribution.
+async fn open_source(args: &CollectArgs) -> anyhow::Result<Box<dyn Source>> {
+    Ok(match args.source {
         SourceKind::Sim => Box::new(SimSource::new(
             SimFleet::generate(args.fleet.seed, args.fleet.gpus),
             args.node.as_deref().unwrap_or("gpu-node-01"),
@@ -511,44 +632,15 @@ async fn collect(args: CollectArgs) -> anyhow::Result<()> {
             }
             Box::new(NvmlSource::new(api, attribution, &node, args.gpu_sharing))
         }
-    };
-    let source_node = &source.node().to_owned();
-    if args.dry_run {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "node": source.node(),
-                "inventory": {"gpus": source.inventory()?.gpus, "slices": source.inventory()?.slices},
-            }))?
-        );
-    }
-    let (tx, mut rx) = tokio::sync::mpsc::channel(10_000);
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let sampling = tokio::spawn(collector::run_live(source, cadence, tx, stopped));
-    if args.dry_run {
-        let mut printed = 0;
-        loop {
-            tokio::select! {
-                batch = rx.recv() => match batch {
-                    Some(b) => {
-                        println!("{}", serde_json::to_string_pretty(&b)?);
-                        printed += 1;
-                        if args.once && printed == 1 {
-                            stop.send(true).ok();
-                        }
-                    }
-                    None => break,
-                },
-                _ = server::shutdown_signal() => { stop.send(true).ok(); }
-            }
-        }
-        sampling.await??;
-        return Ok(());
-    }
+    })
+}
+
+/// The shipper and the spool of node `node`'s collector.
+fn shipping(args: &CollectArgs, node: &str) -> anyhow::Result<(Shipper, Arc<Spool>)> {
     let token = match (&args.token, &args.token_file) {
         (Some(t), _) => t.clone(),
         (None, Some(path)) => {
-            let path = path.replace("{node}", source_node);
+            let path = path.replace("{node}", node);
             std::fs::read_to_string(&path)
                 .with_context(|| format!("reading the collector token from {path}"))?
                 .trim()
@@ -560,26 +652,8 @@ async fn collect(args: CollectArgs) -> anyhow::Result<()> {
         args.server.as_deref().context("--server is required")?,
         &token,
     )?;
-    let shipping = tokio::spawn(shipper.run(rx));
-    if args.once {
-        // run_live sends the first window when it closes; stop right after.
-        tokio::select! {
-            _ = tokio::time::sleep(cadence.window + cadence.sample_interval * 2) => {}
-            _ = server::shutdown_signal() => {}
-        }
-    } else {
-        server::shutdown_signal().await;
-    }
-    stop.send(true).ok();
-    sampling.await??;
-    // The queue closed with the sampler; give the shipper a moment to send what is left.
-    if tokio::time::timeout(Duration::from_secs(30), shipping)
-        .await
-        .is_err()
-    {
-        tracing::warn!("Batches were still unsent after 30 s; they are lost.");
-    }
-    Ok(())
+    let spool = Spool::open(&args.spool_dir, args.spool_max_bytes)?;
+    Ok((shipper, Arc::new(spool)))
 }
 
 async fn simulate_cmd(args: SimulateArgs) -> anyhow::Result<()> {

@@ -222,6 +222,16 @@ impl PrivateCluster {
             .and_then(|l| l.local_addr())
             .map_err(io("finding a free port on", Path::new("127.0.0.1")))?
             .port();
+        self.launch_on(port)
+    }
+
+    /// Starts a stopped cluster again on the port it had, so its clients' URLs still reach it: with
+    /// [`PrivateCluster::stop`], what a database restart looks like to them.
+    pub fn start_again(&mut self) -> Result<(), ClusterError> {
+        self.launch_on(self.port)
+    }
+
+    fn launch_on(&mut self, port: u16) -> Result<(), ClusterError> {
         let log = self.root.join("run").join("postgres.log");
         let options = format!(
             "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=on",

@@ -5,6 +5,7 @@ pub mod attribution;
 pub mod integrator;
 pub mod shipper;
 pub mod source;
+pub mod spool;
 
 use std::time::Duration;
 
@@ -119,10 +120,13 @@ impl<S: Source> Replay<S> {
     }
 
     /// The batches of the next stretch up to `until` (or the end), in time order.
+    ///
+    /// The sample at `until` itself is taken too (before the end), so that the window ending at
+    /// `until` closes now and its batch is whole rather than split across two advances.
     pub fn advance(&mut self, until: DateTime<Utc>) -> Result<Vec<Batch>, SourceError> {
         let until = until.timestamp_millis().min(self.to_ms);
         let mut closed = Vec::new();
-        while self.next_ms < until {
+        while self.next_ms < until || (self.next_ms == until && until < self.to_ms) {
             let t = self.next_ms;
             let readings = self
                 .source
@@ -190,4 +194,73 @@ pub async fn run_live<S: Source>(
             }
         }
     }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Spool(#[from] spool::SpoolError),
+}
+
+/// Samples `source` live into `spool` while `shipper` ships it, until `stop` fires. The last window is
+/// spooled; the shipper then gets `grace` to send what is left, which otherwise waits in the spool.
+pub async fn run_spooled<S: Source + 'static>(
+    source: S,
+    cadence: Cadence,
+    spool: std::sync::Arc<spool::Spool>,
+    shipper: shipper::Shipper,
+    stop: tokio::sync::watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<(), CollectorError> {
+    let (tx, mut rx) = mpsc::channel::<Batch>(64);
+    let (ship_stop, ship_stopped) = tokio::sync::watch::channel(false);
+    let (finished, finished_rx) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(run_live(source, cadence, tx, stop));
+    let spooler = {
+        let spool = spool.clone();
+        tokio::spawn(async move {
+            while let Some(b) = rx.recv().await {
+                spool.push(&b)?;
+            }
+            Ok::<(), spool::SpoolError>(())
+        })
+    };
+    let mut shipping = tokio::spawn(shipper.run_spool(spool, ship_stopped, finished_rx));
+    let sampled = sampler.await.expect("the sampler does not panic");
+    let spooled = spooler.await.expect("the spooler does not panic");
+    finished.send(true).ok();
+    let shipped = match tokio::time::timeout(grace, &mut shipping).await {
+        Ok(r) => r.expect("the shipper does not panic"),
+        Err(_) => {
+            ship_stop.send(true).ok();
+            shipping.await.expect("the shipper does not panic")
+        }
+    };
+    sampled?;
+    spooled?;
+    shipped?;
+    Ok(())
+}
+
+/// Replays `source` over `[from, to)` in fast-forward into `spool`, batch by batch, on this thread.
+pub fn replay_into_spool<S: Source>(
+    source: S,
+    cadence: Cadence,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    spool: &spool::Spool,
+) -> Result<u64, CollectorError> {
+    let mut replay = Replay::new(source, cadence, from, to)?;
+    let mut windows = 0;
+    let mut until = from;
+    while !replay.is_done() {
+        until = (until + chrono::Duration::hours(1)).min(to);
+        for b in replay.advance(until)? {
+            windows += b.windows.len() as u64;
+            spool.push(&b)?;
+        }
+    }
+    Ok(windows)
 }

@@ -8,8 +8,11 @@ use std::time::Duration;
 use rand::Rng;
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
-use tokio::sync::mpsc;
+use std::sync::Arc;
 
+use tokio::sync::watch;
+
+use super::spool::{Spool, SpoolError};
 use crate::domain::batch::{Batch, IngestOutcome};
 
 #[derive(Debug, thiserror::Error)]
@@ -117,11 +120,37 @@ impl Shipper {
         }
     }
 
-    /// Ships every batch of `queue` in order until the queue closes.
-    pub async fn run(self, mut queue: mpsc::Receiver<Batch>) {
-        while let Some(batch) = queue.recv().await {
-            match self.send_with_retry(&batch).await {
+    /// Ships the spool, oldest first, removing each batch only after the server's 2xx. Returns when
+    /// `stop` fires (what is left stays spooled for the next start), or when `finished` says no more
+    /// batches will come and the spool is empty.
+    pub async fn run_spool(
+        self,
+        spool: Arc<Spool>,
+        mut stop: watch::Receiver<bool>,
+        mut finished: watch::Receiver<bool>,
+    ) -> Result<(), SpoolError> {
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            let Some((path, batch)) = spool.oldest()? else {
+                if *finished.borrow() {
+                    return Ok(());
+                }
+                tokio::select! {
+                    _ = spool.arrived.notified() => {}
+                    _ = stop.changed() => {}
+                    _ = finished.changed() => {}
+                }
+                continue;
+            };
+            let sent = tokio::select! {
+                r = self.send_with_retry(&batch) => r,
+                _ = stop.changed() => return Ok(()),
+            };
+            match sent {
                 Ok(outcome) => {
+                    spool.remove(&path)?;
                     tracing::debug!(
                         start = %batch.period.start,
                         inserted = outcome.inserted,
@@ -132,7 +161,8 @@ impl Shipper {
                         .increment(outcome.inserted + outcome.duplicates);
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, start = %batch.period.start, "The server refused a batch; it is dropped.");
+                    let aside = spool.reject(&path)?;
+                    tracing::error!(error = %e, kept = %aside.display(), "The server refused a batch; it is set aside.");
                     metrics::counter!("slicemeter_collector_batches_refused_total").increment(1);
                 }
             }

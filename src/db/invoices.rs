@@ -203,9 +203,12 @@ async fn insert_lines(conn: &mut PgConnection, id: i64, lines: &[Line]) -> Resul
 pub async fn issue(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, InvoiceError> {
     let mut tx = pool.begin().await?;
     let number = issue_in(&mut tx, id, actor.token_id).await?;
-    let head = sqlx::query!("select team_id, period, total from invoice where invoice_id = $1", id)
-        .fetch_one(&mut *tx)
-        .await?;
+    let head = sqlx::query!(
+        "select team_id, period, total from invoice where invoice_id = $1",
+        id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
     audit::record(
         &mut tx,
         actor,
@@ -220,7 +223,11 @@ pub async fn issue(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, Inv
 }
 
 /// Issues a draft in `conn`'s transaction and returns its number.
-async fn issue_in(conn: &mut PgConnection, id: i64, by: Option<i64>) -> Result<String, InvoiceError> {
+async fn issue_in(
+    conn: &mut PgConnection,
+    id: i64,
+    by: Option<i64>,
+) -> Result<String, InvoiceError> {
     let status = sqlx::query_scalar!(
         "select status from invoice where invoice_id = $1 for update",
         id

@@ -48,7 +48,11 @@ pub enum TeamError {
 
 /// Creates or replaces a team and its namespace list, then re-attributes the unlabelled consumers of
 /// the namespaces it gained or lost. Returns the team and how many consumers changed team.
-pub async fn put(pool: &PgPool, u: TeamUpdate<'_>, actor: &Actor) -> Result<(TeamRow, u64), TeamError> {
+pub async fn put(
+    pool: &PgPool,
+    u: TeamUpdate<'_>,
+    actor: &Actor,
+) -> Result<(TeamRow, u64), TeamError> {
     let mut tx = pool.begin().await?;
     if let Some(taken) = sqlx::query!(
         "select namespace, team_id from team_namespace

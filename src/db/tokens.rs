@@ -141,7 +141,14 @@ pub async fn revoke(pool: &PgPool, id: i64, actor: &Actor) -> Result<bool, sqlx:
     .execute(&mut *tx)
     .await?;
     if done.rows_affected() == 1 {
-        audit::record(&mut tx, actor, "token.revoke", &id.to_string(), serde_json::json!({})).await?;
+        audit::record(
+            &mut tx,
+            actor,
+            "token.revoke",
+            &id.to_string(),
+            serde_json::json!({}),
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(done.rows_affected() == 1)

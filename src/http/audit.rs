@@ -46,7 +46,12 @@ struct AuditParams {
 fn instant(field: &str, v: &str, errors: &mut Vec<FieldError>) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(v)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| errors.push(FieldError::new(field, format!("{v:?} is not an RFC 3339 instant"))))
+        .map_err(|_| {
+            errors.push(FieldError::new(
+                field,
+                format!("{v:?} is not an RFC 3339 instant"),
+            ))
+        })
         .ok()
 }
 
@@ -67,7 +72,9 @@ async fn list_audit(
     require(&principal, &[Role::Admin, Role::Finance])?;
     let Query(p) = params?;
     let mut errors = Vec::new();
-    let to = p.to.as_deref().map_or(Some(Utc::now()), |v| instant("to", v, &mut errors));
+    let to =
+        p.to.as_deref()
+            .map_or(Some(Utc::now()), |v| instant("to", v, &mut errors));
     let from = p.from.as_deref().map_or_else(
         || to.map(|t| t - Duration::days(30)),
         |v| instant("from", v, &mut errors),
@@ -75,7 +82,10 @@ async fn list_audit(
     if let Some(a) = &p.action
         && !ACTIONS.contains(&a.as_str())
     {
-        errors.push(FieldError::new("action", format!("{a:?} is not one of {}", ACTIONS.join(", "))));
+        errors.push(FieldError::new(
+            "action",
+            format!("{a:?} is not one of {}", ACTIONS.join(", ")),
+        ));
     }
     let limit = match p.limit.as_deref().map(str::parse::<i64>) {
         None => Some(100),
@@ -86,7 +96,12 @@ async fn list_audit(
         }
     };
     let (Some(from), Some(to), Some(limit), true) = (from, to, limit, errors.is_empty()) else {
-        return Err(ApiError::invalid_fields("the parameters are invalid", errors));
+        return Err(ApiError::invalid_fields(
+            "the parameters are invalid",
+            errors,
+        ));
     };
-    Ok(Json(audit::list(&state.pool, from, to, p.action.as_deref(), limit).await?))
+    Ok(Json(
+        audit::list(&state.pool, from, to, p.action.as_deref(), limit).await?,
+    ))
 }

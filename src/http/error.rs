@@ -53,7 +53,10 @@ pub enum ApiError {
     /// The request ran past the server's time limit.
     Timeout(std::time::Duration),
     /// A token over its rate; retry after this long.
-    TooManyRequests { message: String, retry_after: std::time::Duration },
+    TooManyRequests {
+        message: String,
+        retry_after: std::time::Duration,
+    },
     Internal(String),
 }
 
@@ -88,7 +91,8 @@ impl From<sqlx::Error> for ApiError {
             }
             // Class 08 (connection exception) and 57 (operator intervention: shutdown, restart).
             sqlx::Error::Database(d)
-                if d.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57")) =>
+                if d.code()
+                    .is_some_and(|c| c.starts_with("08") || c.starts_with("57")) =>
             {
                 tracing::warn!(error = %e, "The database went away mid-request.");
                 ApiError::Unavailable
@@ -195,10 +199,16 @@ impl IntoResponse for ApiError {
             ApiError::Timeout(limit) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "timeout",
-                format!("the request took longer than the server's limit of {} s; retry later", limit.as_secs()),
+                format!(
+                    "the request took longer than the server's limit of {} s; retry later",
+                    limit.as_secs()
+                ),
                 vec![],
             ),
-            ApiError::TooManyRequests { message, retry_after } => {
+            ApiError::TooManyRequests {
+                message,
+                retry_after,
+            } => {
                 let mut response = (
                     StatusCode::TOO_MANY_REQUESTS,
                     Json(ErrorBody {

@@ -71,7 +71,10 @@ impl AppState {
         AppState {
             pool,
             partitions: Arc::new(Partitions::default()),
-            ingest_limiter: Arc::new(limits::RateLimiter::new(config.ingest_rate, config.ingest_burst)),
+            ingest_limiter: Arc::new(limits::RateLimiter::new(
+                config.ingest_rate,
+                config.ingest_burst,
+            )),
             config: Arc::new(config),
             metrics: metrics_handle(),
         }
@@ -161,9 +164,9 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
         .layer(
             tower::ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(move |_: tower::BoxError| async move {
-                    ApiError::Timeout(timeout)
-                }))
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    move |_: tower::BoxError| async move { ApiError::Timeout(timeout) },
+                ))
                 .timeout(timeout),
         )
         .layer(TraceLayer::new_for_http())

@@ -14,6 +14,7 @@ use crate::support::*;
 async fn a_collector_started_before_its_server_retries_until_its_windows_are_stored() {
     let app = TestApp::spawn().await;
     let token = app.token(Role::Collector, None, Some("gpu-node-02")).await;
+    let spool = tempfile::tempdir().unwrap();
     // Reserve a port, then leave it closed for a while: the collector's first posts fail.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -33,6 +34,8 @@ async fn a_collector_started_before_its_server_retries_until_its_windows_are_sto
             "8",
         ])
         .args(["--sample-interval", "100ms", "--window", "1s"])
+        .arg("--spool-dir")
+        .arg(spool.path())
         .arg("--server")
         .arg(format!("http://127.0.0.1:{port}"))
         .env("SLICEMETER_TOKEN", &token)

@@ -265,7 +265,11 @@ async fn ingest_without_a_valid_token_is_unauthorized() {
     }
     let token = app.token(Role::Collector, None, Some("gpu-node-01")).await;
     let id: i64 = token.split('_').nth(1).unwrap().parse().unwrap();
-    assert!(slicemeter::db::tokens::revoke(&app.pool, id, &slicemeter::db::audit::Actor::CLI).await.unwrap());
+    assert!(
+        slicemeter::db::tokens::revoke(&app.pool, id, &slicemeter::db::audit::Actor::CLI)
+            .await
+            .unwrap()
+    );
     assert_eq!(
         app.ingest(&token, &b).await.status,
         StatusCode::UNAUTHORIZED

@@ -4,6 +4,7 @@ mod billing;
 mod browser;
 mod collector;
 mod exports;
+mod faults;
 mod fleet;
 mod ingest;
 mod kubelet;

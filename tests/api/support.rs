@@ -97,6 +97,14 @@ async fn template() -> &'static str {
                 let pool = db::connect_with(options_for(&building), 2).await.unwrap();
                 db::migrate(&pool).await.expect("migrations apply");
                 pool.close().await;
+                // Closed connections may linger a moment at the server; none may be left to rename.
+                sqlx::query(
+                    "select pg_terminate_backend(pid) from pg_stat_activity where datname = $1",
+                )
+                .bind(&building)
+                .execute(&mut admin)
+                .await
+                .unwrap();
                 sqlx::query(&format!("alter database {building} rename to {name}"))
                     .execute(&mut admin)
                     .await
@@ -173,17 +181,29 @@ impl std::fmt::Debug for Reply {
 }
 
 impl TestApp {
+    /// The app as configured by default, but without ingest rate limits: tests post quickly.
     pub async fn spawn() -> TestApp {
-        Self::with_config(ServerConfig::default()).await
+        Self::with_config(ServerConfig {
+            ingest_rate: 0.0,
+            ..ServerConfig::default()
+        })
+        .await
     }
 
     pub async fn with_config(config: ServerConfig) -> TestApp {
         let (pool, database_url) = fresh_pool().await;
         let router = http::router(AppState::new(pool.clone(), config));
-        let (_, admin) =
-            db::tokens::create(&pool, Role::Admin, None, None, Some("test admin"), None, &db::audit::Actor::CLI)
-                .await
-                .unwrap();
+        let (_, admin) = db::tokens::create(
+            &pool,
+            Role::Admin,
+            None,
+            None,
+            Some("test admin"),
+            None,
+            &db::audit::Actor::CLI,
+        )
+        .await
+        .unwrap();
         TestApp {
             pool,
             router,
@@ -204,10 +224,18 @@ impl TestApp {
             .unwrap();
         }
         let team = team.map(|t| TeamId::parse(t).unwrap());
-        db::tokens::create(&self.pool, role, team.as_ref(), node, None, None, &db::audit::Actor::CLI)
-            .await
-            .unwrap()
-            .1
+        db::tokens::create(
+            &self.pool,
+            role,
+            team.as_ref(),
+            node,
+            None,
+            None,
+            &db::audit::Actor::CLI,
+        )
+        .await
+        .unwrap()
+        .1
     }
 
     pub async fn request(&self, req: Request<Body>) -> Reply {

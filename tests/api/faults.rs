@@ -1,0 +1,352 @@
+//! Faults, with real processes on loopback: a collector killed with SIGKILL mid-batch, a server killed
+//! mid-ingest, PostgreSQL restarted during a stream. After each, the stored windows are exactly the
+//! windows generated (count and sums): none missing, none doubled.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use rust_decimal::Decimal;
+use slicemeter::auth::Role;
+use slicemeter::collector::source::sim::SimSource;
+use slicemeter::collector::{Cadence, Replay};
+use slicemeter::pgcluster::PrivateCluster;
+use slicemeter::sim::SimFleet;
+use sqlx::PgPool;
+
+use crate::support::*;
+
+const NODE: &str = "gpu-node-01";
+const FROM: &str = "2026-09-01T00:00:00Z";
+const TO: &str = "2026-09-01T12:00:00Z";
+
+/// Count and sums of what the collector's replay generates: computed here the same way.
+fn generated() -> (i64, Decimal, Decimal) {
+    generate().1
+}
+
+/// The number of batches the collector's replay makes, and [`generated`].
+fn generate() -> (usize, (i64, Decimal, Decimal)) {
+    let fleet = SimFleet::generate(5, 8);
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(30),
+        window: Duration::from_secs(60),
+        batch_period: Duration::from_secs(600),
+    };
+    let (from, to) = (FROM.parse().unwrap(), TO.parse().unwrap());
+    let mut r = Replay::new(SimSource::new(fleet, NODE).unwrap(), cadence, from, to).unwrap();
+    let batches = r.advance(to).unwrap();
+    let dec = |f: f64| Decimal::from_str(&f.to_string()).unwrap();
+    let windows: Vec<_> = batches.iter().flat_map(|b| &b.windows).collect();
+    (
+        batches.len(),
+        (
+            windows.len() as i64,
+            windows.iter().map(|w| dec(w.held_seconds)).sum(),
+            windows.iter().map(|w| dec(w.memory_byte_seconds)).sum(),
+        ),
+    )
+}
+
+async fn stored(pool: &PgPool) -> (i64, Decimal, Decimal) {
+    sqlx::query_as("select count(*), coalesce(sum(held_seconds), 0), coalesce(sum(memory_byte_seconds), 0) from occupancy")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn wait_for_windows(pool: &PgPool, at_least: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stored(pool).await.0 < at_least {
+        assert!(Instant::now() < deadline, "no windows arrived");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process that is killed (SIGKILL) and reaped when the test lets go of it, even on a
+/// failed assertion: an orphaned server would hold the test's output open.
+struct Proc(Child);
+
+impl Proc {
+    fn kill9(&mut self) {
+        self.0.kill().ok(); // SIGKILL
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn server(database_url: &str, port: u16) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--ingest-rate",
+                "0",
+            ])
+            .env("DATABASE_URL", database_url)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn wait_ready(port: u16) {
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if client
+            .get(format!("http://127.0.0.1:{port}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the server did not become ready");
+}
+
+/// `slicemeter collect` replaying the node's twelve hours into its spool and shipping them.
+fn collector(port: u16, token: &str, spool: &Path, extra: &[&str]) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args([
+                "collect", "--source", "sim", "--node", NODE, "--seed", "5", "--gpus", "8",
+            ])
+            .args([
+                "--sample-interval",
+                "30s",
+                "--window",
+                "60s",
+                "--replay-batch-period",
+                "10m",
+            ])
+            .args(["--replay-from", FROM, "--replay-to", TO])
+            .args(extra)
+            .arg("--spool-dir")
+            .arg(spool)
+            .args(["--server", &format!("http://127.0.0.1:{port}")])
+            .env("SLICEMETER_TOKEN", token)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Waits for the process to exit on its own, within two minutes, and asserts it succeeded.
+async fn finishes(mut child: Proc) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "the process did not finish");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Stops the private cluster when the test lets go of it.
+struct Cluster(PrivateCluster);
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.0.stop().ok();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_killed_mid_batch_and_restarted_stores_exactly_what_was_generated() {
+    let app = TestApp::spawn().await;
+    let token = app.token(Role::Collector, None, Some(NODE)).await;
+    let port = free_port();
+    let mut srv = server(&app.database_url, port);
+    wait_ready(port).await;
+    let spool = tempfile::tempdir().unwrap();
+    let mut first = collector(port, &token, spool.path(), &[]);
+    wait_for_windows(&app.pool, 1).await;
+    first.kill9();
+    let partial = stored(&app.pool).await.0;
+    finishes(collector(port, &token, spool.path(), &[])).await;
+    let want = generated();
+    assert!(
+        partial < want.0,
+        "the kill came mid-stream ({partial} of {} windows)",
+        want.0
+    );
+    assert_eq!(stored(&app.pool).await, want);
+    srv.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spool_filled_while_the_server_was_away_ships_after_a_kill_and_a_restart() {
+    let app = TestApp::spawn().await;
+    let token = app.token(Role::Collector, None, Some(NODE)).await;
+    let port = free_port();
+    let spool = tempfile::tempdir().unwrap();
+    let (want_batches, want) = generate();
+    // No server: everything goes to the spool, then the collector is killed.
+    let mut c = collector(port, &token, spool.path(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(spool.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".batch.gz")
+        })
+        .count()
+        < want_batches
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the replay did not spool its {want_batches} batches"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.kill9();
+    assert_eq!(stored(&app.pool).await.0, 0);
+    let mut srv = server(&app.database_url, port);
+    wait_ready(port).await;
+    // Restarted only to ship: the spool alone brings every window.
+    let drain = Proc(
+        Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args([
+                "collect",
+                "--drain",
+                "--node",
+                NODE,
+                "--server",
+                &format!("http://127.0.0.1:{port}"),
+            ])
+            .arg("--spool-dir")
+            .arg(spool.path())
+            .env("SLICEMETER_TOKEN", &token)
+            .env("RUST_LOG", "error")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    finishes(drain).await;
+    assert_eq!(stored(&app.pool).await, want);
+    assert_eq!(
+        std::fs::read_dir(spool.path()).unwrap().count(),
+        1,
+        "only the (empty) rejected folder is left"
+    );
+    srv.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_killed_mid_ingest_loses_and_doubles_nothing() {
+    let app = TestApp::spawn().await;
+    let token = app.token(Role::Collector, None, Some(NODE)).await;
+    let port = free_port();
+    let mut srv = server(&app.database_url, port);
+    wait_ready(port).await;
+    let spool = tempfile::tempdir().unwrap();
+    let c = collector(port, &token, spool.path(), &[]);
+    wait_for_windows(&app.pool, 1).await;
+    srv.kill9();
+    let partial = stored(&app.pool).await.0;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _srv = server(&app.database_url, port);
+    finishes(c).await;
+    let want = generated();
+    assert!(
+        partial < want.0,
+        "the kill came mid-stream ({partial} of {} windows)",
+        want.0
+    );
+    assert_eq!(stored(&app.pool).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_postgresql_restart_during_a_stream_loses_and_doubles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cluster = tokio::task::spawn_blocking({
+        let root = dir.path().join("pg");
+        move || PrivateCluster::start(&root).map(Cluster)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    slicemeter::pgcluster::ensure_database(&cluster.0.url("postgres"), "faults")
+        .await
+        .unwrap();
+    let url = cluster.0.url("faults");
+    let pool = slicemeter::db::connect(&url, 2).await.unwrap();
+    slicemeter::db::migrate(&pool).await.unwrap();
+    let (_, token) = slicemeter::db::tokens::create(
+        &pool,
+        Role::Collector,
+        None,
+        Some(NODE),
+        None,
+        None,
+        &slicemeter::db::audit::Actor::CLI,
+    )
+    .await
+    .unwrap();
+    let port = free_port();
+    let mut srv = server(&url, port);
+    wait_ready(port).await;
+    let spool = tempfile::tempdir().unwrap();
+    let c = collector(port, &token, spool.path(), &[]);
+    wait_for_windows(&pool, 1).await;
+
+    // Stop PostgreSQL; while it is away the server says it is not ready, and ingest waits.
+    cluster = tokio::task::spawn_blocking(move || cluster.0.stop().map(|()| cluster))
+        .await
+        .unwrap()
+        .unwrap();
+    let readyz = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .unwrap();
+    assert_eq!(readyz.status(), 503);
+    assert!(readyz.headers().contains_key("retry-after"));
+    let ingest = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/ingest"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ingest.status(), 503, "{:?}", ingest.text().await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster = tokio::task::spawn_blocking(move || cluster.0.start_again().map(|()| cluster))
+        .await
+        .unwrap()
+        .unwrap();
+    finishes(c).await;
+    let pool = slicemeter::db::connect(&url, 2).await.unwrap();
+    assert_eq!(stored(&pool).await, generated());
+    pool.close().await;
+    srv.kill9();
+    drop(cluster);
+}
