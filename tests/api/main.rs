@@ -1,5 +1,7 @@
 //! The API, in-process, against a real PostgreSQL: one test binary, one module per resource.
 
+mod audit;
+mod authz;
 mod billing;
 mod browser;
 mod collector;
