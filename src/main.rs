@@ -441,6 +441,8 @@ enum BenchCommand {
     Billing(bench::BillingBenchArgs),
     /// Peak memory and time of a month's FOCUS export, for fleets of several sizes.
     Export(bench::ExportBenchArgs),
+    /// Many simulated collectors against one server on loopback, after a one-collector baseline.
+    Load(bench::LoadBenchArgs),
 }
 
 fn init_tracing() {
@@ -487,6 +489,7 @@ async fn main() -> anyhow::Result<()> {
             BenchCommand::Ingest(args) => bench::ingest(args).await?,
             BenchCommand::Billing(args) => bench::billing(args).await?,
             BenchCommand::Export(args) => bench::export(args).await?,
+            BenchCommand::Load(args) => bench::load(args).await?,
         },
     }
     Ok(())

@@ -203,11 +203,13 @@ impl<'de> Deserialize<'de> for DecimalInput {
 impl utoipa::PartialSchema for DecimalInput {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::SchemaType::Type(
+            .schema_type(utoipa::openapi::schema::SchemaType::Array(vec![
                 utoipa::openapi::Type::String,
-            ))
+                utoipa::openapi::Type::Number,
+            ]))
+            .pattern(Some(r"^\s*-?\d{1,14}(\.\d{1,14})?\s*$"))
             .description(Some(
-                "A decimal, e.g. \"4.00\" (a JSON number is accepted too)",
+                "A decimal, e.g. \"4.00\" (exact); a JSON number is accepted too",
             ))
             .examples([serde_json::json!("4.00")])
             .into()

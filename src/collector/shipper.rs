@@ -21,6 +21,8 @@ pub enum ShipError {
     #[error("the server is not taking batches now: {reason}")]
     Transient {
         reason: String,
+        /// The server's status, where it answered (429, 503, ...).
+        status: Option<StatusCode>,
         retry_after: Option<Duration>,
     },
     /// The server refused the batch; it will refuse it again.
@@ -67,6 +69,7 @@ impl Shipper {
             .await
             .map_err(|e| ShipError::Transient {
                 reason: e.to_string(),
+                status: None,
                 retry_after: None,
             })?;
         let status = response.status();
@@ -76,6 +79,7 @@ impl Shipper {
                 .await
                 .map_err(|e| ShipError::Transient {
                     reason: format!("unreadable answer: {e}"),
+                    status: Some(status),
                     retry_after: None,
                 });
         }
@@ -92,6 +96,7 @@ impl Shipper {
         {
             Err(ShipError::Transient {
                 reason: format!("{status}: {body}"),
+                status: Some(status),
                 retry_after,
             })
         } else {
@@ -107,6 +112,7 @@ impl Shipper {
                 Err(ShipError::Transient {
                     reason,
                     retry_after,
+                    ..
                 }) => {
                     let jitter = rand::rng().random_range(0.5..1.5);
                     let wait = retry_after.unwrap_or(backoff.mul_f64(jitter));

@@ -160,7 +160,7 @@ impl utoipa::PartialSchema for Month {
             .schema_type(utoipa::openapi::schema::SchemaType::Type(
                 utoipa::openapi::Type::String,
             ))
-            .pattern(Some(r"^\d{4}-\d{2}$"))
+            .pattern(Some(r"^\d{4}-(0[1-9]|1[0-2])$"))
             .description(Some("A calendar month in UTC"))
             .examples([serde_json::json!("2026-10")])
             .into()

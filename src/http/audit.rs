@@ -34,12 +34,18 @@ const ACTIONS: [&str; 7] = [
 #[into_params(parameter_in = Query)]
 struct AuditParams {
     /// Start (inclusive), RFC 3339; default 30 days before `to`.
+    #[param(format = DateTime)]
     from: Option<String>,
     /// End (exclusive), RFC 3339; default now.
+    #[param(format = DateTime)]
     to: Option<String>,
     /// Only this action, e.g. `invoice.issue`.
+    #[param(
+        pattern = r"^(rate_card\.publish|invoice\.(run|issue|credit)|team\.put|token\.(create|revoke))$"
+    )]
     action: Option<String>,
     /// At most this many entries, newest first (1 to 1000, default 100).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
 }
 

@@ -43,7 +43,11 @@ impl From<ExportError> for ApiError {
 #[into_params(parameter_in = Query)]
 struct PeriodParams {
     /// The month, `YYYY-MM`.
-    #[param(example = "2026-10")]
+    #[param(
+        required = true,
+        example = "2026-10",
+        pattern = r"^\d{4}-(0[1-9]|1[0-2])$"
+    )]
     period: Option<String>,
 }
 

@@ -89,7 +89,10 @@ async fn run_invoices(
 #[into_params(parameter_in = Query)]
 struct ListParams {
     /// `YYYY-MM`.
+    #[param(pattern = r"^\d{4}-(0[1-9]|1[0-2])$")]
     period: Option<String>,
+    /// A team id (a team lead may name only their own).
+    #[param(pattern = r"^[a-z0-9][a-z0-9_-]{0,62}$")]
     team: Option<String>,
 }
 
@@ -175,12 +178,11 @@ pub(crate) async fn invoice_response(
         Some(raw) => (raw, true),
         None => (id, false),
     };
-    let not_found = || ApiError::NotFound(format!("there is no invoice {id}"));
-    let id: i64 = raw.parse().map_err(|_| not_found())?;
+    let id = invoice_id(raw)?;
     let invoice = repo::get(&state.pool, id)
         .await?
         .filter(|i| principal.team_scope().is_none_or(|t| t.as_str() == i.team))
-        .ok_or_else(not_found)?;
+        .ok_or_else(|| ApiError::NotFound(format!("there is no invoice {id}")))?;
     if !csv {
         return Ok(Json(invoice).into_response());
     }
@@ -221,12 +223,19 @@ pub(crate) async fn invoice_response(
 async fn issue_invoice(
     State(state): State<AppState>,
     principal: Principal,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
 ) -> Result<Json<Invoice>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
+    let id = invoice_id(&id)?;
     let invoice = repo::issue(&state.pool, id, &Actor::of(&principal)).await?;
     tracing::info!(id, number = ?invoice.number, by = principal.token_id(), "An invoice was issued.");
     Ok(Json(invoice))
+}
+
+/// An invoice id from a path: anything that is not one names no invoice.
+fn invoice_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::NotFound(format!("there is no invoice {raw}")))
 }
 
 /// Voids an issued invoice by issuing a credit note that reverses it; returns the credit note.
@@ -242,9 +251,10 @@ async fn issue_invoice(
 async fn credit_invoice(
     State(state): State<AppState>,
     principal: Principal,
-    Path(id): Path<i64>,
+    Path(id): Path<String>,
 ) -> Result<Json<Invoice>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
+    let id = invoice_id(&id)?;
     let note = repo::credit(&state.pool, id, &Actor::of(&principal)).await?;
     tracing::info!(id, credit_note = ?note.number, by = principal.token_id(), "An invoice was voided by a credit note.");
     Ok(Json(note))

@@ -34,7 +34,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// capacity; and the conservation block (fleet cost = team charges + unallocated + sharing discount +
 /// rounding residual). A team lead gets their own team only, without the fleet-wide blocks.
 #[utoipa::path(get, path = "/v1/reports/monthly/{period}", tag = "reports",
-    params(("period" = String, Path, description = "the month, `YYYY-MM`")),
+    params(("period" = String, Path, description = "the month, `YYYY-MM`", pattern = r"^\d{4}-(0[1-9]|1[0-2])$")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "the report", body = MonthlyReport),
@@ -63,14 +63,24 @@ async fn monthly_report(
 #[into_params(parameter_in = Query)]
 struct UsageParams {
     /// Start of the range (inclusive): an RFC 3339 instant on an hour boundary, or a date (UTC midnight).
-    #[param(example = "2026-10-01")]
+    #[param(
+        required = true,
+        example = "2026-10-01",
+        pattern = r"^\d{4}-\d{2}-\d{2}(T\d{2}:00:00(\.0+)?(Z|[+-]\d{2}:00))?$"
+    )]
     from: Option<String>,
     /// End of the range (exclusive), like `from`.
-    #[param(example = "2026-11-01")]
+    #[param(
+        required = true,
+        example = "2026-11-01",
+        pattern = r"^\d{4}-\d{2}-\d{2}(T\d{2}:00:00(\.0+)?(Z|[+-]\d{2}:00))?$"
+    )]
     to: Option<String>,
     /// `team` (default), `gpu_model`, `kind`, `profile` or `node`.
+    #[param(pattern = "^(team|gpu_model|kind|profile|node)$")]
     group_by: Option<String>,
     /// `hour`, `day` (default) or `month`.
+    #[param(pattern = "^(hour|day|month)$")]
     step: Option<String>,
 }
 

@@ -53,14 +53,31 @@ impl From<TeamRow> for Team {
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct TeamPut {
     /// Defaults to the team id.
+    #[schema(min_length = 1, max_length = 200)]
     pub display_name: Option<String>,
     #[schema(example = "CC-4100")]
     pub cost_center: Option<String>,
     #[schema(example = "6420")]
     pub gl_account: Option<String>,
-    /// Replaces the team's namespace list.
+    /// Replaces the team's namespace list; each namespace once.
     #[serde(default)]
+    #[schema(schema_with = namespaces_schema)]
     pub namespaces: Vec<String>,
+}
+
+/// A team's namespaces (or other holder groups): each 1 to 253 characters, each once.
+fn namespaces_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::openapi::{ArrayBuilder, ObjectBuilder, Type, schema::SchemaType};
+    ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::String))
+                .min_length(Some(1))
+                .max_length(Some(253)),
+        )
+        .unique_items(true)
+        .examples([serde_json::json!(["nlp-training", "nlp-serving"])])
+        .build()
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -90,7 +107,7 @@ async fn list_teams(
 /// Creates or replaces a team: name, cost center, GL account and namespaces. Consumers of namespaces
 /// it gains or loses (without a `team` label) are re-attributed at once.
 #[utoipa::path(put, path = "/v1/teams/{team}", tag = "teams",
-    params(("team" = String, Path, description = "team id: lowercase letters, digits, '-' or '_'")),
+    params(("team" = String, Path, description = "team id: lowercase letters, digits, '-' or '_'", pattern = r"^[a-z0-9][a-z0-9_-]{0,62}$")),
     request_body = TeamPut,
     security(("bearer" = [])),
     responses(
@@ -126,7 +143,7 @@ async fn put_team(
         errors.push(FieldError::new("display_name", "1 to 200 characters"));
     }
     for (i, n) in body.namespaces.iter().enumerate() {
-        if n.is_empty() || n.len() > 253 {
+        if !(1..=253).contains(&n.chars().count()) {
             errors.push(FieldError::new(
                 format!("namespaces[{i}]"),
                 "1 to 253 characters",
