@@ -139,7 +139,18 @@ impl Shipper {
             if *stop.borrow() {
                 return Ok(());
             }
-            let Some((path, batch)) = spool.oldest()? else {
+            let oldest = match spool.oldest() {
+                Err(SpoolError::Corrupt(path, reason)) => {
+                    // Not written by a crash (files are renamed into place whole): the disk. Set it
+                    // aside for a person and go on with the rest.
+                    let aside = spool.reject(&path)?;
+                    tracing::error!(%reason, kept = %aside.display(), "A spooled batch does not read; it is set aside.");
+                    metrics::counter!("slicemeter_collector_batches_unreadable_total").increment(1);
+                    continue;
+                }
+                other => other?,
+            };
+            let Some((path, batch)) = oldest else {
                 if *finished.borrow() {
                     return Ok(());
                 }

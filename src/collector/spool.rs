@@ -4,6 +4,7 @@
 //! batch it had not yet had acknowledged, and the server's idempotency makes re-sending harmless.
 //! The spool is bounded in bytes: when full, the newest batch is dropped, loudly.
 
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -39,7 +40,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
 struct State {
     next: u64,
     bytes: u64,
-    files: usize,
+    /// The batches waiting, by sequence number, oldest first.
+    queue: VecDeque<u64>,
 }
 
 pub struct Spool {
@@ -62,8 +64,9 @@ impl Spool {
         let mut state = State {
             next: 0,
             bytes: 0,
-            files: 0,
+            queue: VecDeque::new(),
         };
+        let mut found = Vec::new();
         for entry in fs::read_dir(dir).map_err(io(dir))? {
             let entry = entry.map_err(io(dir))?;
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -75,12 +78,14 @@ impl Spool {
             {
                 state.next = state.next.max(seq + 1);
                 state.bytes += entry.metadata().map_err(io(&entry.path()))?.len();
-                state.files += 1;
+                found.push(seq);
             }
         }
-        if state.files > 0 {
+        found.sort_unstable();
+        state.queue = found.into();
+        if !state.queue.is_empty() {
             tracing::info!(
-                batches = state.files,
+                batches = state.queue.len(),
                 bytes = state.bytes,
                 "The spool holds batches from before; they ship first."
             );
@@ -98,12 +103,12 @@ impl Spool {
     fn gauges(&self) {
         let s = self.state.lock().expect("not poisoned");
         metrics::gauge!("slicemeter_collector_spool_bytes").set(s.bytes as f64);
-        metrics::gauge!("slicemeter_collector_spool_batches").set(s.files as f64);
+        metrics::gauge!("slicemeter_collector_spool_batches").set(s.queue.len() as f64);
     }
 
     /// Batches waiting.
     pub fn len(&self) -> usize {
-        self.state.lock().expect("not poisoned").files
+        self.state.lock().expect("not poisoned").queue.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -140,26 +145,31 @@ impl Spool {
         sync_dir(&self.dir)?;
         state.next += 1;
         state.bytes += bytes.len() as u64;
-        state.files += 1;
+        state.queue.push_back(seq);
         drop(state);
         self.gauges();
         self.arrived.notify_one();
         Ok(true)
     }
 
-    /// The oldest batch, if any.
+    fn path_of(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:020}{SUFFIX}"))
+    }
+
+    /// The oldest batch, if any. A file that does not read as a batch is an error naming it (set
+    /// it aside with [`Spool::reject`]).
     pub fn oldest(&self) -> Result<Option<(PathBuf, Batch)>, SpoolError> {
-        let mut names: Vec<String> = fs::read_dir(&self.dir)
-            .map_err(io(&self.dir))?
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(SUFFIX))
-            .collect();
-        names.sort_unstable();
-        let Some(first) = names.first() else {
+        let Some(seq) = self
+            .state
+            .lock()
+            .expect("not poisoned")
+            .queue
+            .front()
+            .copied()
+        else {
             return Ok(None);
         };
-        let path = self.dir.join(first);
+        let path = self.path_of(seq);
         let mut json = Vec::new();
         GzDecoder::new(File::open(&path).map_err(io(&path))?)
             .read_to_end(&mut json)
@@ -174,11 +184,7 @@ impl Spool {
         let len = fs::metadata(path).map_err(io(path))?.len();
         fs::remove_file(path).map_err(io(path))?;
         sync_dir(&self.dir)?;
-        let mut s = self.state.lock().expect("not poisoned");
-        s.bytes -= len.min(s.bytes);
-        s.files -= 1;
-        drop(s);
-        self.gauges();
+        self.forget(path, len);
         Ok(())
     }
 
@@ -191,12 +197,19 @@ impl Spool {
             .join(path.file_name().expect("a file"));
         fs::rename(path, &to).map_err(io(&to))?;
         sync_dir(&self.dir)?;
+        self.forget(path, len);
+        Ok(to)
+    }
+
+    /// Takes a batch that left the spool out of the queue and the byte count.
+    fn forget(&self, path: &Path, len: u64) {
         let mut s = self.state.lock().expect("not poisoned");
         s.bytes -= len.min(s.bytes);
-        s.files -= 1;
+        if let Some(i) = s.queue.iter().position(|&seq| self.path_of(seq) == path) {
+            s.queue.remove(i);
+        }
         drop(s);
         self.gauges();
-        Ok(to)
     }
 }
 
@@ -258,5 +271,25 @@ mod tests {
         let aside = spool.reject(&path).unwrap();
         assert!(aside.starts_with(dir.path().join("rejected")));
         assert_eq!(spool.len(), stored as usize - 1);
+    }
+
+    #[test]
+    fn a_batch_that_does_not_read_is_named_and_can_be_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("00000000000000000000.batch.gz"),
+            b"not gzip",
+        )
+        .unwrap();
+        let spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        assert!(spool.push(&batch(1)).unwrap());
+        assert_eq!(spool.len(), 2);
+        let Err(SpoolError::Corrupt(path, _)) = spool.oldest() else {
+            panic!("the unreadable batch comes first");
+        };
+        assert!(path.ends_with("00000000000000000000.batch.gz"));
+        spool.reject(&path).unwrap();
+        assert_eq!(spool.oldest().unwrap().unwrap().1, batch(1));
+        assert_eq!(spool.len(), 1);
     }
 }
