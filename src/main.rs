@@ -497,11 +497,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn collect(args: CollectArgs) -> anyhow::Result<()> {
     if args.drain {
-        let node = match &args.node {
-            Some(n) => n.clone(),
-            None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
-        };
-        let (shipper, spool) = shipping(&args, &node)?;
+        let (shipper, spool) = shipping(&args, &host_node(&args)?)?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let (_finished, finished) = tokio::sync::watch::channel(true);
         let batches = spool.len();
@@ -515,6 +511,9 @@ async fn collect(args: CollectArgs) -> anyhow::Result<()> {
             batches - spool.len()
         );
         return Ok(());
+    }
+    if args.replay_from.is_some() && !matches!(args.source, SourceKind::Sim) {
+        bail!("--replay-from generates simulated time: it needs --source sim");
     }
     let cadence = args.cadence.cadence(args.cadence.window)?;
     let mut source = open_source(&args).await?;
@@ -592,6 +591,14 @@ async fn collect(args: CollectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The node a real collector reports for: `--node`, else the host's name.
+fn host_node(args: &CollectArgs) -> anyhow::Result<String> {
+    Ok(match &args.node {
+        Some(n) => n.clone(),
+        None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
+    })
+}
+
 /// The collector's source: the simulator, or NVML with its holders' attribution.
 async fn open_source(args: &CollectArgs) -> anyhow::Result<Box<dyn Source>> {
     Ok(match args.source {
@@ -601,10 +608,7 @@ async fn open_source(args: &CollectArgs) -> anyhow::Result<Box<dyn Source>> {
         )?),
         SourceKind::Nvml => {
             let api = RealNvml::init()?;
-            let node = match &args.node {
-                Some(n) => n.clone(),
-                None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
-            };
+            let node = host_node(args)?;
             let mut attribution = Attribution {
                 procfs: Procfs {
                     root: args.proc_root.clone(),
