@@ -166,7 +166,9 @@ impl RateCard {
     }
 }
 
-/// A decimal given as a string (`"4.00"`, exact) or a number (read through its shortest form).
+/// A decimal given as a string (`"4.00"`) or a whole number (`4`): exact either way. A fractional
+/// JSON or TOML number is refused: it has been through binary floating point before it gets here,
+/// and prices and shares stay exact.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecimalInput(pub Decimal);
 
@@ -176,7 +178,7 @@ impl<'de> Deserialize<'de> for DecimalInput {
         impl serde::de::Visitor<'_> for V {
             type Value = DecimalInput;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a decimal number or a string holding one")
+                f.write_str("a decimal in a string, e.g. \"4.00\", or a whole number")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<DecimalInput, E> {
                 Decimal::from_str(s.trim())
@@ -184,10 +186,9 @@ impl<'de> Deserialize<'de> for DecimalInput {
                     .map_err(|_| E::custom(format!("{s:?} is not a decimal number")))
             }
             fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<DecimalInput, E> {
-                if !f.is_finite() {
-                    return Err(E::custom("not a finite number"));
-                }
-                self.visit_str(&f.to_string())
+                Err(E::custom(format!(
+                    "{f} is a floating-point number; write decimals as strings, e.g. \"{f}\", so they stay exact"
+                )))
             }
             fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<DecimalInput, E> {
                 Ok(DecimalInput(Decimal::from(i)))
@@ -205,11 +206,11 @@ impl utoipa::PartialSchema for DecimalInput {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::SchemaType::Array(vec![
                 utoipa::openapi::Type::String,
-                utoipa::openapi::Type::Number,
+                utoipa::openapi::Type::Integer,
             ]))
             .pattern(Some(r"^\s*-?\d{1,14}(\.\d{1,14})?\s*$"))
             .description(Some(
-                "A decimal, e.g. \"4.00\" (exact); a JSON number is accepted too",
+                "A decimal in a string, e.g. \"4.00\", or a whole number; fractional JSON numbers are refused (they would pass through floating point)",
             ))
             .examples([serde_json::json!("4.00")])
             .into()
@@ -407,6 +408,29 @@ mod tests {
     }
 
     #[test]
+    fn decimals_are_strings_or_whole_numbers_never_floats() {
+        let card = |cost: &str| {
+            serde_json::from_str::<RateCardInput>(&format!(
+                r#"{{"effective_from": "2026-11-01T00:00:00Z", "currency": "USD",
+                    "default_hourly_cost": {cost}, "prices": {{}}}}"#
+            ))
+        };
+        assert_eq!(card(r#""4.10""#).unwrap().default_hourly_cost.0, dec!(4.10));
+        assert_eq!(card("4").unwrap().default_hourly_cost.0, dec!(4));
+        let err = card("4.1").unwrap_err().to_string();
+        assert!(
+            err.contains("4.1 is a floating-point number; write decimals as strings"),
+            "{err}"
+        );
+        let err = toml::from_str::<RateCardInput>(
+            "effective_from = \"2026-11-01T00:00:00Z\"\ncurrency = \"USD\"\ndefault_hourly_cost = \"3\"\n[prices]\n\"NVIDIA H200\" = 5.2\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("write decimals as strings"), "{err}");
+    }
+
+    #[test]
     fn a_bad_rate_card_names_every_bad_field() {
         let errors = input(
             r#"effective_from = "2026-11-01T00:30:00Z"
@@ -414,10 +438,10 @@ mod tests {
                idle_policy = "nobody"
                default_hourly_cost = -1
                [weights]
-               compute = 0.6
-               memory = 0.6
+               compute = "0.6"
+               memory = "0.6"
                [isolation_factors]
-               mps = 1.5
+               mps = "1.5"
                [prices]
                "NVIDIA H100 80GB HBM3" = "-4"
             "#,
