@@ -175,18 +175,14 @@ pub async fn usage_aggregates(
     let rows = sqlx::query!(
         // Two steps: sum the rollups per slice first (one pass, additions only), then weigh each
         // slice's sums by its shares: a handful of multiplications per slice instead of per row.
-        r#"with card as (
-               select rate_card_id, effective_from,
-                      lead(effective_from) over (order by effective_from) as until
-               from rate_card),
-           per_slice as (
+        r#"with per_slice as (
                select u.slice_id, c.team_id, r.rate_card_id,
                       sum(u.window_count)::int8 as windows, min(u.hour) as first_hour,
                       sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
                       sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory
                from usage_hourly u
                join consumer c using (consumer_id)
-               left join card r on u.hour >= r.effective_from and (r.until is null or u.hour < r.until)
+               left join rate_card_span r on u.hour >= r.effective_from and (r.effective_until is null or u.hour < r.effective_until)
                where u.hour >= $1 and u.hour < $2 and ($3::text is null or c.team_id = $3)
                group by 1, 2, 3)
            select p.team_id as "team!", g.model as "model!", s.kind as "kind!", s.profile,
@@ -254,15 +250,11 @@ pub async fn presence_aggregates(
     to: DateTime<Utc>,
 ) -> Result<(Vec<(PresenceAggregate, Option<i64>)>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
-        r#"with card as (
-               select rate_card_id, effective_from,
-                      lead(effective_from) over (order by effective_from) as until
-               from rate_card)
-           select g.model as "model!", r.rate_card_id as "rate_card?",
+        r#"select g.model as "model!", r.rate_card_id as "rate_card?",
                   min(h.hour) as "first_hour!", sum(h.present_seconds) as "present_seconds!"
            from gpu_hourly h
            join gpu g using (gpu_id)
-           left join card r on h.hour >= r.effective_from and (r.until is null or h.hour < r.until)
+           left join rate_card_span r on h.hour >= r.effective_from and (r.effective_until is null or h.hour < r.effective_until)
            where h.hour >= $1 and h.hour < $2
            group by 1, 2
            order by 1, 2"#,

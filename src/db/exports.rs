@@ -42,11 +42,7 @@ pub fn slice_days<'c>(
 ) -> impl Stream<Item = Result<SliceDay, sqlx::Error>> + 'c {
     sqlx::query_as!(
         SliceDay,
-        r#"with card as (
-               select rate_card_id, effective_from,
-                      lead(effective_from) over (order by effective_from) as until
-               from rate_card)
-           select c.team_id as "team!", t.display_name as "team_name!", t.cost_center,
+        r#"select c.team_id as "team!", t.display_name as "team_name!", t.cost_center,
                   g.model as "model!", s.kind as "kind!", s.profile, r.rate_card_id as "rate_card?",
                   s.slice_uuid as "slice_uuid!", g.node as "node!",
                   date_trunc('day', u.hour, 'UTC') as "day!",
@@ -62,7 +58,7 @@ pub fn slice_days<'c>(
            join team t on t.team_id = c.team_id
            join slice s using (slice_id)
            join gpu g using (gpu_id)
-           left join card r on u.hour >= r.effective_from and (r.until is null or u.hour < r.until)
+           left join rate_card_span r on u.hour >= r.effective_from and (r.effective_until is null or u.hour < r.effective_until)
            where u.hour >= $1 and u.hour < $2 and ($3::text is null or c.team_id = $3)
            group by c.team_id, t.display_name, t.cost_center, g.model, s.kind, s.profile,
                     r.rate_card_id, s.slice_id, g.node, 10
@@ -93,16 +89,12 @@ pub async fn model_days(
 ) -> Result<Vec<ModelDay>, sqlx::Error> {
     sqlx::query_as!(
         ModelDay,
-        r#"with card as (
-               select rate_card_id, effective_from,
-                      lead(effective_from) over (order by effective_from) as until
-               from rate_card)
-           select g.model as "model!", r.rate_card_id as "rate_card?",
+        r#"select g.model as "model!", r.rate_card_id as "rate_card?",
                   date_trunc('day', h.hour, 'UTC') as "day!",
                   sum(h.present_seconds) as "present_seconds!"
            from gpu_hourly h
            join gpu g using (gpu_id)
-           left join card r on h.hour >= r.effective_from and (r.until is null or h.hour < r.until)
+           left join rate_card_span r on h.hour >= r.effective_from and (r.effective_until is null or h.hour < r.effective_until)
            where h.hour >= $1 and h.hour < $2
            group by 1, 2, 3
            order by 1, 2, 3"#,

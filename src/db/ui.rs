@@ -90,11 +90,7 @@ pub async fn team_slices(
 ) -> Result<Vec<TeamSlice>, sqlx::Error> {
     sqlx::query_as!(
         TeamSlice,
-        r#"with card as (
-               select rate_card_id, effective_from,
-                      lead(effective_from) over (order by effective_from) as until
-               from rate_card)
-           select s.slice_uuid as "slice_uuid!", g.model as "model!", s.kind as "kind!", s.profile,
+        r#"select s.slice_uuid as "slice_uuid!", g.model as "model!", s.kind as "kind!", s.profile,
                   g.node as "node!", r.rate_card_id as "rate_card?",
                   sum(u.window_count)::int8 as "windows!",
                   sum(u.held_seconds) as "held_seconds!",
@@ -107,7 +103,7 @@ pub async fn team_slices(
            join consumer c using (consumer_id)
            join slice s using (slice_id)
            join gpu g using (gpu_id)
-           left join card r on u.hour >= r.effective_from and (r.until is null or u.hour < r.until)
+           left join rate_card_span r on u.hour >= r.effective_from and (r.effective_until is null or u.hour < r.effective_until)
            where u.hour >= $1 and u.hour < $2 and c.team_id = $3
            group by s.slice_id, g.model, g.node, r.rate_card_id
            order by s.slice_uuid, r.rate_card_id"#,
