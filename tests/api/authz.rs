@@ -112,12 +112,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
 
     let revoked = app.token(Role::Admin, None, None).await;
     let id: i64 = revoked.split('_').nth(1).unwrap().parse().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
-        .args(["token", "revoke", &id.to_string()])
-        .env("DATABASE_URL", &app.database_url)
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
+    let out = app.cli(&["token", "revoke", &id.to_string()]);
     assert!(out.status.success(), "{out:?}");
     let (_, expired) = slicemeter::db::tokens::create(
         &app.pool,
@@ -404,13 +399,8 @@ async fn a_token_expires_at_its_instant_and_is_refused_from_then_on() {
         r.body["error"]["message"],
         "the token is invalid, revoked or expired"
     );
-    // The CLI's --expires-in sets the instant, and `token list` shows it.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
-        .args(["token", "create", "--role", "finance", "--expires-in", "1h"])
-        .env("DATABASE_URL", &app.database_url)
-        .env("RUST_LOG", "error")
-        .output()
-        .unwrap();
+    // The CLI's --expires-in sets the instant: an hour from now.
+    let out = app.cli(&["token", "create", "--role", "finance", "--expires-in", "1h"]);
     assert!(out.status.success(), "{out:?}");
     let fresh = String::from_utf8(out.stdout).unwrap();
     let fresh = fresh

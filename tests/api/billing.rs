@@ -515,13 +515,7 @@ async fn the_cli_loads_a_rate_card_and_runs_and_issues_a_period() {
     let app = TestApp::spawn().await;
     worked_example(&app, "2026-09-01", 2).await;
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
-            .args(args)
-            .env("DATABASE_URL", &app.database_url)
-            .env("RUST_LOG", "error")
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
+        let out = app.cli(args);
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         (out.status.success(), text)

@@ -432,13 +432,7 @@ async fn the_cli_exports_focus_and_the_journal_in_a_layout_of_the_erps_choosing(
     }
     let dir = tempfile::tempdir().unwrap();
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
-            .args(args)
-            .env("DATABASE_URL", &app.database_url)
-            .env("RUST_LOG", "error")
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
+        let out = app.cli(args);
         assert!(
             out.status.success(),
             "{}",

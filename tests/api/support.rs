@@ -301,6 +301,17 @@ impl TestApp {
         r
     }
 
+    /// Runs `slicemeter ARGS` against this test's database, from the repository root.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args(args)
+            .env("DATABASE_URL", &self.database_url)
+            .env("RUST_LOG", "error")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap()
     }
