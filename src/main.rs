@@ -55,6 +55,11 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Move a GPU to another node (only that node's collector reports it from then on).
+    Gpu {
+        #[command(subcommand)]
+        command: GpuCommand,
+    },
     /// Publish rate card versions.
     RateCard {
         #[command(subcommand)]
@@ -375,6 +380,20 @@ enum TokenCommand {
 }
 
 #[derive(Subcommand)]
+enum GpuCommand {
+    /// Register a GPU to another node, on the record (audited as `gpu.move`).
+    Move {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The GPU's uuid, as NVML reports it.
+        uuid: String,
+        /// The node that reports it from now on.
+        #[arg(long)]
+        node: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum RateCardCommand {
     /// Publish the version in a TOML file (see deploy/rate-card.example.toml).
     Load {
@@ -479,6 +498,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args).await?,
         Command::Simulate(args) => simulate_cmd(args).await?,
         Command::Token { command } => token(command).await?,
+        Command::Gpu { command } => gpu(command).await?,
         Command::RateCard { command } => rate_card(command).await?,
         Command::Invoice { command } => invoice(command).await?,
         Command::Export { command } => export(command).await?,
@@ -801,6 +821,23 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
                     opt(t.revoked_at.map(|e| e.to_rfc3339())),
                     opt(t.label)
                 );
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn gpu(command: GpuCommand) -> anyhow::Result<()> {
+    match command {
+        GpuCommand::Move { db, uuid, node } => {
+            if !slicemeter::domain::batch::is_node_name(&node) {
+                bail!("{node:?} is not a node name: use 1 to 253 letters, digits, '.', '-' or '_'");
+            }
+            let pool = db::connect(&db.database_url, 2).await?;
+            db::migrate(&pool).await?;
+            match db::fleet::move_gpu(&pool, &uuid, &node, &Actor::CLI).await? {
+                Some(g) => println!("{} now belongs to node {}", g.gpu_uuid, g.node),
+                None => bail!("there is no GPU {uuid}"),
             }
         }
     }

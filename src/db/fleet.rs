@@ -59,3 +59,50 @@ pub async fn last_presence(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx:
         .fetch_one(pool)
         .await
 }
+
+/// A GPU's registration: which node may report it.
+#[derive(Debug, Clone)]
+pub struct GpuRow {
+    pub gpu_uuid: String,
+    pub node: String,
+    pub model: String,
+    pub memory_bytes: i64,
+    pub mig_enabled: bool,
+}
+
+/// Moves a GPU to another node (the card was moved, or the node renamed), on the record: from then
+/// on only `node`'s collector may report it. `None` if there is no such GPU.
+pub async fn move_gpu(
+    pool: &PgPool,
+    uuid: &str,
+    node: &str,
+    actor: &crate::db::audit::Actor,
+) -> Result<Option<GpuRow>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let Some(from) =
+        sqlx::query_scalar!("select node from gpu where gpu_uuid = $1 for update", uuid)
+            .fetch_optional(&mut *tx)
+            .await?
+    else {
+        return Ok(None);
+    };
+    let row = sqlx::query_as!(
+        GpuRow,
+        "update gpu set node = $2 where gpu_uuid = $1
+         returning gpu_uuid, node, model, memory_bytes, mig_enabled",
+        uuid,
+        node
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::db::audit::record(
+        &mut tx,
+        actor,
+        "gpu.move",
+        uuid,
+        serde_json::json!({"from": from, "to": node}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(row))
+}

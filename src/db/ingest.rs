@@ -1,24 +1,32 @@
 //! Storing one validated batch in one transaction: the GPUs, slices and consumers it names, the
 //! GPUs' presence, its windows (`COPY`, falling back to a staged `INSERT ... ON CONFLICT DO NOTHING`
 //! only when a window is already stored) and the hourly rollups of what was new.
+//!
+//! A GPU's periods never overlap and a window lies inside its batch's period, so only a batch that
+//! re-sends a period can meet stored windows: for those GPUs the stored windows of the period are
+//! read and the one-holder and capacity rules are checked again with them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::batch::IngestOutcome;
-use crate::domain::slice::Reservation;
-use crate::ingest::rollup::{Figures, Rollup, seconds_by_hour};
+use crate::domain::slice::{GpuGeometry, Reservation};
+use crate::ingest::occupancy::{self, HolderClash, SliceUse, Span};
+use crate::ingest::rollup::{Figures, Rollup, seconds_by_hour, split_by_hour};
 use crate::ingest::validate::{FieldError, ValidBatch, ValidConsumer, ValidWindow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The batch contradicts what is stored: a GPU or slice described differently, or a period that
-    /// overlaps one already reported.
+    /// The batch contradicts what is stored: a GPU or slice described differently, a period that
+    /// overlaps one already reported, or windows that clash with stored ones.
     #[error("the batch contradicts stored data")]
     Conflict(Vec<FieldError>),
+    /// The batch reports GPUs that belong to another node.
+    #[error("the batch reports another node's GPUs")]
+    Forbidden(Vec<FieldError>),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -31,8 +39,13 @@ pub async fn store(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Store
     let gpu_ids = upsert_gpus(&mut tx, b).await?;
     let slice_ids = upsert_slices(&mut tx, b, &gpu_ids).await?;
     let consumer_ids = upsert_consumers(&mut tx, b).await?;
-    record_presence(&mut tx, b, &gpu_ids).await?;
-    let new = insert_windows(&mut tx, b, &slice_ids, &consumer_ids).await?;
+    let resent = record_presence(&mut tx, b, &gpu_ids).await?;
+    let fresh = if resent.is_empty() {
+        b.windows.iter().collect()
+    } else {
+        check_resent(&mut tx, b, &resent, &gpu_ids, &slice_ids, &consumer_ids).await?
+    };
+    let new = insert_windows(&mut tx, &fresh, &slice_ids, &consumer_ids).await?;
     update_usage_rollup(&mut tx, &new, &slice_ids, &consumer_ids).await?;
     tx.commit().await?;
     let inserted = new.len() as u64;
@@ -65,8 +78,9 @@ fn lock_key(uuid: &str) -> i64 {
     i64::from_be_bytes(digest[..8].try_into().expect("eight bytes"))
 }
 
-/// Registers new GPUs and returns every batch GPU's id, in batch order. A GPU's model and geometry
-/// never change; its node and MIG mode may.
+/// Registers new GPUs and returns every batch GPU's id, in batch order. A GPU belongs to the node
+/// that first reported it (moving it is an admin's act: `PUT /v1/gpus/{uuid}`); its model and
+/// geometry never change; its MIG mode may.
 async fn upsert_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i32>, StoreError> {
     let uuids: Vec<String> = b.gpus.iter().map(|g| g.uuid.clone()).collect();
     let models: Vec<String> = b.gpus.iter().map(|g| g.model.clone()).collect();
@@ -111,8 +125,23 @@ async fn upsert_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i32>, 
     let by_uuid: HashMap<&str, _> = stored.iter().map(|r| (r.gpu_uuid.as_str(), r)).collect();
     let mut ids = Vec::with_capacity(b.gpus.len());
     let mut conflicts = Vec::new();
+    let mut foreign = Vec::new();
     for (i, g) in b.gpus.iter().enumerate() {
-        let r = by_uuid[g.uuid.as_str()];
+        let Some(r) = by_uuid.get(g.uuid.as_str()) else {
+            // Inserted above or found: not reachable, but never a panic.
+            return Err(StoreError::Db(sqlx::Error::RowNotFound));
+        };
+        if r.node != b.node {
+            foreign.push(FieldError::new(
+                format!("gpus[{i}].uuid"),
+                format!(
+                    "{} belongs to node {:?}, not {:?}; moving a GPU to another node is an admin's act (PUT /v1/gpus/{{uuid}})",
+                    g.uuid, r.node, b.node
+                ),
+            ));
+            ids.push(r.gpu_id);
+            continue;
+        }
         if (
             r.model.as_str(),
             r.memory_bytes,
@@ -131,20 +160,20 @@ async fn upsert_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i32>, 
                     g.uuid, r.model, r.memory_bytes, r.compute_slices, r.memory_slices
                 ),
             ));
-        } else if r.node != b.node || r.mig_enabled != g.mig_enabled {
-            if r.node != b.node {
-                tracing::warn!(gpu = %g.uuid, from = %r.node, to = %b.node, "A GPU is now reported by another node.");
-            }
+        } else if r.mig_enabled != g.mig_enabled {
             sqlx::query!(
-                "update gpu set node = $2, mig_enabled = $3 where gpu_id = $1",
+                "update gpu set mig_enabled = $2 where gpu_id = $1",
                 r.gpu_id,
-                b.node,
                 g.mig_enabled
             )
             .execute(&mut *tx)
             .await?;
         }
         ids.push(r.gpu_id);
+    }
+    if !foreign.is_empty() {
+        tracing::warn!(node = %b.node, gpus = foreign.len(), "A batch reported GPUs of another node; it was refused.");
+        return Err(StoreError::Forbidden(foreign));
     }
     if conflicts.is_empty() {
         Ok(ids)
@@ -289,7 +318,9 @@ async fn upsert_slices(
     let mut ids = Vec::with_capacity(n);
     let mut conflicts = Vec::new();
     for (i, s) in b.slices.iter().enumerate() {
-        let r = by_uuid[s.uuid.as_str()];
+        let Some(r) = by_uuid.get(s.uuid.as_str()) else {
+            return Err(StoreError::Db(sqlx::Error::RowNotFound));
+        };
         let c = &cols[i];
         let same = r.gpu_id == gpus[i]
             && r.kind == kinds[i]
@@ -415,19 +446,25 @@ async fn upsert_consumers(tx: &mut PgConnection, b: &ValidBatch) -> Result<Vec<i
         .iter()
         .map(|r| (r.fingerprint.as_slice(), r.consumer_id))
         .collect();
-    Ok(b.consumers
+    b.consumers
         .iter()
-        .map(|c| by_fingerprint[&c.fingerprint[..]])
-        .collect())
+        .map(|c| {
+            by_fingerprint
+                .get(&c.fingerprint[..])
+                .copied()
+                .ok_or(sqlx::Error::RowNotFound)
+        })
+        .collect()
 }
 
-/// Records that the batch's GPUs existed for its period, once: a re-sent period is ignored, and a
-/// period that overlaps another one of the same GPU is refused, since it would count hours twice.
+/// Records that the batch's GPUs existed for its period, once: a re-sent period is not counted again,
+/// and a period that overlaps another one of the same GPU is refused, since it would count hours
+/// twice. Returns the GPUs whose period this batch re-sends.
 async fn record_presence(
     tx: &mut PgConnection,
     b: &ValidBatch,
     gpu_ids: &[i32],
-) -> Result<(), StoreError> {
+) -> Result<Vec<i32>, StoreError> {
     let overlapping = sqlx::query!(
         r#"select n.gpu_id as "gpu_id!", p.period_start, p.period_end
            from unnest($1::int4[]) as n(gpu_id)
@@ -445,10 +482,9 @@ async fn record_presence(
     let mut already = Vec::new();
     let mut conflicts = Vec::new();
     for row in &overlapping {
-        let i = gpu_ids
-            .iter()
-            .position(|&g| g == row.gpu_id)
-            .expect("a batch GPU");
+        let Some(i) = gpu_ids.iter().position(|&g| g == row.gpu_id) else {
+            continue;
+        };
         if (row.period_start, row.period_end) == (b.period_start, b.period_end) {
             already.push(row.gpu_id);
         } else {
@@ -470,7 +506,7 @@ async fn record_presence(
         .filter(|g| !already.contains(g))
         .collect();
     if new.is_empty() {
-        return Ok(());
+        return Ok(already);
     }
     sqlx::query!(
         "insert into gpu_presence (gpu_id, period_start, period_end, node)
@@ -503,7 +539,311 @@ async fn record_presence(
     )
     .execute(&mut *tx)
     .await?;
-    Ok(())
+    Ok(already)
+}
+
+/// Where a window of a re-sent period comes from: this batch, or the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Batch(usize),
+    Stored(usize),
+}
+
+/// A reservation as stored in the `slice` table, back in its domain type.
+#[allow(clippy::too_many_arguments)]
+fn reservation_of(
+    kind: &str,
+    profile: Option<String>,
+    compute_slices: Option<i16>,
+    memory_slices: Option<i16>,
+    memory_bytes: Option<i64>,
+    threads: Option<i16>,
+    pinned: Option<i64>,
+    fraction: Option<Decimal>,
+    replicas: Option<i16>,
+    replica: Option<i16>,
+) -> Option<Reservation> {
+    Some(match kind {
+        "mig" => Reservation::Mig {
+            profile: profile?,
+            profile_id: None,
+            compute_slices: u8::try_from(compute_slices?).ok()?,
+            memory_slices: u8::try_from(memory_slices?).ok()?,
+            memory_bytes: u64::try_from(memory_bytes?).ok()?,
+        },
+        "mps" => Reservation::Mps {
+            active_thread_percentage: u8::try_from(threads?).ok()?,
+            pinned_memory_bytes: u64::try_from(pinned?).ok()?,
+        },
+        "vgpu" => Reservation::Vgpu {
+            fraction: fraction?,
+        },
+        "timeslice" => Reservation::Timeslice {
+            replicas: u16::try_from(replicas?).ok()?,
+            replica: u16::try_from(replica?).ok()?,
+        },
+        "whole" => Reservation::Whole,
+        _ => return None,
+    })
+}
+
+/// The windows to store of a batch that re-sends the period of the GPUs `resent`. The period's
+/// stored windows are read: a new window that repeats a stored one exactly is a duplicate (left
+/// out); one that repeats a stored window's slice, consumer and start with other figures, or that
+/// breaks the one-holder or capacity rules together with stored windows, makes the batch a conflict
+/// naming the stored window.
+async fn check_resent<'b>(
+    tx: &mut PgConnection,
+    b: &'b ValidBatch,
+    resent: &[i32],
+    gpu_ids: &[i32],
+    slice_ids: &[i32],
+    consumer_ids: &[i64],
+) -> Result<Vec<&'b ValidWindow>, StoreError> {
+    let stored = sqlx::query!(
+        r#"select o.slice_id, o.consumer_id, o.window_start, o.window_end, o.held_seconds,
+                  o.memory_byte_seconds, o.memory_peak_bytes, o.compute_active_seconds,
+                  s.slice_uuid, s.gpu_id, s.kind, s.compute_share, s.memory_share, s.reserved,
+                  s.profile, s.compute_slices, s.memory_slices, s.memory_bytes as slice_memory_bytes,
+                  s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
+                  g.memory_bytes as gpu_memory_bytes,
+                  coalesce(c.namespace || '/' || c.pod, c.pod, c.namespace, c.unix_user, c.job_id,
+                           'a DRA claim') as "holder!"
+           from slice s
+           join gpu g on g.gpu_id = s.gpu_id
+           join occupancy o on o.slice_id = s.slice_id
+           join consumer c on c.consumer_id = o.consumer_id
+           where s.gpu_id = any($1) and o.window_start >= $2 and o.window_start < $3
+           order by o.slice_id, o.window_start, o.consumer_id"#,
+        resent,
+        b.period_start,
+        b.period_end
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let on_resent = |w: &ValidWindow| resent.contains(&gpu_ids[b.slices[w.slice].gpu]);
+    let mut conflicts = Vec::new();
+    let describe = |k: usize| {
+        let r = &stored[k];
+        format!(
+            "the window stored for {} [{}, {}) held by {}",
+            r.slice_uuid, r.window_start, r.window_end, r.holder
+        )
+    };
+
+    // Exact repeats are duplicates; the same key with other figures is a contradiction.
+    let by_key: HashMap<(i32, i64, DateTime<Utc>), usize> = stored
+        .iter()
+        .enumerate()
+        .map(|(k, r)| ((r.slice_id, r.consumer_id, r.window_start), k))
+        .collect();
+    let mut fresh = Vec::new();
+    for (i, w) in b.windows.iter().enumerate() {
+        let key = (slice_ids[w.slice], consumer_ids[w.consumer], w.start);
+        match by_key.get(&key) {
+            None => fresh.push((i, w)),
+            Some(&k) => {
+                let r = &stored[k];
+                let same = (
+                    r.window_end,
+                    r.held_seconds,
+                    r.memory_byte_seconds,
+                    r.memory_peak_bytes,
+                    r.compute_active_seconds,
+                ) == (
+                    w.end,
+                    w.held_seconds,
+                    w.memory_byte_seconds,
+                    w.memory_peak_bytes,
+                    w.compute_active_seconds,
+                );
+                if !same {
+                    conflicts.push(FieldError::new(
+                        format!("windows[{i}]"),
+                        format!(
+                            "repeats the slice, consumer and start of {} with other figures (held {} s, memory {} byte-seconds); a stored window never changes",
+                            describe(k),
+                            r.held_seconds,
+                            r.memory_byte_seconds
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    // One slice table for both: the batch's slices by index, then stored slices the batch lacks.
+    let mut uses: Vec<SliceUse> = b.slices.iter().map(|s| s.usage(&b.gpus[s.gpu])).collect();
+    let mut table: HashMap<i32, usize> = slice_ids
+        .iter()
+        .enumerate()
+        .map(|(k, &id)| (id, k))
+        .collect();
+    let mut stored_only: BTreeMap<i32, (i32, String, Option<Reservation>)> = BTreeMap::new();
+    for r in &stored {
+        if table.contains_key(&r.slice_id) {
+            continue;
+        }
+        table.insert(r.slice_id, uses.len());
+        uses.push(SliceUse {
+            reserved: r.reserved,
+            compute_share: r.compute_share,
+            memory_share: r.memory_share,
+            gpu_memory_bytes: u64::try_from(r.gpu_memory_bytes).unwrap_or(0),
+        });
+        stored_only.insert(
+            r.slice_id,
+            (
+                r.gpu_id,
+                r.slice_uuid.clone(),
+                reservation_of(
+                    &r.kind,
+                    r.profile.clone(),
+                    r.compute_slices,
+                    r.memory_slices,
+                    r.slice_memory_bytes,
+                    r.active_thread_percentage,
+                    r.pinned_memory_bytes,
+                    r.fraction,
+                    r.replicas,
+                    r.replica,
+                ),
+            ),
+        );
+    }
+    let stored_pieces: Vec<Vec<(DateTime<Utc>, Figures)>> = stored
+        .iter()
+        .map(|r| {
+            split_by_hour(
+                r.window_start,
+                r.window_end,
+                Figures::of_window(
+                    r.held_seconds,
+                    r.memory_byte_seconds,
+                    r.memory_peak_bytes,
+                    r.compute_active_seconds,
+                ),
+            )
+            .unwrap_or_default()
+        })
+        .collect();
+    let mut spans: Vec<(i32, Span<'_, Origin>)> = Vec::new();
+    for (k, r) in stored.iter().enumerate() {
+        spans.push((
+            r.gpu_id,
+            Span {
+                origin: Origin::Stored(k),
+                slice: table[&r.slice_id],
+                start: r.window_start,
+                end: r.window_end,
+                held_seconds: r.held_seconds,
+                pieces: &stored_pieces[k],
+            },
+        ));
+    }
+    for &(i, w) in fresh.iter().filter(|(_, w)| on_resent(w)) {
+        spans.push((
+            gpu_ids[b.slices[w.slice].gpu],
+            Span {
+                origin: Origin::Batch(i),
+                slice: w.slice,
+                start: w.start,
+                end: w.end,
+                held_seconds: w.held_seconds,
+                pieces: &w.pieces,
+            },
+        ));
+    }
+    let all: Vec<Span<'_, Origin>> = spans.iter().map(|(_, s)| *s).collect();
+    for clash in occupancy::holder_clashes(&all) {
+        let involved: Vec<Origin> = match clash {
+            HolderClash::Overlap { earlier, later } => vec![earlier, later],
+            HolderClash::OverHeld { windows, .. } => windows,
+        };
+        let stored_ones: Vec<String> = involved
+            .iter()
+            .filter_map(|o| match o {
+                Origin::Stored(k) => Some(describe(*k)),
+                Origin::Batch(_) => None,
+            })
+            .collect();
+        for o in &involved {
+            if let Origin::Batch(i) = o {
+                conflicts.push(FieldError::new(
+                    format!("windows[{i}]"),
+                    format!(
+                        "holds its slice at the same time as {}: a slice has one holder at a time",
+                        stored_ones.join(" and ")
+                    ),
+                ));
+            }
+        }
+    }
+    for &gpu in resent {
+        let on_gpu: Vec<Span<'_, Origin>> = spans
+            .iter()
+            .filter(|(g, _)| *g == gpu)
+            .map(|(_, s)| *s)
+            .collect();
+        for o in occupancy::hourly_overruns(b.period_start, b.period_end, &uses, &on_gpu) {
+            for w in &o.windows {
+                if let Origin::Batch(i) = w {
+                    conflicts.push(FieldError::new(
+                        format!("windows[{i}]"),
+                        format!(
+                            "with the windows stored for the same period, the time-sliced replicas use {} s of the GPU's {} in the hour from {}, which had {} s of it",
+                            o.used_seconds.round_dp(6).normalize(),
+                            o.what,
+                            o.hour,
+                            o.available_seconds
+                        ),
+                    ));
+                }
+            }
+        }
+        // The card's reservations, in this batch and in what the period already holds.
+        let Some(g) = gpu_ids.iter().position(|&id| id == gpu) else {
+            continue;
+        };
+        let theirs: Vec<&(i32, String, Option<Reservation>)> = stored_only
+            .values()
+            .filter(|(sg, _, _)| *sg == gpu)
+            .collect();
+        if theirs.is_empty() {
+            continue;
+        }
+        let geometry: GpuGeometry = b.gpus[g].geometry;
+        let mine: Vec<usize> = (0..b.slices.len())
+            .filter(|&k| b.slices[k].gpu == g)
+            .collect();
+        let reservations: Option<Vec<&Reservation>> = mine
+            .iter()
+            .map(|&k| Some(&b.slices[k].reservation))
+            .chain(theirs.iter().map(|(_, _, r)| r.as_ref()))
+            .collect();
+        let over = match reservations {
+            Some(rs) => occupancy::reserved(&geometry, rs).is_none_or(|r| r.exceeds_the_card()),
+            None => false,
+        };
+        if over {
+            let names: BTreeSet<&str> = theirs.iter().map(|(_, u, _)| u.as_str()).collect();
+            let names = names.into_iter().collect::<Vec<_>>().join(", ");
+            for &k in &mine {
+                conflicts.push(FieldError::new(
+                    format!("slices[{k}]"),
+                    format!(
+                        "with the slices stored for the same period ({names}), the reserved slices of {} take more than the card",
+                        b.gpus[g].uuid
+                    ),
+                ));
+            }
+        }
+    }
+    if conflicts.is_empty() {
+        Ok(fresh.into_iter().map(|(_, w)| w).collect())
+    } else {
+        Err(StoreError::Conflict(conflicts))
+    }
 }
 
 fn timestamp(t: DateTime<Utc>) -> String {
@@ -511,7 +851,7 @@ fn timestamp(t: DateTime<Utc>) -> String {
 }
 
 /// The windows as `COPY` text rows.
-fn copy_rows(windows: &[ValidWindow], slice_ids: &[i32], consumer_ids: &[i64]) -> Vec<u8> {
+fn copy_rows(windows: &[&ValidWindow], slice_ids: &[i32], consumer_ids: &[i64]) -> Vec<u8> {
     use std::fmt::Write;
     let mut out = String::with_capacity(windows.len() * 120);
     for w in windows {
@@ -542,14 +882,14 @@ const COPY_COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, he
 /// table; only when that meets a stored window does it stage the rows and insert the new ones.
 async fn insert_windows<'b>(
     tx: &mut PgConnection,
-    b: &'b ValidBatch,
+    windows: &[&'b ValidWindow],
     slice_ids: &[i32],
     consumer_ids: &[i64],
 ) -> Result<Vec<&'b ValidWindow>, sqlx::Error> {
-    if b.windows.is_empty() {
+    if windows.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = copy_rows(&b.windows, slice_ids, consumer_ids);
+    let rows = copy_rows(windows, slice_ids, consumer_ids);
     sqlx::query("savepoint copy_windows")
         .execute(&mut *tx)
         .await?;
@@ -564,7 +904,7 @@ async fn insert_windows<'b>(
             sqlx::query("release savepoint copy_windows")
                 .execute(&mut *tx)
                 .await?;
-            return Ok(b.windows.iter().collect());
+            return Ok(windows.to_vec());
         }
         Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
             sqlx::query("rollback to savepoint copy_windows")
@@ -592,12 +932,14 @@ async fn insert_windows<'b>(
     )
     .fetch_all(&mut *tx)
     .await?;
-    let index: HashMap<(i32, i64, DateTime<Utc>), &ValidWindow> = b
-        .windows
+    let index: HashMap<(i32, i64, DateTime<Utc>), &ValidWindow> = windows
         .iter()
-        .map(|w| ((slice_ids[w.slice], consumer_ids[w.consumer], w.start), w))
+        .map(|w| ((slice_ids[w.slice], consumer_ids[w.consumer], w.start), *w))
         .collect();
-    Ok(new.iter().map(|key| index[key]).collect())
+    Ok(new
+        .iter()
+        .filter_map(|key| index.get(key).copied())
+        .collect())
 }
 
 async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<u64, sqlx::Error> {
@@ -621,17 +963,10 @@ async fn update_usage_rollup(
     }
     let mut rollup = Rollup::new();
     for w in new {
-        rollup.add(
-            (slice_ids[w.slice], consumer_ids[w.consumer]),
-            w.start,
-            w.end,
-            Figures::of_window(
-                w.held_seconds,
-                w.memory_byte_seconds,
-                w.memory_peak_bytes,
-                w.compute_active_seconds,
-            ),
-        );
+        // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.
+        rollup
+            .add((slice_ids[w.slice], consumer_ids[w.consumer]), &w.pieces)
+            .ok_or_else(|| sqlx::Error::Protocol("an hourly rollup sum overflowed".into()))?;
     }
     let n = rollup.rows.len();
     let mut hour = Vec::with_capacity(n);

@@ -4,9 +4,57 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+
+/// The contract's bounds (README, Reliability): every figure a collector sends is bounded by the
+/// card, and every bound is chosen so that no sum over a month, anywhere, can overflow an exact
+/// decimal (`rust_decimal`'s 96-bit mantissa, about 7.9e28).
+pub mod bounds {
+    use super::*;
+
+    /// The largest GPU memory accepted: 4 TiB, over twenty times the largest card shipping today.
+    /// With it, one slice's memory byte-seconds in an hour stay under 1.6e16 and a month's under
+    /// 1.2e19; fleet-wide sums are only ever of GiB-seconds (at most 3.2e9 per slice-month).
+    pub const MAX_GPU_MEMORY_BYTES: i64 = 1 << 42;
+    /// Kubernetes object names (pods, namespaces, nodes) and every other name in a batch.
+    pub const MAX_NAME_CHARS: usize = 253;
+    /// A label key: a 253-character DNS prefix, `/`, and a 63-character name.
+    pub const MAX_LABEL_KEY_CHARS: usize = 317;
+    /// A label value.
+    pub const MAX_LABEL_VALUE_CHARS: usize = 63;
+    /// Labels of one consumer.
+    pub const MAX_LABELS: usize = 64;
+    /// A GPU uuid (NVML's are 40 characters).
+    pub const MAX_GPU_UUID_CHARS: usize = 128;
+    /// A slice uuid (a MIG uuid, or a GPU uuid with a suffix such as `::3`).
+    pub const MAX_SLICE_UUID_CHARS: usize = 160;
+    /// A GPU model as NVML names it.
+    pub const MAX_MODEL_CHARS: usize = 200;
+    /// A MIG profile name such as `3g.40gb`.
+    pub const MAX_PROFILE_CHARS: usize = 64;
+    /// The longest batch period the server may be configured to take (`--max-period`): a window's
+    /// held seconds are at most its period, so at most 604,800.
+    pub const MAX_PERIOD_SECONDS: i64 = 7 * 86_400;
+    /// Decimal places of a vGPU fraction (`0.125` has 3): shares are compared exactly.
+    pub const MAX_FRACTION_DECIMALS: u32 = 9;
+
+    /// No timestamp before this: older ones are a broken clock, not history.
+    pub fn earliest() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0)
+            .single()
+            .expect("a valid instant")
+    }
+}
+
+/// A node's name: 1 to 253 letters, digits, `.`, `-` or `_` (a host name, or a Kubernetes node).
+pub fn is_node_name(node: &str) -> bool {
+    (1..=bounds::MAX_NAME_CHARS).contains(&node.len())
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
 
 /// One report of a node: the GPUs and slices that existed for all of `period`, and the occupancy
 /// windows of the slices that someone held.
@@ -147,6 +195,30 @@ impl ConsumerReport {
         self.labels.get(Self::TEAM_LABEL).map(String::as_str)
     }
 
+    /// Drops the labels the contract would refuse (too many, too long, or with control
+    /// characters), keeping `team` and then the others in key order. A pod may carry any labels;
+    /// the batch must fit the contract, or all of it would be refused. Returns how many were dropped.
+    pub fn fit_labels_to_contract(&mut self) -> usize {
+        use crate::domain::text::{check, check_optional};
+        let before = self.labels.len();
+        self.labels.retain(|k, v| {
+            check(k, bounds::MAX_LABEL_KEY_CHARS).is_ok()
+                && check_optional(v, bounds::MAX_LABEL_VALUE_CHARS).is_ok()
+        });
+        if self.labels.len() > bounds::MAX_LABELS {
+            let team = self.labels.remove(Self::TEAM_LABEL);
+            let keep = bounds::MAX_LABELS - usize::from(team.is_some());
+            self.labels = std::mem::take(&mut self.labels)
+                .into_iter()
+                .take(keep)
+                .collect();
+            if let Some(t) = team {
+                self.labels.insert(Self::TEAM_LABEL.to_owned(), t);
+            }
+        }
+        before - self.labels.len()
+    }
+
     /// Names someone: a namespace or pod, a unix user, a job or a claim.
     pub fn names_a_holder(&self) -> bool {
         self.namespace.is_some()
@@ -164,4 +236,27 @@ pub struct IngestOutcome {
     pub inserted: u64,
     /// Windows that were already stored (a collector's retry) and changed nothing.
     pub duplicates: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_fitted_to_the_contract_keeping_the_team() {
+        let mut c = ConsumerReport {
+            pod: Some("p".into()),
+            ..Default::default()
+        };
+        for i in 0..80 {
+            c.labels.insert(format!("k{i:02}"), "v".into());
+        }
+        c.labels.insert("team".into(), "nlp".into());
+        c.labels.insert("long".into(), "x".repeat(64));
+        c.labels.insert("bad".into(), "a\nb".into());
+        assert_eq!(c.fit_labels_to_contract(), 83 - 64);
+        assert_eq!(c.labels.len(), bounds::MAX_LABELS);
+        assert_eq!(c.team_label(), Some("nlp"));
+        assert!(c.labels.contains_key("k00") && !c.labels.contains_key("long"));
+    }
 }

@@ -20,8 +20,10 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_audit))
 }
 
-const ACTIONS: [&str; 7] = [
+const ACTIONS: [&str; 9] = [
     "rate_card.publish",
+    "rate_card.withdraw",
+    "gpu.move",
     "invoice.run",
     "invoice.issue",
     "invoice.credit",
@@ -41,7 +43,7 @@ struct AuditParams {
     to: Option<String>,
     /// Only this action, e.g. `invoice.issue`.
     #[param(
-        pattern = r"^(rate_card\.publish|invoice\.(run|issue|credit)|team\.put|token\.(create|revoke))$"
+        pattern = r"^(rate_card\.(publish|withdraw)|gpu\.move|invoice\.(run|issue|credit)|team\.put|token\.(create|revoke))$"
     )]
     action: Option<String>,
     /// At most this many entries, newest first (1 to 1000, default 100).

@@ -31,6 +31,12 @@ pub struct ErrorDetail {
 pub enum ApiError {
     Unauthorized(String),
     Forbidden(String),
+    /// Refused for who the caller is, naming the fields (another node's GPUs).
+    ForbiddenFields {
+        code: &'static str,
+        message: String,
+        fields: Vec<FieldError>,
+    },
     NotFound(String),
     BadRequest {
         code: &'static str,
@@ -128,6 +134,12 @@ impl From<IngestError> for ApiError {
                 message: "the batch was refused whole: it contradicts what is stored".into(),
                 fields,
             },
+            IngestError::Forbidden(fields) => ApiError::ForbiddenFields {
+                code: "not_this_nodes_gpu",
+                message: "the batch was refused whole: it reports GPUs that belong to another node"
+                    .into(),
+                fields,
+            },
             IngestError::Db(e) => e.into(),
         }
     }
@@ -168,6 +180,11 @@ impl IntoResponse for ApiError {
         let (status, code, message, fields) = match self {
             ApiError::Unauthorized(m) => (StatusCode::UNAUTHORIZED, "unauthorized", m, vec![]),
             ApiError::Forbidden(m) => (StatusCode::FORBIDDEN, "forbidden", m, vec![]),
+            ApiError::ForbiddenFields {
+                code,
+                message,
+                fields,
+            } => (StatusCode::FORBIDDEN, code, message, fields),
             ApiError::NotFound(m) => (StatusCode::NOT_FOUND, "not_found", m, vec![]),
             ApiError::BadRequest {
                 code,

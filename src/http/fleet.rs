@@ -1,10 +1,10 @@
 //! `GET /v1/fleet`: every GPU with its slices and who held each slice in the last hour.
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -12,11 +12,75 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
+use super::teams::ApiJson;
 use crate::auth::{Principal, Role};
 use crate::db;
+use crate::db::audit::Actor;
+use crate::ingest::FieldError;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(get_fleet))
+    OpenApiRouter::new()
+        .routes(routes!(get_fleet))
+        .routes(routes!(move_gpu))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GpuMove {
+    /// The node whose collector reports the GPU from now on.
+    #[schema(example = "gpu-node-07", pattern = r"^[A-Za-z0-9._-]{1,253}$")]
+    pub node: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GpuRegistration {
+    pub uuid: String,
+    /// The node that may report it.
+    pub node: String,
+    pub model: String,
+    pub memory_bytes: i64,
+    pub mig_enabled: bool,
+}
+
+/// Moves a GPU to another node: a GPU belongs to the node that first reported it, and only that
+/// node's collector (or an admin's back-fill for that node) may report it. Audited (`gpu.move`).
+#[utoipa::path(put, path = "/v1/gpus/{uuid}", tag = "fleet",
+    params(("uuid" = String, Path, description = "the GPU's uuid, as NVML reports it")),
+    request_body = GpuMove,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the GPU as registered now", body = GpuRegistration),
+        (status = 400, description = "not a node name", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs admin", body = ErrorBody),
+        (status = 404, description = "no such GPU", body = ErrorBody)))]
+async fn move_gpu(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(uuid): Path<String>,
+    ApiJson(body): ApiJson<GpuMove>,
+) -> Result<Json<GpuRegistration>, ApiError> {
+    require(&principal, &[Role::Admin])?;
+    if !crate::domain::batch::is_node_name(&body.node) {
+        return Err(ApiError::invalid_fields(
+            "the node is invalid",
+            vec![FieldError::new(
+                "node",
+                "a node name has 1 to 253 letters, digits, '.', '-' or '_'",
+            )],
+        ));
+    }
+    let row = db::fleet::move_gpu(&state.pool, &uuid, &body.node, &Actor::of(&principal))
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("there is no GPU {uuid:?}")))?;
+    tracing::info!(gpu = %row.gpu_uuid, node = %row.node, by = principal.token_id(), "A GPU was moved to another node.");
+    Ok(Json(GpuRegistration {
+        uuid: row.gpu_uuid,
+        node: row.node,
+        model: row.model,
+        memory_bytes: row.memory_bytes,
+        mig_enabled: row.mig_enabled,
+    }))
 }
 
 #[derive(Debug, Serialize, ToSchema)]

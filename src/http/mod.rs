@@ -169,5 +169,13 @@ pub fn router(state: AppState) -> Router {
                 ))
                 .timeout(timeout),
         )
+        // A bug must cost the client a 500 with the error envelope, never a dropped connection.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                axum::response::IntoResponse::into_response(ApiError::Internal(
+                    "a request handler panicked".into(),
+                ))
+            },
+        ))
         .layer(TraceLayer::new_for_http())
 }

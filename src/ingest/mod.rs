@@ -1,6 +1,7 @@
 //! Ingest: a collector's batch, decoded, checked against the contract and stored in one transaction,
 //! idempotently on (slice, consumer, window start).
 
+pub mod occupancy;
 pub mod rollup;
 pub mod validate;
 
@@ -25,6 +26,8 @@ pub enum IngestError {
     Invalid(Vec<FieldError>),
     #[error("the batch contradicts stored data")]
     Conflict(Vec<FieldError>),
+    #[error("the batch reports another node's GPUs")]
+    Forbidden(Vec<FieldError>),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -33,6 +36,7 @@ impl From<StoreError> for IngestError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Conflict(fields) => IngestError::Conflict(fields),
+            StoreError::Forbidden(fields) => IngestError::Forbidden(fields),
             StoreError::Db(e) => IngestError::Db(e),
         }
     }
@@ -60,8 +64,7 @@ pub fn decode(body: &[u8], gzip: bool, limit: usize) -> Result<Batch, IngestErro
         }
         body
     };
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let malformed = |e: serde_path_to_error::Error<serde_json::Error>| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if path.is_empty() || path == "." {
@@ -69,7 +72,69 @@ pub fn decode(body: &[u8], gzip: bool, limit: usize) -> Result<Batch, IngestErro
         } else {
             IngestError::Malformed(format!("{path}: {inner}"))
         }
-    })
+    };
+    // Objects with a key twice are refused: JSON parsers disagree on which one wins, and the
+    // contract's answer is neither.
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize::<_, NoDuplicateKeys>(de).map_err(malformed)?;
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(malformed)
+}
+
+/// Any JSON value whose objects, at every depth, have each key once.
+struct NoDuplicateKeys;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NoDuplicateKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+                Ok(NoDuplicateKeys)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format!(
+                            "the key {key:?} appears twice in one object"
+                        )));
+                    }
+                    map.next_value::<NoDuplicateKeys>()?;
+                }
+                Ok(NoDuplicateKeys)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Validates and stores one batch.
@@ -89,6 +154,7 @@ pub async fn ingest(
     let result = match &outcome {
         Ok(_) => "stored",
         Err(StoreError::Conflict(_)) => "conflict",
+        Err(StoreError::Forbidden(_)) => "forbidden",
         Err(StoreError::Db(_)) => "error",
     };
     metrics::histogram!("slicemeter_ingest_seconds", "result" => result)

@@ -1,6 +1,8 @@
 //! Windows into hourly rollup rows. A window that crosses an hour boundary is split in proportion to
-//! its time in each hour, the last piece taking the remainder, so that the rollup's sums equal the
-//! windows' sums exactly and a month boundary never moves a second into the wrong month.
+//! its time in each hour (to the microsecond, the contract's finest time), the last piece taking the
+//! remainder, so that the rollup's sums equal the windows' sums exactly and a month boundary never
+//! moves a second into the wrong month. Every product is checked: figures come from collectors, and
+//! an overflow is a refused batch (`None` here), never a panic.
 
 use std::collections::BTreeMap;
 
@@ -44,49 +46,73 @@ impl Figures {
         }
     }
 
-    fn add(&mut self, o: &Figures) {
-        self.held_seconds += o.held_seconds;
-        self.memory_byte_seconds += o.memory_byte_seconds;
-        self.memory_peak_bytes = self.memory_peak_bytes.max(o.memory_peak_bytes);
-        self.compute_active_seconds += o.compute_active_seconds;
-        self.compute_known_seconds += o.compute_known_seconds;
-        self.window_count += o.window_count;
+    /// `self + o`, or `None` on overflow.
+    pub fn checked_add(&self, o: &Figures) -> Option<Figures> {
+        Some(Figures {
+            held_seconds: self.held_seconds.checked_add(o.held_seconds)?,
+            memory_byte_seconds: self
+                .memory_byte_seconds
+                .checked_add(o.memory_byte_seconds)?,
+            memory_peak_bytes: self.memory_peak_bytes.max(o.memory_peak_bytes),
+            compute_active_seconds: self
+                .compute_active_seconds
+                .checked_add(o.compute_active_seconds)?,
+            compute_known_seconds: self
+                .compute_known_seconds
+                .checked_add(o.compute_known_seconds)?,
+            window_count: self.window_count.checked_add(o.window_count)?,
+        })
     }
 
-    fn scaled(&self, part: Decimal) -> Figures {
-        Figures {
-            held_seconds: self.held_seconds * part,
-            memory_byte_seconds: self.memory_byte_seconds * part,
+    fn checked_scaled(&self, part: Decimal) -> Option<Figures> {
+        Some(Figures {
+            held_seconds: self.held_seconds.checked_mul(part)?,
+            memory_byte_seconds: self.memory_byte_seconds.checked_mul(part)?,
             memory_peak_bytes: self.memory_peak_bytes,
-            compute_active_seconds: self.compute_active_seconds * part,
-            compute_known_seconds: self.compute_known_seconds * part,
+            compute_active_seconds: self.compute_active_seconds.checked_mul(part)?,
+            compute_known_seconds: self.compute_known_seconds.checked_mul(part)?,
             window_count: 0,
-        }
+        })
     }
 
-    fn minus(&self, o: &Figures) -> Figures {
-        Figures {
-            held_seconds: self.held_seconds - o.held_seconds,
-            memory_byte_seconds: self.memory_byte_seconds - o.memory_byte_seconds,
+    fn checked_minus(&self, o: &Figures) -> Option<Figures> {
+        Some(Figures {
+            held_seconds: self.held_seconds.checked_sub(o.held_seconds)?,
+            memory_byte_seconds: self
+                .memory_byte_seconds
+                .checked_sub(o.memory_byte_seconds)?,
             memory_peak_bytes: self.memory_peak_bytes,
-            compute_active_seconds: self.compute_active_seconds - o.compute_active_seconds,
-            compute_known_seconds: self.compute_known_seconds - o.compute_known_seconds,
-            window_count: self.window_count - o.window_count,
-        }
+            compute_active_seconds: self
+                .compute_active_seconds
+                .checked_sub(o.compute_active_seconds)?,
+            compute_known_seconds: self
+                .compute_known_seconds
+                .checked_sub(o.compute_known_seconds)?,
+            window_count: self.window_count.checked_sub(o.window_count)?,
+        })
     }
 }
 
-/// Splits `[start, end)` at hour boundaries: `(hour, figures of that part)`, summing to `f`.
+/// Microseconds from `a` to `b` (the contract's timestamps are whole microseconds).
+fn micros(a: DateTime<Utc>, b: DateTime<Utc>) -> Option<i64> {
+    (b - a).num_microseconds()
+}
+
+/// Splits `[start, end)` at hour boundaries: `(hour, figures of that part)`, summing to `f`
+/// exactly. `None` when `end <= start` or a product overflows.
 pub fn split_by_hour(
     start: DateTime<Utc>,
     end: DateTime<Utc>,
     f: Figures,
-) -> Vec<(DateTime<Utc>, Figures)> {
-    let first = floor_hour(start);
-    if floor_hour(end - Duration::milliseconds(1)) == first {
-        return vec![(first, f)];
+) -> Option<Vec<(DateTime<Utc>, Figures)>> {
+    if end <= start {
+        return None;
     }
-    let total_ms = Decimal::from((end - start).num_milliseconds());
+    let first = floor_hour(start);
+    if floor_hour(end - Duration::microseconds(1)) == first {
+        return Some(vec![(first, f)]);
+    }
+    let total = Decimal::from(micros(start, end)?);
     let mut pieces = Vec::new();
     let mut given = Figures::default();
     let mut hour = first;
@@ -94,20 +120,20 @@ pub fn split_by_hour(
     loop {
         let next = hour + Duration::hours(1);
         if next >= end {
-            pieces.push((hour, f.minus(&given)));
+            pieces.push((hour, f.checked_minus(&given)?));
             break;
         }
-        let part = Decimal::from((next - from).num_milliseconds()) / total_ms;
-        let mut piece = f.scaled(part);
+        let part = Decimal::from(micros(from, next)?).checked_div(total)?;
+        let mut piece = f.checked_scaled(part)?;
         if hour == first {
             piece.window_count = f.window_count;
         }
-        given.add(&piece);
+        given = given.checked_add(&piece)?;
         pieces.push((hour, piece));
         from = next;
         hour = next;
     }
-    pieces
+    Some(pieces)
 }
 
 /// Accumulates hourly figures per key, e.g. `(slice_id, consumer_id)`.
@@ -123,23 +149,24 @@ impl<K: Ord + Copy> Rollup<K> {
         }
     }
 
-    pub fn add(&mut self, key: K, start: DateTime<Utc>, end: DateTime<Utc>, f: Figures) {
-        for (hour, piece) in split_by_hour(start, end, f) {
-            self.rows.entry((hour, key)).or_default().add(&piece);
+    /// Adds a window's hourly pieces (from [`split_by_hour`]); `None` on overflow.
+    pub fn add(&mut self, key: K, pieces: &[(DateTime<Utc>, Figures)]) -> Option<()> {
+        for (hour, piece) in pieces {
+            let row = self.rows.entry((*hour, key)).or_default();
+            *row = row.checked_add(piece)?;
         }
+        Some(())
     }
 }
 
-/// Seconds of `[start, end)` in each hour it touches: GPU presence per hour.
+/// Seconds of `[start, end)` in each hour it touches, to the microsecond: GPU presence per hour.
 pub fn seconds_by_hour(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<(DateTime<Utc>, Decimal)> {
     let mut out = Vec::new();
     let mut from = start;
     while from < end {
         let next = (floor_hour(from) + Duration::hours(1)).min(end);
-        out.push((
-            floor_hour(from),
-            Decimal::from((next - from).num_milliseconds()) / Decimal::ONE_THOUSAND,
-        ));
+        let us = micros(from, next).unwrap_or(0);
+        out.push((floor_hour(from), Decimal::new(us, 6).normalize()));
         from = next;
     }
     out
@@ -157,7 +184,8 @@ mod tests {
     #[test]
     fn a_window_inside_one_hour_is_one_row() {
         let f = Figures::of_window(dec!(60), dec!(1.2e12), 7, Some(dec!(12.5)));
-        let pieces = split_by_hour(t("2026-10-01T10:00:00Z"), t("2026-10-01T10:01:00Z"), f);
+        let pieces =
+            split_by_hour(t("2026-10-01T10:00:00Z"), t("2026-10-01T10:01:00Z"), f).unwrap();
         assert_eq!(pieces, vec![(t("2026-10-01T10:00:00Z"), f)]);
     }
 
@@ -165,7 +193,8 @@ mod tests {
     fn a_window_across_midnight_at_month_end_is_split_in_proportion_and_sums_exactly() {
         // 20 s in October, 40 s in November; held 59 s, a third of a figure that does not divide evenly.
         let f = Figures::of_window(dec!(59), dec!(1000), 9, Some(dec!(10)));
-        let pieces = split_by_hour(t("2026-10-31T23:59:40Z"), t("2026-11-01T00:00:40Z"), f);
+        let pieces =
+            split_by_hour(t("2026-10-31T23:59:40Z"), t("2026-11-01T00:00:40Z"), f).unwrap();
         assert_eq!(pieces.len(), 2);
         assert_eq!(pieces[0].0, t("2026-10-31T23:00:00Z"));
         assert_eq!(pieces[1].0, t("2026-11-01T00:00:00Z"));
@@ -187,6 +216,27 @@ mod tests {
     }
 
     #[test]
+    fn a_two_microsecond_window_across_an_hour_splits_in_halves_without_dividing_by_zero() {
+        let f = Figures::of_window(dec!(0.000002), dec!(100), 1, Some(dec!(0.000001)));
+        let pieces = split_by_hour(
+            t("2026-10-01T09:59:59.999999Z"),
+            t("2026-10-01T10:00:00.000001Z"),
+            f,
+        )
+        .unwrap();
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(pieces[0].1.held_seconds, dec!(0.000001));
+        assert_eq!(pieces[1].1.memory_byte_seconds, dec!(50));
+        // An empty or reversed window has no pieces, and sums that overflow are refused.
+        let at = t("2026-10-01T10:00:00Z");
+        assert_eq!(split_by_hour(at, at, f), None);
+        let huge = Figures::of_window(Decimal::MAX, Decimal::MAX, 1, None);
+        let mut rollup = Rollup::new();
+        assert_eq!(rollup.add(1, &[(at, huge)]), Some(()));
+        assert_eq!(rollup.add(1, &[(at, huge)]), None);
+    }
+
+    #[test]
     fn presence_seconds_are_counted_per_hour() {
         assert_eq!(
             seconds_by_hour(t("2026-10-01T09:30:00Z"), t("2026-10-01T11:15:00Z")),
@@ -194,6 +244,16 @@ mod tests {
                 (t("2026-10-01T09:00:00Z"), dec!(1800)),
                 (t("2026-10-01T10:00:00Z"), dec!(3600)),
                 (t("2026-10-01T11:00:00Z"), dec!(900)),
+            ]
+        );
+        assert_eq!(
+            seconds_by_hour(
+                t("2026-10-01T09:59:59.9995Z"),
+                t("2026-10-01T10:00:00.0005Z")
+            ),
+            vec![
+                (t("2026-10-01T09:00:00Z"), dec!(0.0005)),
+                (t("2026-10-01T10:00:00Z"), dec!(0.0005)),
             ]
         );
     }

@@ -1,20 +1,25 @@
 //! Parse, don't validate: a [`Batch`] as sent becomes a [`ValidBatch`] whose every figure obeys the
-//! contract, or a list naming every bad record and field. Nothing here touches the database.
+//! contract and its bounds (`domain::batch::bounds`), or a list naming every bad record and field.
+//! Nothing here touches the database, and no figure a collector sends can make it panic: every
+//! product and sum of untrusted figures is checked.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, Timelike, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
-use crate::domain::batch::{Batch, ConsumerReport, SliceReport};
+use super::occupancy::{self, HolderClash, SliceUse, Span};
+use super::rollup::{Figures, split_by_hour};
+use crate::domain::batch::{Batch, ConsumerReport, SliceReport, bounds, is_node_name};
 use crate::domain::profiles::{self, Instance};
 use crate::domain::slice::{GpuGeometry, PhysicalShare, Reservation, SliceKind};
 use crate::domain::team::TeamId;
+use crate::domain::text;
 
 /// One bad field of a request: where it is (`windows[17].held_seconds`) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -40,7 +45,7 @@ impl FieldError {
 pub struct Limits {
     /// How far in the future a period may end (collector clocks drift).
     pub max_future_skew: Duration,
-    /// The longest period one batch may report on.
+    /// The longest period one batch may report on (at most `bounds::MAX_PERIOD_SECONDS`).
     pub max_period: Duration,
     /// The most windows one batch may hold.
     pub max_windows: usize,
@@ -73,6 +78,18 @@ pub struct ValidSlice {
     pub share: PhysicalShare,
 }
 
+impl ValidSlice {
+    /// What the occupancy rules need to know of it.
+    pub fn usage(&self, gpu: &ValidGpu) -> SliceUse {
+        SliceUse {
+            reserved: self.share.kind.is_reserved(),
+            compute_share: self.share.compute,
+            memory_share: self.share.memory,
+            gpu_memory_bytes: gpu.geometry.memory_bytes,
+        }
+    }
+}
+
 /// A consumer as stored: its identity and the SHA-256 of its canonical JSON.
 #[derive(Debug, Clone)]
 pub struct ValidConsumer {
@@ -93,6 +110,8 @@ pub struct ValidWindow {
     pub memory_byte_seconds: Decimal,
     pub memory_peak_bytes: i64,
     pub compute_active_seconds: Option<Decimal>,
+    /// Its figures split by hour, as the rollup adds them.
+    pub pieces: Vec<(DateTime<Utc>, Figures)>,
 }
 
 #[derive(Debug, Clone)]
@@ -120,6 +139,10 @@ impl Errors {
         }
     }
 
+    fn count(&self) -> usize {
+        self.0.len() + self.1
+    }
+
     fn finish(mut self) -> Vec<FieldError> {
         if self.1 > 0 {
             self.0.push(FieldError::new(
@@ -131,13 +154,6 @@ impl Errors {
     }
 }
 
-fn node_name_ok(node: &str) -> bool {
-    (1..=253).contains(&node.len())
-        && node
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
-}
-
 /// A JSON number as an exact decimal: the shortest decimal that reads back as the same double.
 fn decimal(f: f64) -> Option<Decimal> {
     if !f.is_finite() {
@@ -146,8 +162,53 @@ fn decimal(f: f64) -> Option<Decimal> {
     Decimal::from_str(&f.to_string()).ok()
 }
 
-fn seconds_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Decimal {
-    Decimal::from((end - start).num_milliseconds()) / Decimal::ONE_THOUSAND
+/// Seconds from `start` to `end`, to the microsecond.
+pub fn seconds_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Decimal {
+    Decimal::new((end - start).num_microseconds().unwrap_or(i64::MAX), 6).normalize()
+}
+
+/// A timestamp the contract takes: whole microseconds, no leap second, from 2000 on.
+fn check_instant(t: DateTime<Utc>, field: &str, errors: &mut Errors) -> bool {
+    let nanos = t.nanosecond();
+    let why = if nanos >= 1_000_000_000 {
+        Some("is a leap second; send the instant after it".to_owned())
+    } else if !nanos.is_multiple_of(1000) {
+        Some("has a fraction finer than a microsecond; send whole microseconds or coarser".into())
+    } else if t < bounds::earliest() {
+        Some(format!(
+            "is before {}",
+            bounds::earliest().format("%Y-%m-%d")
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => {
+            errors.push(field, format!("{} {why}", t.to_rfc3339()));
+            false
+        }
+        None => true,
+    }
+}
+
+/// A name: printable, 1 to `max` characters.
+fn check_text(s: &str, max: usize, field: impl Into<String>, errors: &mut Errors) -> bool {
+    match text::check(s, max) {
+        Ok(()) => true,
+        Err(e) => {
+            errors.push(field, format!("{s:?} {e}", s = preview(s)));
+            false
+        }
+    }
+}
+
+/// At most 64 characters of `s`, for messages (a refused string may be megabytes long).
+fn preview(s: &str) -> String {
+    if s.chars().count() <= 64 {
+        s.to_owned()
+    } else {
+        format!("{}…", s.chars().take(64).collect::<String>())
+    }
 }
 
 /// Checks a batch against the contract at `now`. Errors name every bad record and field.
@@ -158,16 +219,18 @@ pub fn validate(
 ) -> Result<ValidBatch, Vec<FieldError>> {
     let mut errors = Errors(Vec::new(), 0);
 
-    if !node_name_ok(&batch.node) {
+    if !is_node_name(&batch.node) {
         errors.push(
             "node",
             format!(
                 "{:?} is not a node name: use 1 to 253 letters, digits, '.', '-' or '_'",
-                batch.node
+                preview(&batch.node)
             ),
         );
     }
     let (start, end) = (batch.period.start, batch.period.end);
+    let times_ok = check_instant(start, "period.start", &mut errors)
+        & check_instant(end, "period.end", &mut errors);
     if end <= start {
         errors.push(
             "period.end",
@@ -203,28 +266,29 @@ pub fn validate(
         );
         return Err(errors.finish());
     }
+    let period_ok = times_ok && end > start;
 
     // GPUs.
     let mut gpus = Vec::with_capacity(batch.gpus.len());
     let mut gpu_index: HashMap<&str, usize> = HashMap::new();
+    // Each valid GPU's index in the batch.
+    let mut gpu_at: Vec<usize> = Vec::with_capacity(batch.gpus.len());
     for (i, g) in batch.gpus.iter().enumerate() {
         let at = |f: &str| format!("gpus[{i}].{f}");
-        let mut ok = true;
-        if g.uuid.is_empty() || g.uuid.len() > 128 {
-            errors.push(at("uuid"), "a GPU uuid has 1 to 128 characters");
-            ok = false;
-        } else if let Some(prev) = gpu_index.get(g.uuid.as_str()) {
+        let mut ok = check_text(&g.uuid, bounds::MAX_GPU_UUID_CHARS, at("uuid"), &mut errors);
+        if ok && let Some(prev) = gpu_index.get(g.uuid.as_str()) {
             errors.push(at("uuid"), format!("{} repeats gpus[{prev}]", g.uuid));
             ok = false;
         }
-        if g.model.is_empty() || g.model.len() > 200 {
-            errors.push(at("model"), "a GPU model has 1 to 200 characters");
-            ok = false;
-        }
-        if g.memory_bytes <= 0 {
+        ok &= check_text(&g.model, bounds::MAX_MODEL_CHARS, at("model"), &mut errors);
+        if !(1..=bounds::MAX_GPU_MEMORY_BYTES).contains(&g.memory_bytes) {
             errors.push(
                 at("memory_bytes"),
-                format!("memory_bytes must be positive, got {}", g.memory_bytes),
+                format!(
+                    "memory_bytes must be 1 to {} (4 TiB), got {}",
+                    bounds::MAX_GPU_MEMORY_BYTES,
+                    g.memory_bytes
+                ),
             );
             ok = false;
         }
@@ -239,6 +303,7 @@ pub fn validate(
         }
         if ok {
             gpu_index.insert(&g.uuid, gpus.len());
+            gpu_at.push(i);
             gpus.push(ValidGpu {
                 uuid: g.uuid.clone(),
                 model: g.model.clone(),
@@ -258,14 +323,18 @@ pub fn validate(
     // Slices.
     let mut slices = Vec::with_capacity(batch.slices.len());
     let mut slice_index: HashMap<&str, usize> = HashMap::new();
+    // Each valid slice's index in the batch.
+    let mut slice_at: Vec<usize> = Vec::with_capacity(batch.slices.len());
     let mut mig_by_gpu: BTreeMap<usize, Vec<Instance>> = BTreeMap::new();
     for (i, s) in batch.slices.iter().enumerate() {
         let at = |f: &str| format!("slices[{i}].{f}");
-        let mut ok = true;
-        if s.uuid.is_empty() || s.uuid.len() > 160 {
-            errors.push(at("uuid"), "a slice uuid has 1 to 160 characters");
-            ok = false;
-        } else if slice_index.contains_key(s.uuid.as_str()) {
+        let mut ok = check_text(
+            &s.uuid,
+            bounds::MAX_SLICE_UUID_CHARS,
+            at("uuid"),
+            &mut errors,
+        );
+        if ok && slice_index.contains_key(s.uuid.as_str()) {
             errors.push(at("uuid"), format!("{} repeats an earlier slice", s.uuid));
             ok = false;
         }
@@ -277,7 +346,7 @@ pub fn validate(
                     at("gpu_uuid"),
                     format!(
                         "slice on an unknown GPU: {:?} is not among this batch's gpus",
-                        s.gpu_uuid
+                        preview(&s.gpu_uuid)
                     ),
                 );
                 None
@@ -285,8 +354,14 @@ pub fn validate(
         };
         let kind = match SliceKind::from_str(&s.kind) {
             Ok(k) => Some(k),
-            Err(e) => {
-                errors.push(at("kind"), e.to_string());
+            Err(_) => {
+                errors.push(
+                    at("kind"),
+                    format!(
+                        "unknown slice kind {:?}: expected one of mig, mps, timeslice, vgpu, whole",
+                        preview(&s.kind)
+                    ),
+                );
                 None
             }
         };
@@ -308,6 +383,7 @@ pub fn validate(
                     });
                 }
                 slice_index.insert(&s.uuid, slices.len());
+                slice_at.push(i);
                 slices.push(ValidSlice {
                     uuid: s.uuid.clone(),
                     gpu: g,
@@ -323,16 +399,47 @@ pub fn validate(
     for (g, instances) in &mig_by_gpu {
         let geo = gpus[*g].geometry;
         if let Err(e) = profiles::check_layout(instances, geo.compute_slices, geo.memory_slices) {
-            let i = batch
-                .gpus
-                .iter()
-                .position(|x| x.uuid == gpus[*g].uuid)
-                .unwrap_or(0);
             errors.push(
-                format!("gpus[{i}]"),
+                format!("gpus[{}]", gpu_at[*g]),
                 format!(
                     "the MIG instances reported on {} cannot coexist: {e}",
                     gpus[*g].uuid
+                ),
+            );
+        }
+    }
+    // A card is reserved at most once: MIG, whole, vGPU fractions, MPS threads and pinned memory.
+    for (g, gpu) in gpus.iter().enumerate() {
+        let on_gpu: Vec<usize> = (0..slices.len()).filter(|&k| slices[k].gpu == g).collect();
+        let reserved = occupancy::reserved(
+            &gpu.geometry,
+            on_gpu.iter().map(|&k| &slices[k].reservation),
+        );
+        if let Some(r) = reserved
+            && !r.exceeds_the_card()
+        {
+            continue;
+        }
+        let named: Vec<String> = on_gpu
+            .iter()
+            .filter(|&&k| slices[k].share.kind.is_reserved())
+            .map(|&k| format!("slices[{}]", slice_at[k]))
+            .collect();
+        let how = match reserved {
+            Some(r) => format!(
+                "{} of its compute and {} of its memory",
+                percent(r.compute),
+                percent(r.memory)
+            ),
+            None => "more than the contract's figures allow".to_owned(),
+        };
+        for f in &named {
+            errors.push(
+                f.clone(),
+                format!(
+                    "the reserved slices of {} ({}) take {how}; a card cannot be reserved past itself",
+                    gpu.uuid,
+                    named.join(", ")
                 ),
             );
         }
@@ -354,19 +461,21 @@ pub fn validate(
                     at("slice_uuid"),
                     format!(
                         "window of an unknown slice: {:?} is not among this batch's slices",
-                        w.slice_uuid
+                        preview(&w.slice_uuid)
                     ),
                 );
                 None
             }
         };
+        ok &= check_instant(w.start, &at("start"), &mut errors);
+        ok &= check_instant(w.end, &at("end"), &mut errors);
         if w.end <= w.start {
             errors.push(
                 at("end"),
                 format!("window end {} is not after its start {}", w.end, w.start),
             );
             ok = false;
-        } else if w.start < start || w.end > end {
+        } else if period_ok && (w.start < start || w.end > end) {
             errors.push(
                 at("start"),
                 format!(
@@ -386,6 +495,9 @@ pub fn validate(
         let compute = w
             .compute_active_seconds
             .map(|c| figure(c, "compute_active_seconds", &at, &mut errors));
+        // What the window's memory is measured against: the slice's reservation, or the whole GPU
+        // for a time-sliced replica.
+        let reserved_memory = slice.map(|s| slices[s].share.memory_reserved_bytes);
         if w.memory_peak_bytes < 0 {
             errors.push(
                 at("memory_peak_bytes"),
@@ -395,18 +507,17 @@ pub fn validate(
                 ),
             );
             ok = false;
-        } else if let Some(s) = slice {
-            let gpu = &gpus[slices[s].gpu];
-            if w.memory_peak_bytes as u64 > gpu.geometry.memory_bytes {
-                errors.push(
-                    at("memory_peak_bytes"),
-                    format!(
-                        "memory_peak_bytes ({}) exceeds the GPU's memory ({} bytes)",
-                        w.memory_peak_bytes, gpu.geometry.memory_bytes
-                    ),
-                );
-                ok = false;
-            }
+        } else if let Some(reserved) = reserved_memory
+            && w.memory_peak_bytes as u64 > reserved
+        {
+            errors.push(
+                at("memory_peak_bytes"),
+                format!(
+                    "memory_peak_bytes ({}) exceeds the {reserved} bytes the slice can use",
+                    w.memory_peak_bytes
+                ),
+            );
+            ok = false;
         }
         if let (Some(h), true) = (held, w.end > w.start) {
             let length = seconds_between(w.start, w.end);
@@ -427,13 +538,22 @@ pub fn validate(
             );
             ok = false;
         }
-        if !w.consumer.names_a_holder() {
-            errors.push(
-                at("consumer"),
-                "the consumer names no holder: give a namespace or pod, a unix_user, a job_id or a dra_claim",
-            );
-            ok = false;
+        if let (Some(h), Some(m), Some(reserved)) = (held, memory, reserved_memory) {
+            match Decimal::from(reserved).checked_mul(h) {
+                Some(most) if m <= most => {}
+                most => {
+                    errors.push(
+                        at("memory_byte_seconds"),
+                        format!(
+                            "memory_byte_seconds ({m}) exceeds the slice's {reserved} bytes for the {h} s held{}",
+                            most.map(|x| format!(" ({x})")).unwrap_or_default()
+                        ),
+                    );
+                    ok = false;
+                }
+            }
         }
+        ok &= check_consumer(&w.consumer, &at, &mut errors);
         let team_label = match w.consumer.team_label().map(TeamId::parse) {
             Some(Err(e)) => {
                 errors.push(at("consumer.labels.team"), e.to_string());
@@ -447,6 +567,17 @@ pub fn validate(
             continue;
         };
         let Some(compute) = compute.map_or(Some(None), |c| c.map(Some)) else {
+            continue;
+        };
+        let Some(pieces) = split_by_hour(
+            w.start,
+            w.end,
+            Figures::of_window(held, memory, w.memory_peak_bytes, compute),
+        ) else {
+            errors.push(
+                at("memory_byte_seconds"),
+                "the window's figures are too large to add up exactly",
+            );
             continue;
         };
         let consumer = match consumer_index.get(&w.consumer) {
@@ -480,26 +611,75 @@ pub fn validate(
                 memory_byte_seconds: memory,
                 memory_peak_bytes: w.memory_peak_bytes,
                 compute_active_seconds: compute,
+                pieces,
             },
         ));
     }
 
-    // Windows of one slice and consumer must not overlap: each second is held once.
-    let mut order: Vec<usize> = (0..windows.len()).collect();
-    order.sort_by_key(|&k| {
-        let w = &windows[k].1;
-        (w.slice, w.consumer, w.start)
-    });
-    for pair in order.windows(2) {
-        let (a, b) = (&windows[pair[0]], &windows[pair[1]]);
-        if (a.1.slice, a.1.consumer) == (b.1.slice, b.1.consumer) && b.1.start < a.1.end {
-            errors.push(
-                format!("windows[{}].start", b.0),
+    // One holder at a time, and no more of a card used in an hour than it had.
+    let spans: Vec<Span<'_, usize>> = windows
+        .iter()
+        .map(|(i, w)| Span {
+            origin: *i,
+            slice: w.slice,
+            start: w.start,
+            end: w.end,
+            held_seconds: w.held_seconds,
+            pieces: &w.pieces,
+        })
+        .collect();
+    for clash in occupancy::holder_clashes(&spans) {
+        match clash {
+            HolderClash::Overlap { earlier, later } => errors.push(
+                format!("windows[{later}].start"),
                 format!(
-                    "overlaps windows[{}] of the same slice and consumer, which ends at {}",
-                    a.0, a.1.end
+                    "overlaps windows[{earlier}] of the same slice: a slice has one holder at a time"
                 ),
-            );
+            ),
+            HolderClash::OverHeld {
+                windows: ws,
+                held,
+                length,
+            } => {
+                let names: Vec<String> = ws.iter().map(|i| format!("windows[{i}]")).collect();
+                for i in &ws {
+                    errors.push(
+                        format!("windows[{i}].held_seconds"),
+                        format!(
+                            "{} hold the same slice over the same {length} s for {held} s together: a slice has one holder at a time",
+                            names.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    if period_ok {
+        let uses: Vec<SliceUse> = slices.iter().map(|s| s.usage(&gpus[s.gpu])).collect();
+        for (g, gpu) in gpus.iter().enumerate() {
+            let on_gpu: Vec<Span<'_, usize>> = spans
+                .iter()
+                .copied()
+                .filter(|s| slices[s.slice].gpu == g)
+                .collect();
+            for o in occupancy::hourly_overruns(start, end, &uses, &on_gpu) {
+                let names: Vec<String> =
+                    o.windows.iter().map(|i| format!("windows[{i}]")).collect();
+                for i in &o.windows {
+                    errors.push(
+                        format!("windows[{i}]"),
+                        format!(
+                            "the time-sliced windows of {} ({}) use {} s of its {} in the hour from {}, which had {} s of it",
+                            gpu.uuid,
+                            names.join(", "),
+                            o.used_seconds.round_dp(6).normalize(),
+                            o.what,
+                            o.hour,
+                            o.available_seconds
+                        ),
+                    );
+                }
+            }
         }
     }
 
@@ -518,8 +698,76 @@ pub fn validate(
     })
 }
 
+fn percent(d: Decimal) -> String {
+    format!("{} %", (d * Decimal::ONE_HUNDRED).round_dp(2).normalize())
+}
+
 fn human(d: Duration) -> String {
     humantime::format_duration(d.to_std().unwrap_or_default()).to_string()
+}
+
+/// The consumer's names and labels: printable and within Kubernetes' lengths.
+fn check_consumer(c: &ConsumerReport, at: &dyn Fn(&str) -> String, errors: &mut Errors) -> bool {
+    let before = errors.count();
+    if !c.names_a_holder() {
+        errors.push(
+            at("consumer"),
+            "the consumer names no holder: give a namespace or pod, a unix_user, a job_id or a dra_claim",
+        );
+    }
+    for (name, v) in [
+        ("namespace", &c.namespace),
+        ("pod", &c.pod),
+        ("container", &c.container),
+        ("unix_user", &c.unix_user),
+        ("job_id", &c.job_id),
+    ] {
+        if let Some(v) = v {
+            check_text(
+                v,
+                bounds::MAX_NAME_CHARS,
+                at(&format!("consumer.{name}")),
+                errors,
+            );
+        }
+    }
+    if let Some(d) = &c.dra_claim {
+        for (name, v) in [
+            ("namespace", Some(&d.namespace)),
+            ("name", Some(&d.name)),
+            ("driver", d.driver.as_ref()),
+            ("pool", d.pool.as_ref()),
+            ("device", d.device.as_ref()),
+        ] {
+            if let Some(v) = v {
+                check_text(
+                    v,
+                    bounds::MAX_NAME_CHARS,
+                    at(&format!("consumer.dra_claim.{name}")),
+                    errors,
+                );
+            }
+        }
+    }
+    if c.labels.len() > bounds::MAX_LABELS {
+        errors.push(
+            at("consumer.labels"),
+            format!(
+                "{} labels, more than the limit of {}",
+                c.labels.len(),
+                bounds::MAX_LABELS
+            ),
+        );
+    }
+    for (k, v) in c.labels.iter().take(bounds::MAX_LABELS + 1) {
+        let field = at(&format!("consumer.labels.{}", preview(k)));
+        if check_text(k, bounds::MAX_LABEL_KEY_CHARS, field.clone(), errors)
+            && let Err(e) = text::check_optional(v, bounds::MAX_LABEL_VALUE_CHARS)
+        {
+            errors.push(field, format!("the value {:?} {e}", preview(v)));
+        }
+    }
+    errors.count() == before
 }
 
 /// A non-negative, finite figure as an exact decimal.
@@ -544,7 +792,7 @@ fn reservation(
     at: &dyn Fn(&str) -> String,
     errors: &mut Errors,
 ) -> Option<Reservation> {
-    let before = errors.0.len() + errors.1;
+    let before = errors.count();
     let required =
         |errors: &mut Errors, name: &str, v: Option<i64>, range: RangeInclusive<i64>| match v {
             None => {
@@ -582,14 +830,21 @@ fn reservation(
             );
             let b = required(errors, "memory_bytes", s.memory_bytes, 1..=memory);
             let profile = match &s.profile {
-                Some(p) if !p.is_empty() && p.len() <= 64 => Some(p.clone()),
-                _ => {
+                Some(p) if check_text(p, bounds::MAX_PROFILE_CHARS, at("profile"), errors) => {
+                    Some(p.clone())
+                }
+                Some(_) => None,
+                None => {
                     errors.push(
                         at("profile"),
                         "a mig slice needs its profile name (1 to 64 characters), e.g. 3g.40gb",
                     );
                     None
                 }
+            };
+            let profile_id = match s.profile_id {
+                None => None,
+                Some(id) => required(errors, "profile_id", Some(id), 0..=1023).map(|id| id as u32),
             };
             if !gpu.mig_enabled {
                 errors.push(
@@ -599,7 +854,7 @@ fn reservation(
             }
             Reservation::Mig {
                 profile: profile?,
-                profile_id: s.profile_id.and_then(|id| u32::try_from(id).ok()),
+                profile_id,
                 compute_slices: c? as u8,
                 memory_slices: m? as u8,
                 memory_bytes: b? as u64,
@@ -625,14 +880,24 @@ fn reservation(
         }
         SliceKind::Vgpu => {
             let fraction = match s.fraction.and_then(decimal) {
-                Some(f) if f > Decimal::ZERO && f <= Decimal::ONE => Some(f),
-                Some(f) => {
+                Some(f) if f <= Decimal::ZERO || f > Decimal::ONE => {
                     errors.push(
                         at("fraction"),
                         format!("fraction must be in (0, 1], got {f}"),
                     );
                     None
                 }
+                Some(f) if f.normalize().scale() > bounds::MAX_FRACTION_DECIMALS => {
+                    errors.push(
+                        at("fraction"),
+                        format!(
+                            "fraction {f} has more than {} decimals",
+                            bounds::MAX_FRACTION_DECIMALS
+                        ),
+                    );
+                    None
+                }
+                Some(f) => Some(f),
                 None => {
                     errors.push(
                         at("fraction"),
@@ -655,7 +920,7 @@ fn reservation(
         }
         SliceKind::Whole => Reservation::Whole,
     };
-    (errors.0.len() + errors.1 == before).then_some(r)
+    (errors.count() == before).then_some(r)
 }
 
 /// SHA-256 of the consumer's canonical JSON: fields in declaration order, labels sorted by key.

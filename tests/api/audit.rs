@@ -198,8 +198,8 @@ async fn ingest_beyond_a_tokens_rate_gets_429_with_retry_after_and_loses_nothing
     );
     // Limits are per token: another node's collector is not held back by this one.
     let other = app.token(Role::Collector, None, Some("gpu-node-02")).await;
-    let mut b2 = b.clone();
-    b2["node"] = json!("gpu-node-02");
+    // (Its own node and GPUs: the first node's GPU is not another node's to report.)
+    let b2 = json!({"node": "gpu-node-02", "period": b["period"].clone()});
     let r = app.ingest(&other, &b2).await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     // After the wait the same token is let in again; the windows were stored once.

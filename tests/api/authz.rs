@@ -169,6 +169,16 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
         ),
         with_body(
             row(
+                "PUT",
+                "/v1/gpus/{uuid}",
+                format!("/v1/gpus/{H100}"),
+                [U, U, U, U, 200, 403, 403, 403, 403],
+            ),
+            // Registered to the node it is on: the matrix's other calls go on as before.
+            |_| json!({"node": "gpu-node-01"}),
+        ),
+        with_body(
+            row(
                 "POST",
                 "/v1/ingest",
                 "/v1/ingest",

@@ -8,6 +8,7 @@ mod collector;
 mod exports;
 mod faults;
 mod fleet;
+mod hostile;
 mod ingest;
 mod kubelet;
 mod nvml;

@@ -1,0 +1,83 @@
+//! Rules for text that crosses the service's edges: what a collector may send (no control
+//! characters, bounded lengths) and what a CSV cell may start with (no spreadsheet formulas).
+
+/// Why a string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    #[error("is empty")]
+    Empty,
+    #[error("has {0} characters, more than the limit of {1}")]
+    TooLong(usize, usize),
+    #[error("contains a control character (U+{0:04X}); text must be printable")]
+    Control(u32),
+}
+
+/// Checks that `s` has 1 to `max` characters and no control character (NUL, tab, newline, DEL and
+/// the C1 range included): what every name, uuid and label in a batch must be.
+pub fn check(s: &str, max: usize) -> Result<(), TextError> {
+    if s.is_empty() {
+        return Err(TextError::Empty);
+    }
+    check_optional(s, max)
+}
+
+/// Like [`check`], but an empty string is allowed.
+pub fn check_optional(s: &str, max: usize) -> Result<(), TextError> {
+    if let Some(c) = s.chars().find(|c| c.is_control()) {
+        return Err(TextError::Control(u32::from(c)));
+    }
+    let n = s.chars().count();
+    if n > max {
+        return Err(TextError::TooLong(n, max));
+    }
+    Ok(())
+}
+
+/// A text cell as it may go into a CSV that someone opens in a spreadsheet. A cell that starts with
+/// `=`, `+`, `-`, `@`, a tab or a carriage return is a formula to Excel, LibreOffice and Google
+/// Sheets; OWASP's rule is to prefix it with a single quote, which the spreadsheet shows as text.
+/// Numbers are never passed through here: `-12.50` stays a number.
+pub fn spreadsheet_safe(cell: &str) -> std::borrow::Cow<'_, str> {
+    match cell.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}").into(),
+        _ => cell.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_printable_and_bounded() {
+        assert_eq!(check("gpu-node-01", 253), Ok(()));
+        assert_eq!(check("", 253), Err(TextError::Empty));
+        assert_eq!(check("a\0b", 253), Err(TextError::Control(0)));
+        assert_eq!(check("a\u{85}b", 253), Err(TextError::Control(0x85)));
+        assert_eq!(check("tab\there", 253), Err(TextError::Control(9)));
+        assert_eq!(
+            check(&"x".repeat(254), 253),
+            Err(TextError::TooLong(254, 253))
+        );
+        // Characters, not bytes: a 63-letter label value in Greek is fine.
+        assert_eq!(check(&"λ".repeat(63), 63), Ok(()));
+        assert_eq!(check_optional("", 63), Ok(()));
+    }
+
+    #[test]
+    fn cells_that_a_spreadsheet_would_run_are_quoted() {
+        for (cell, safe) in [
+            ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"),
+            ("+1", "'+1"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("nlp", "nlp"),
+            ("", ""),
+            ("a=b", "a=b"),
+        ] {
+            assert_eq!(spreadsheet_safe(cell), safe, "{cell:?}");
+        }
+    }
+}

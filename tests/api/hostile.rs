@@ -1,0 +1,556 @@
+//! Ingest as a thief with a collector token, or a broken collector, would use it: another node's
+//! GPUs, figures no card can hold, two holders at once, overlapping re-sends, text and timestamps
+//! that used to crash the handler. Each case: the exact status, the field named, and the stored data
+//! unchanged.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::{Value, json};
+use slicemeter::auth::Role;
+
+use crate::support::*;
+
+fn fields(r: &Reply) -> Vec<(String, String)> {
+    r.body["error"]["fields"]
+        .as_array()
+        .unwrap_or(&vec![])
+        .iter()
+        .map(|f| {
+            (
+                f["field"].as_str().unwrap().to_owned(),
+                f["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn field_names(r: &Reply) -> Vec<String> {
+    fields(r).into_iter().map(|(f, _)| f).collect()
+}
+
+/// What is stored: windows, their held seconds in the rollup, presence seconds.
+async fn stored(app: &TestApp) -> (i64, i64, i64) {
+    (
+        app.count("select count(*) from occupancy").await,
+        app.count("select coalesce(sum(held_seconds), 0)::int8 from usage_hourly")
+            .await,
+        app.count("select coalesce(sum(present_seconds), 0)::int8 from gpu_hourly")
+            .await,
+    )
+}
+
+async fn node_of(app: &TestApp, uuid: &str) -> String {
+    sqlx::query_scalar("select node from gpu where gpu_uuid = $1")
+        .bind(uuid)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap()
+}
+
+const T0: &str = "2026-10-01T00:00:00Z";
+const T1: &str = "2026-10-01T00:01:00Z";
+const T2: &str = "2026-10-01T00:02:00Z";
+
+#[tokio::test]
+async fn a_collector_cannot_take_over_another_nodes_gpu_and_an_admin_moves_it_on_the_record() {
+    let app = TestApp::spawn().await;
+    let node_1 = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    let node_2 = app.token(Role::Collector, None, Some("gpu-node-02")).await;
+    let first = batch(T0, T1, vec![window(MIG_3G, T0, T1, "nlp", "a", 60.0)]);
+    assert_eq!(app.ingest(&node_1, &first).await.status, StatusCode::OK);
+    let before = stored(&app).await;
+
+    // Node 2's token, node 2's name, node 1's GPU.
+    let mut theft = batch(T1, T2, vec![window(MIG_3G, T1, T2, "evil", "x", 60.0)]);
+    theft["node"] = json!("gpu-node-02");
+    let r = app.ingest(&node_2, &theft).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "not_this_nodes_gpu");
+    let f = fields(&r);
+    assert_eq!(f[0].0, "gpus[0].uuid");
+    assert!(
+        f[0].1
+            .contains(&format!("{H100} belongs to node \"gpu-node-01\"")),
+        "{f:?}"
+    );
+    assert_eq!(node_of(&app, H100).await, "gpu-node-01");
+    assert_eq!(stored(&app).await, before);
+    // The real node goes on as before (it used to get 409 from then on).
+    let next = batch(T1, T2, vec![window(MIG_3G, T1, T2, "nlp", "a", 60.0)]);
+    assert_eq!(app.ingest(&node_1, &next).await.status, StatusCode::OK);
+    // An admin's back-fill follows the same registry.
+    let mut backfill = batch(T2, "2026-10-01T00:03:00Z", vec![]);
+    backfill["node"] = json!("gpu-node-02");
+    assert_eq!(
+        app.ingest(&app.admin, &backfill).await.status,
+        StatusCode::FORBIDDEN
+    );
+
+    // Moving the card is an admin's act, audited.
+    let finance = app.token(Role::Finance, None, None).await;
+    let body = json!({"node": "gpu-node-02"});
+    let uri = format!("/v1/gpus/{H100}");
+    for (token, status) in [
+        (&node_1, StatusCode::FORBIDDEN),
+        (&finance, StatusCode::FORBIDDEN),
+    ] {
+        assert_eq!(
+            app.send_json("PUT", Some(token), &uri, &body).await.status,
+            status
+        );
+    }
+    let bad = app
+        .send_json("PUT", Some(&app.admin), &uri, &json!({"node": "no spaces"}))
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(field_names(&bad), vec!["node"]);
+    let missing = app
+        .send_json("PUT", Some(&app.admin), "/v1/gpus/GPU-nope", &body)
+        .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let moved = app.send_json("PUT", Some(&app.admin), &uri, &body).await;
+    assert_eq!(moved.status, StatusCode::OK, "{moved:?}");
+    assert_eq!(moved.body["node"], "gpu-node-02");
+    let audit = app.get(Some(&app.admin), "/v1/audit?action=gpu.move").await;
+    assert_eq!(audit.body[0]["subject"], H100);
+    assert_eq!(
+        audit.body[0]["details"],
+        json!({"from": "gpu-node-01", "to": "gpu-node-02"})
+    );
+    let mut after = batch(T2, "2026-10-01T00:03:00Z", vec![]);
+    after["node"] = json!("gpu-node-02");
+    assert_eq!(app.ingest(&node_2, &after).await.status, StatusCode::OK);
+    let old = batch("2026-10-01T00:03:00Z", "2026-10-01T00:04:00Z", vec![]);
+    assert_eq!(
+        app.ingest(&node_1, &old).await.status,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
+async fn the_cli_moves_a_gpu_on_the_record() {
+    let app = TestApp::spawn().await;
+    let b = batch(T0, T1, vec![]);
+    assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
+    let out = app.cli(&["gpu", "move", H100, "--node", "gpu-node-09"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(node_of(&app, H100).await, "gpu-node-09");
+    assert_eq!(
+        app.count(
+            "select count(*) from audit_log where action = 'gpu.move' and actor_role = 'cli'"
+        )
+        .await,
+        1
+    );
+    let out = app.cli(&["gpu", "move", "GPU-none", "--node", "gpu-node-09"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there is no GPU GPU-none"));
+}
+
+/// A batch of one whole H100 (`GPU-W`) with the given slices and windows.
+fn whole_batch(slices: Value, windows: Vec<Value>) -> Value {
+    json!({"node": "gpu-node-01", "period": {"start": T0, "end": T1},
+           "gpus": [{"uuid": "GPU-W", "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
+                     "compute_slices": 7, "memory_slices": 8, "mig_enabled": false}],
+           "slices": slices, "windows": windows})
+}
+
+fn held(slice: &str, pod: &str, held: f64) -> Value {
+    window(slice, T0, T1, "nlp", pod, held)
+}
+
+async fn refused(app: &TestApp, b: &Value, status: StatusCode) -> Reply {
+    let before = stored(app).await;
+    let r = app.ingest(&app.admin, b).await;
+    assert_eq!(r.status, status, "{r:?}");
+    assert!(r.body["error"]["message"].is_string(), "{r:?}");
+    assert_eq!(stored(app).await, before, "a refused batch stores nothing");
+    r
+}
+
+#[tokio::test]
+async fn figures_no_card_can_hold_are_refused_naming_each_field() {
+    let app = TestApp::spawn().await;
+    // One 60 s time-sliced window claiming a petabyte of memory held (it billed 25,000 USD once).
+    let ts = json!([{"uuid": "GPU-W::0", "gpu_uuid": "GPU-W", "kind": "timeslice", "replicas": 2, "replica": 0}]);
+    let mut w = held("GPU-W::0", "a", 60.0);
+    w["memory_byte_seconds"] = json!(1e18);
+    let r = refused(
+        &app,
+        &whole_batch(ts.clone(), vec![w]),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(field_names(&r), vec!["windows[0].memory_byte_seconds"]);
+    assert!(
+        fields(&r)[0]
+            .1
+            .contains("exceeds the slice's 85520809984 bytes for the 60 s held"),
+        "{r:?}"
+    );
+    // A peak above what the slice can use: a 1g.10gb instance cannot peak at 20 GB.
+    let (s, e, mut windows) = minute_windows(3);
+    windows[1]["memory_peak_bytes"] = json!(20_000_000_000_i64);
+    let r = refused(
+        &app,
+        &batch(&s, &e, windows),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(field_names(&r), vec!["windows[1].memory_peak_bytes"]);
+    // A GPU of 5 TiB, and a figure past what a decimal holds.
+    let mut b = whole_batch(json!([]), vec![]);
+    b["gpus"][0]["memory_bytes"] = json!(5_i64 << 40);
+    let r = refused(&app, &b, StatusCode::UNPROCESSABLE_ENTITY).await;
+    assert_eq!(field_names(&r), vec!["gpus[0].memory_bytes"]);
+    let whole = json!([{"uuid": "GPU-W", "gpu_uuid": "GPU-W", "kind": "whole"}]);
+    let mut w = held("GPU-W", "a", 60.0);
+    w["memory_byte_seconds"] = json!(1e300);
+    let r = refused(
+        &app,
+        &whole_batch(whole.clone(), vec![w]),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(field_names(&r), vec!["windows[0].memory_byte_seconds"]);
+}
+
+#[tokio::test]
+async fn a_card_reserved_past_itself_is_refused_naming_the_slices() {
+    let app = TestApp::spawn().await;
+    let slice = |uuid: &str, extra: Value| {
+        let mut s = json!({"uuid": uuid, "gpu_uuid": "GPU-W"});
+        s.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        s
+    };
+    for (what, slices) in [
+        (
+            "two whole slices",
+            json!([
+                slice("GPU-W::a", json!({"kind": "whole"})),
+                slice("GPU-W::b", json!({"kind": "whole"}))
+            ]),
+        ),
+        (
+            "vGPU 0.8 + 0.8",
+            json!([
+                slice("GPU-W::a", json!({"kind": "vgpu", "fraction": 0.8})),
+                slice("GPU-W::b", json!({"kind": "vgpu", "fraction": 0.8}))
+            ]),
+        ),
+        (
+            "MPS 2 x 100 %",
+            json!([
+                slice(
+                    "GPU-W::a",
+                    json!({"kind": "mps", "active_thread_percentage": 100, "pinned_memory_bytes": 1_i64 << 30})
+                ),
+                slice(
+                    "GPU-W::b",
+                    json!({"kind": "mps", "active_thread_percentage": 100, "pinned_memory_bytes": 1_i64 << 30})
+                )
+            ]),
+        ),
+        (
+            "MPS pinning 3 x 30 GB of 85.5 GB",
+            json!([
+                slice(
+                    "GPU-W::a",
+                    json!({"kind": "mps", "active_thread_percentage": 30, "pinned_memory_bytes": 30_000_000_000_i64})
+                ),
+                slice(
+                    "GPU-W::b",
+                    json!({"kind": "mps", "active_thread_percentage": 30, "pinned_memory_bytes": 30_000_000_000_i64})
+                ),
+                slice(
+                    "GPU-W::c",
+                    json!({"kind": "mps", "active_thread_percentage": 30, "pinned_memory_bytes": 30_000_000_000_i64})
+                )
+            ]),
+        ),
+    ] {
+        let n = slices.as_array().unwrap().len();
+        let r = refused(
+            &app,
+            &whole_batch(slices, vec![]),
+            StatusCode::UNPROCESSABLE_ENTITY,
+        )
+        .await;
+        let want: Vec<String> = (0..n).map(|i| format!("slices[{i}]")).collect();
+        assert_eq!(field_names(&r), want, "{what}");
+        assert!(
+            fields(&r)[0]
+                .1
+                .contains("a card cannot be reserved past itself"),
+            "{what}: {r:?}"
+        );
+    }
+    // What fits is taken: four vGPU quarters, and MPS at 50 + 50 %.
+    let quarters: Vec<Value> = (0..4)
+        .map(|i| {
+            slice(
+                &format!("GPU-W::{i}"),
+                json!({"kind": "vgpu", "fraction": 0.25}),
+            )
+        })
+        .collect();
+    let r = app
+        .ingest(&app.admin, &whole_batch(json!(quarters), vec![]))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}
+
+#[tokio::test]
+async fn two_holders_of_one_slice_at_once_are_refused_within_a_batch() {
+    let app = TestApp::spawn().await;
+    let whole = json!([{"uuid": "GPU-W", "gpu_uuid": "GPU-W", "kind": "whole"}]);
+    // Two consumers holding one whole GPU for the same minute.
+    let r = refused(
+        &app,
+        &whole_batch(
+            whole.clone(),
+            vec![held("GPU-W", "a", 60.0), held("GPU-W", "b", 60.0)],
+        ),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(
+        field_names(&r),
+        vec!["windows[0].held_seconds", "windows[1].held_seconds"]
+    );
+    assert!(fields(&r)[0].1.contains("one holder at a time"), "{r:?}");
+    // The slice changing hands inside the minute is what collectors send, and is fine.
+    let ok = app
+        .ingest(
+            &app.admin,
+            &whole_batch(
+                whole.clone(),
+                vec![held("GPU-W", "a", 25.0), held("GPU-W", "b", 35.0)],
+            ),
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::OK, "{ok:?}");
+    // Two time-sliced replicas each claiming the whole card's SMs for the whole minute.
+    let app = TestApp::spawn().await;
+    let ts = json!([
+        {"uuid": "GPU-W::0", "gpu_uuid": "GPU-W", "kind": "timeslice", "replicas": 2, "replica": 0},
+        {"uuid": "GPU-W::1", "gpu_uuid": "GPU-W", "kind": "timeslice", "replicas": 2, "replica": 1}]);
+    let busy = |slice: &str| {
+        let mut w = held(slice, slice, 60.0);
+        w["compute_active_seconds"] = json!(60.0);
+        w
+    };
+    let r = refused(
+        &app,
+        &whole_batch(ts, vec![busy("GPU-W::0"), busy("GPU-W::1")]),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(field_names(&r), vec!["windows[0]", "windows[1]"]);
+    assert!(
+        fields(&r)[0].1.contains("use 120 s of its compute"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_re_sent_period_cannot_add_held_time_to_what_is_stored() {
+    let app = TestApp::spawn().await;
+    let first = batch(
+        T0,
+        T2,
+        vec![
+            window(MIG_3G, T0, T1, "nlp", "a", 60.0),
+            window(MIG_3G, T1, T2, "nlp", "a", 60.0),
+        ],
+    );
+    assert_eq!(app.ingest(&app.admin, &first).await.status, StatusCode::OK);
+    let before = stored(&app).await;
+    assert_eq!(before, (2, 120, 120));
+
+    // The same period again, its windows shifted by 30 s: more held seconds than wall-clock time.
+    let shifted = batch(
+        T0,
+        T2,
+        vec![window(
+            MIG_3G,
+            "2026-10-01T00:00:30Z",
+            "2026-10-01T00:01:30Z",
+            "nlp",
+            "a",
+            60.0,
+        )],
+    );
+    let r = refused(&app, &shifted, StatusCode::CONFLICT).await;
+    assert_eq!(r.body["error"]["code"], "conflicting_batch");
+    let f = fields(&r);
+    assert_eq!(f[0].0, "windows[0]");
+    assert!(
+        f[0].1.contains(&format!(
+            "the window stored for {MIG_3G} [2026-10-01 00:00:00 UTC, 2026-10-01 00:01:00 UTC) held by nlp/a"
+        )),
+        "{f:?}"
+    );
+    // Another consumer over the same minute, with the first holding all of it.
+    let other = batch(T0, T2, vec![window(MIG_3G, T0, T1, "vision", "b", 30.0)]);
+    let r = refused(&app, &other, StatusCode::CONFLICT).await;
+    assert!(fields(&r)[0].1.contains("one holder at a time"), "{r:?}");
+    // The same window with other figures: a stored window never changes.
+    let changed = batch(T0, T2, vec![window(MIG_3G, T0, T1, "nlp", "a", 45.0)]);
+    let r = refused(&app, &changed, StatusCode::CONFLICT).await;
+    assert!(
+        fields(&r)[0].1.contains("a stored window never changes"),
+        "{r:?}"
+    );
+    // A whole card reported in the re-sent period beside the stored MIG instances.
+    let mut whole = batch(T0, T2, vec![]);
+    whole["gpus"][0]["mig_enabled"] = json!(false);
+    whole["slices"] = json!([{"uuid": "GPU-extra-whole", "gpu_uuid": H100, "kind": "whole"}]);
+    whole["windows"] = json!([window("GPU-extra-whole", T0, T1, "nlp", "c", 60.0)]);
+    let r = refused(&app, &whole, StatusCode::CONFLICT).await;
+    assert!(field_names(&r).contains(&"slices[0]".to_owned()), "{r:?}");
+    // An exact re-send is still a no-op.
+    let again = app.ingest(&app.admin, &first).await;
+    assert_eq!(again.body, json!({"inserted": 0, "duplicates": 2}));
+    assert_eq!(stored(&app).await, before);
+}
+
+#[tokio::test]
+async fn text_outside_kubernetes_lengths_or_with_control_characters_is_refused() {
+    let app = TestApp::spawn().await;
+    let base = || batch(T0, T1, vec![window(MIG_3G, T0, T1, "nlp", "a", 60.0)]);
+    let mut cases: Vec<(Value, &str)> = Vec::new();
+    let mut b = base();
+    b["windows"][0]["consumer"]["pod"] = json!("evil\u{0}pod");
+    cases.push((b, "windows[0].consumer.pod"));
+    let mut b = base();
+    b["windows"][0]["consumer"]["namespace"] = json!("x".repeat(254));
+    cases.push((b, "windows[0].consumer.namespace"));
+    let mut b = base();
+    b["windows"][0]["consumer"]["labels"] = json!({"app": "y".repeat(64)});
+    cases.push((b, "windows[0].consumer.labels.app"));
+    let mut b = base();
+    let k = "k".repeat(318);
+    b["windows"][0]["consumer"]["labels"] = json!({k.clone(): "v"});
+    cases.push((b, "windows[0].consumer.labels.kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk…"));
+    let mut b = base();
+    let many: serde_json::Map<String, Value> =
+        (0..65).map(|i| (format!("l{i}"), json!("v"))).collect();
+    b["windows"][0]["consumer"]["labels"] = Value::Object(many);
+    cases.push((b, "windows[0].consumer.labels"));
+    let mut b = base();
+    b["gpus"][0]["model"] = json!("NVIDIA\nH100");
+    cases.push((b, "gpus[0].model"));
+    let mut b = base();
+    b["slices"][0]["profile"] = json!("3g\u{7f}");
+    cases.push((b, "slices[0].profile"));
+    for (b, field) in cases {
+        let r = refused(&app, &b, StatusCode::UNPROCESSABLE_ENTITY).await;
+        assert!(
+            field_names(&r).iter().any(|f| f == field),
+            "{field} not in {r:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn timestamps_finer_than_a_microsecond_leap_seconds_and_old_dates_are_refused() {
+    let app = TestApp::spawn().await;
+    for (start, end, field, why) in [
+        (
+            "2026-10-01T00:00:00.0000001Z",
+            T1,
+            "windows[0].start",
+            "finer than a microsecond",
+        ),
+        (T0, "2026-10-01T00:00:60Z", "windows[0].end", "leap second"),
+    ] {
+        let b = batch(
+            T0,
+            "2026-10-01T00:02:00Z",
+            vec![window(MIG_3G, start, end, "nlp", "a", 1.0)],
+        );
+        let r = refused(&app, &b, StatusCode::UNPROCESSABLE_ENTITY).await;
+        let f = fields(&r);
+        assert!(
+            f.iter().any(|(n, m)| n == field && m.contains(why)),
+            "{field}: {f:?}"
+        );
+    }
+    let r = refused(
+        &app,
+        &batch("1999-12-31T23:59:00Z", "2000-01-01T00:00:00Z", vec![]),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    assert_eq!(field_names(&r), vec!["period.start"]);
+    // A window of one microsecond across an hour boundary is stored, split exactly (it used to
+    // answer 500).
+    let b = batch(
+        "2026-10-01T00:59:00Z",
+        "2026-10-01T01:01:00Z",
+        vec![window(
+            MIG_1G_A,
+            "2026-10-01T00:59:59.999999Z",
+            "2026-10-01T01:00:00.000001Z",
+            "nlp",
+            "a",
+            0.000002,
+        )],
+    );
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let held: Vec<rust_decimal::Decimal> =
+        sqlx::query_scalar("select held_seconds from usage_hourly order by hour")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        held,
+        vec![
+            rust_decimal::Decimal::new(1, 6),
+            rust_decimal::Decimal::new(1, 6)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_key_given_twice_in_one_object_is_refused_naming_where() {
+    let app = TestApp::spawn().await;
+    let (s, e, windows) = minute_windows(3);
+    let json = serde_json::to_string(&batch(&s, &e, windows)).unwrap();
+    let twice = json.replacen(
+        "\"held_seconds\":60.0",
+        "\"held_seconds\":60.0,\"held_seconds\":6000.0",
+        1,
+    );
+    assert_ne!(twice, json);
+    let labels = json.replacen(
+        "\"container\":\"main\"",
+        "\"container\":\"main\",\"labels\":{\"team\":\"nlp\",\"team\":\"vision\"}",
+        1,
+    );
+    for (body, path) in [
+        (twice, "windows[0]"),
+        (labels, "windows[0].consumer.labels"),
+    ] {
+        let r = app
+            .request(
+                Request::post("/v1/ingest")
+                    .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(path) && message.contains("appears twice in one object"),
+            "{message}"
+        );
+    }
+    assert_eq!(stored(&app).await, (0, 0, 0));
+}
