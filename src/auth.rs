@@ -22,6 +22,7 @@ pub enum Role {
     /// Reads everything; runs invoices and rate cards.
     Finance,
     /// Reads its own team's usage, invoices and recommendations.
+    #[value(name = "team_lead", alias = "team-lead")]
     TeamLead,
     /// Ingests for its own node, nothing else.
     Collector,
@@ -44,7 +45,7 @@ impl FromStr for Role {
         match s {
             "admin" => Ok(Role::Admin),
             "finance" => Ok(Role::Finance),
-            "team_lead" => Ok(Role::TeamLead),
+            "team_lead" | "team-lead" => Ok(Role::TeamLead),
             "collector" => Ok(Role::Collector),
             other => Err(format!("unknown role {other:?}")),
         }

@@ -317,24 +317,11 @@ async fn load_month(
     let mut card: RateCardInput = toml::from_str(include_str!("../deploy/rate-card.example.toml"))?;
     card.effective_from = month.start();
     let card = card
-        .validate()
+        .validate(chrono::Utc::now())
         .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
     db::billing::insert_rate_card(pool, &card, &Actor::CLI).await?;
     let fleet = SimFleet::generate(seed, gpus);
-    for t in &fleet.teams {
-        db::teams::put(
-            pool,
-            db::teams::TeamUpdate {
-                team: &crate::domain::team::TeamId::parse(&t.id)?,
-                display_name: &t.display_name,
-                cost_center: Some(&t.cost_center),
-                gl_account: Some("6420"),
-                namespaces: &t.namespaces,
-            },
-            &Actor::CLI,
-        )
-        .await?;
-    }
+    crate::demo::register_teams(pool, &fleet).await?;
     let cadence = Cadence {
         sample_interval: Duration::from_secs(300),
         window: Duration::from_secs(3600),

@@ -92,20 +92,7 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
         .context("connecting to the database")?;
     db::migrate(&pool).await.context("applying migrations")?;
     let fleet = SimFleet::generate(args.seed, args.gpus);
-    for t in &fleet.teams {
-        db::teams::put(
-            &pool,
-            TeamUpdate {
-                team: &TeamId::parse(&t.id)?,
-                display_name: &t.display_name,
-                cost_center: Some(&t.cost_center),
-                gl_account: Some("6420"),
-                namespaces: &t.namespaces,
-            },
-            &Actor::CLI,
-        )
-        .await?;
-    }
+    register_teams(&pool, &fleet).await?;
     publish_example_rate_card(&pool, args.days).await?;
     backfill(args, &pool, &fleet).await?;
     // Drafts for last month, so that there are invoices to look at.
@@ -210,6 +197,25 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
     served?.context("serving")
 }
 
+/// The simulated fleet's teams, with their namespaces, cost centers and GL accounts.
+pub async fn register_teams(pool: &PgPool, fleet: &SimFleet) -> anyhow::Result<()> {
+    for t in &fleet.teams {
+        db::teams::put(
+            pool,
+            &TeamId::parse(&t.id)?,
+            TeamUpdate {
+                display_name: Some(&t.display_name),
+                cost_center: Some(Some(&t.cost_center)),
+                gl_account: Some(Some("6420")),
+                namespaces: Some(&t.namespaces),
+            },
+            &Actor::CLI,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// The example rate card, published once (from the start of the back-filled month) so that the
 /// demo's usage has prices.
 async fn publish_example_rate_card(pool: &PgPool, days: u32) -> anyhow::Result<()> {
@@ -220,7 +226,7 @@ async fn publish_example_rate_card(pool: &PgPool, days: u32) -> anyhow::Result<(
     let oldest = Month::of(Utc::now() - chrono::Duration::days(i64::from(days))).start();
     input.effective_from = input.effective_from.min(oldest);
     let card = input
-        .validate()
+        .validate(Utc::now())
         .map_err(|e| anyhow::anyhow!("the example rate card is invalid: {e:?}"))?;
     let id = db::billing::insert_rate_card(pool, &card, &Actor::CLI).await?;
     eprintln!("Published the example rate card (deploy/rate-card.example.toml) as version {id}.");

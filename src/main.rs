@@ -294,6 +294,10 @@ struct CollectArgs {
     /// Only ship what the spool holds, then exit.
     #[arg(long, conflicts_with_all = ["dry_run", "once"])]
     drain: bool,
+    /// Queue the batches the server refused (in the spool's `rejected/`) again, e.g. after fixing
+    /// what made it refuse them; with --drain, ship them and exit.
+    #[arg(long, conflicts_with = "dry_run")]
+    resend_rejected: bool,
     /// With --source sim: generate `[replay-from, replay-to)` in fast-forward instead of sampling live,
     /// spool and ship it, then exit (load and fault tests).
     #[arg(long, requires = "replay_to")]
@@ -680,6 +684,11 @@ fn shipping(args: &CollectArgs, node: &str) -> anyhow::Result<(Shipper, Arc<Spoo
         &token,
     )?;
     let spool = Spool::open(&args.spool_dir, args.spool_max_bytes)?;
+    if args.resend_rejected {
+        let n = spool.requeue_rejected()?;
+        tracing::info!(batches = n, "Batches set aside before are queued again.");
+        eprintln!("{n} set-aside batches queued again.");
+    }
     Ok((shipper, Arc::new(spool)))
 }
 

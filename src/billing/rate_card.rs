@@ -259,15 +259,29 @@ pub struct RateCardInput {
     pub note: Option<String>,
 }
 
+/// How far ahead a version may start: a card dated 9999-12-31 would leave no room for another.
+pub const MAX_DAYS_AHEAD: i64 = 400;
+/// The highest hourly cost of one GPU a card may set (in its currency's major unit): with it, a
+/// month's fleet cost of a million GPUs stays under 10^15, far inside an exact decimal.
+pub const MAX_HOURLY_COST: Decimal = Decimal::from_parts(1_000_000, 0, 0, false, 0);
+
 impl RateCardInput {
-    /// Checks the input; `id` 0 stands for "not yet stored".
-    pub fn validate(self) -> Result<RateCard, Vec<FieldError>> {
+    /// Checks the input at `now`; `id` 0 stands for "not yet stored".
+    pub fn validate(self, now: DateTime<Utc>) -> Result<RateCard, Vec<FieldError>> {
         let mut errors = Vec::new();
         if floor_hour(self.effective_from) != self.effective_from {
             errors.push(FieldError::new(
                 "effective_from",
                 format!(
                     "{} is not on an hour boundary; rate cards apply by the hour",
+                    self.effective_from
+                ),
+            ));
+        } else if self.effective_from > now + chrono::Duration::days(MAX_DAYS_AHEAD) {
+            errors.push(FieldError::new(
+                "effective_from",
+                format!(
+                    "{} is more than {MAX_DAYS_AHEAD} days ahead; publish a version closer to when it applies",
                     self.effective_from
                 ),
             ));
@@ -308,24 +322,29 @@ impl RateCardInput {
             .parse::<IdlePolicy>()
             .map_err(|e| errors.push(FieldError::new("idle_policy", e)))
             .ok();
-        if self.default_hourly_cost.0 < Decimal::ZERO {
-            errors.push(FieldError::new(
-                "default_hourly_cost",
-                "an hourly cost must not be negative",
-            ));
+        let cost_error = |cost: Decimal| {
+            if cost < Decimal::ZERO {
+                Some("an hourly cost must not be negative".to_owned())
+            } else if cost > MAX_HOURLY_COST {
+                Some(format!("an hourly cost is at most {MAX_HOURLY_COST}"))
+            } else if cost.normalize().scale() > 6 {
+                Some("an hourly cost has at most six decimals".to_owned())
+            } else {
+                None
+            }
+        };
+        if let Some(e) = cost_error(self.default_hourly_cost.0) {
+            errors.push(FieldError::new("default_hourly_cost", e));
         }
         let mut prices = BTreeMap::new();
         for (model, DecimalInput(cost)) in self.prices {
-            if model.is_empty() || model.len() > 200 {
+            if crate::domain::text::check(&model, 200).is_err() {
                 errors.push(FieldError::new(
                     "prices",
-                    "a model name has 1 to 200 characters",
+                    "a model name has 1 to 200 printable characters",
                 ));
-            } else if cost < Decimal::ZERO {
-                errors.push(FieldError::new(
-                    format!("prices.{model}"),
-                    "an hourly cost must not be negative",
-                ));
+            } else if let Some(e) = cost_error(cost) {
+                errors.push(FieldError::new(format!("prices.{model}"), e));
             }
             prices.insert(model, cost);
         }
@@ -364,7 +383,7 @@ pub async fn load(pool: &sqlx::PgPool, path: &std::path::Path) -> Result<i64, Lo
     let text = std::fs::read_to_string(path).map_err(|e| LoadError::Read(name.clone(), e))?;
     let input: RateCardInput =
         toml::from_str(&text).map_err(|e| LoadError::Parse(name.clone(), e))?;
-    let card = input.validate().map_err(|errors| {
+    let card = input.validate(chrono::Utc::now()).map_err(|errors| {
         LoadError::Invalid(
             name.clone(),
             errors
@@ -382,6 +401,10 @@ mod tests {
     use super::*;
     use rust_decimal_macros::dec;
 
+    fn now() -> DateTime<Utc> {
+        "2026-11-01T00:00:00Z".parse().unwrap()
+    }
+
     fn input(toml: &str) -> RateCardInput {
         toml::from_str(toml).unwrap()
     }
@@ -393,7 +416,7 @@ mod tests {
             "/deploy/rate-card.example.toml"
         ))
         .unwrap();
-        let card = input(&text).validate().unwrap();
+        let card = input(&text).validate(now()).unwrap();
         assert_eq!(card.currency.code, "USD");
         assert_eq!(
             card.hourly_cost("NVIDIA H100 80GB HBM3"),
@@ -446,7 +469,7 @@ mod tests {
                "NVIDIA H100 80GB HBM3" = "-4"
             "#,
         )
-        .validate()
+        .validate(now())
         .unwrap_err();
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
@@ -461,6 +484,28 @@ mod tests {
                 "prices.NVIDIA H100 80GB HBM3"
             ]
         );
+    }
+
+    #[test]
+    fn a_version_far_ahead_or_priced_past_any_card_is_refused() {
+        let card = |from: &str, cost: &str| {
+            input(&format!(
+                "effective_from = \"{from}\"\ncurrency = \"USD\"\ndefault_hourly_cost = \"{cost}\"\n[prices]\n"
+            ))
+            .validate(now())
+        };
+        assert!(card("2027-12-05T00:00:00Z", "3").is_ok(), "399 days ahead");
+        let errors = card("9999-12-31T00:00:00Z", "3").unwrap_err();
+        assert_eq!(errors[0].field, "effective_from");
+        assert!(
+            errors[0].message.contains("more than 400 days ahead"),
+            "{errors:?}"
+        );
+        let errors = card("2026-12-01T00:00:00Z", "1000000.01").unwrap_err();
+        assert_eq!(errors[0].field, "default_hourly_cost");
+        assert!(errors[0].message.contains("at most 1000000"), "{errors:?}");
+        let errors = card("2026-12-01T00:00:00Z", "0.0000001").unwrap_err();
+        assert!(errors[0].message.contains("six decimals"), "{errors:?}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::domain::batch::{Batch, Period};
 use integrator::{ClosedWindow, Integrator};
-use source::{Inventory, Source, SourceError};
+use source::{CardFit, Inventory, Source, SourceError};
 
 /// How often to sample, how long a window is, and how much time one batch reports on.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +89,7 @@ pub fn batches(
 pub struct Replay<S: Source> {
     source: S,
     inventory: Inventory,
+    fit: CardFit,
     integrator: Integrator,
     batch_period: Duration,
     step_ms: i64,
@@ -109,6 +110,7 @@ impl<S: Source> Replay<S> {
         let from_ms = from.timestamp_millis();
         Ok(Replay {
             source,
+            fit: CardFit::of(&inventory),
             inventory,
             integrator: cadence.integrator(),
             batch_period: cadence.batch_period.max(cadence.window),
@@ -128,9 +130,10 @@ impl<S: Source> Replay<S> {
         let mut closed = Vec::new();
         while self.next_ms < until || (self.next_ms == until && until < self.to_ms) {
             let t = self.next_ms;
-            let readings = self
+            let mut readings = self
                 .source
                 .sample(DateTime::from_timestamp_millis(t).expect("in range"))?;
+            fitted(&self.fit, &mut readings);
             closed.extend(self.integrator.push(t, readings));
             self.next_ms += self.step_ms;
         }
@@ -152,6 +155,18 @@ impl<S: Source> Replay<S> {
     }
 }
 
+/// Fits readings to the card, saying so (figures past the card are a driver's rounding, or a bug).
+fn fitted(fit: &CardFit, readings: &mut [source::Reading]) {
+    let cut = fit.apply(readings);
+    if cut > 0 {
+        tracing::debug!(
+            cut,
+            "Readings past what their slice can hold were cut to it."
+        );
+        metrics::counter!("slicemeter_collector_readings_fitted_total").increment(cut as u64);
+    }
+}
+
 /// Samples a source in real time until `shutdown` fires, sending each closed window's batch to
 /// `out`. On shutdown the open window is closed and sent too.
 pub async fn run_live<S: Source>(
@@ -168,6 +183,7 @@ pub async fn run_live<S: Source>(
         slices = inventory.slices.len(),
         "The collector is sampling."
     );
+    let fit = CardFit::of(&inventory);
     let mut integrator = cadence.integrator();
     let mut tick = tokio::time::interval(cadence.sample_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -175,7 +191,8 @@ pub async fn run_live<S: Source>(
         let closed = tokio::select! {
             _ = tick.tick() => {
                 let now = Utc::now();
-                let readings = source.sample(now)?;
+                let mut readings = source.sample(now)?;
+                fitted(&fit, &mut readings);
                 integrator.push(now.timestamp_millis(), readings)
             }
             _ = shutdown.changed() => {

@@ -1,6 +1,9 @@
 //! Ships batches to the server: gzip'd JSON over HTTP, retried with exponential backoff and jitter
-//! while the server is unreachable, busy or failing; a batch the server refuses (4xx) is not retried,
-//! since sending it again cannot make it valid.
+//! while the server is unreachable, busy or failing. From the spool, a batch the server finds bad
+//! (400, 409, 413, 422) is set aside, since sending it again cannot make it valid; one refused for
+//! who sent it (401, 403: a wrong or expired token, a GPU registered to another node) or where (404)
+//! is kept and retried, since that is a configuration mistake someone will fix, and billing data
+//! must not be lost to it.
 
 use std::io::Write;
 use std::time::Duration;
@@ -126,6 +129,11 @@ impl Shipper {
         }
     }
 
+    /// Whether a refusal means the batch itself is bad (set it aside) rather than who or where sent it.
+    pub fn batch_is_bad(status: StatusCode) -> bool {
+        matches!(status.as_u16(), 400 | 409 | 413 | 422)
+    }
+
     /// Ships the spool, oldest first, removing each batch only after the server's 2xx. Returns when
     /// `stop` fires (what is left stays spooled for the next start), or when `finished` says no more
     /// batches will come and the spool is empty.
@@ -135,6 +143,7 @@ impl Shipper {
         mut stop: watch::Receiver<bool>,
         mut finished: watch::Receiver<bool>,
     ) -> Result<(), SpoolError> {
+        let mut refused_backoff = Duration::from_secs(1);
         loop {
             if *stop.borrow() {
                 return Ok(());
@@ -166,7 +175,20 @@ impl Shipper {
                 _ = stop.changed() => return Ok(()),
             };
             match sent {
+                Err(ShipError::Rejected { status, body }) if !Self::batch_is_bad(status) => {
+                    tracing::error!(
+                        %status, answer = %body, retry_in_s = refused_backoff.as_secs(),
+                        "The server refused this collector ({status}); the batches stay spooled and are retried. Check the token, the server URL and the node's GPUs' registration."
+                    );
+                    metrics::counter!("slicemeter_collector_refusals_retried_total", "status" => status.as_u16().to_string()).increment(1);
+                    tokio::select! {
+                        _ = tokio::time::sleep(refused_backoff) => {}
+                        _ = stop.changed() => return Ok(()),
+                    }
+                    refused_backoff = (refused_backoff * 2).min(self.max_backoff);
+                }
                 Ok(outcome) => {
+                    refused_backoff = Duration::from_secs(1);
                     spool.remove(&path)?;
                     tracing::debug!(
                         start = %batch.period.start,

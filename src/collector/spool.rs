@@ -201,6 +201,37 @@ impl Spool {
         Ok(to)
     }
 
+    /// Queues every set-aside batch again, after those waiting (`collect --resend-rejected`, once
+    /// whatever made the server refuse them is fixed). Returns how many.
+    pub fn requeue_rejected(&self) -> Result<usize, SpoolError> {
+        let aside = self.dir.join("rejected");
+        let mut names: Vec<PathBuf> = fs::read_dir(&aside)
+            .map_err(io(&aside))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().ends_with(SUFFIX))
+            .collect();
+        names.sort();
+        let mut state = self.state.lock().expect("not poisoned");
+        for from in &names {
+            let seq = state.next;
+            let to = self.path_of(seq);
+            let len = fs::metadata(from).map_err(io(from))?.len();
+            fs::rename(from, &to).map_err(io(&to))?;
+            state.next += 1;
+            state.bytes += len;
+            state.queue.push_back(seq);
+        }
+        drop(state);
+        sync_dir(&self.dir)?;
+        sync_dir(&aside)?;
+        self.gauges();
+        if !names.is_empty() {
+            self.arrived.notify_one();
+        }
+        Ok(names.len())
+    }
+
     /// Takes a batch that left the spool out of the queue and the byte count.
     fn forget(&self, path: &Path, len: u64) {
         let mut s = self.state.lock().expect("not poisoned");
@@ -271,6 +302,35 @@ mod tests {
         let aside = spool.reject(&path).unwrap();
         assert!(aside.starts_with(dir.path().join("rejected")));
         assert_eq!(spool.len(), stored as usize - 1);
+    }
+
+    #[test]
+    fn set_aside_batches_are_queued_again_after_the_waiting_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), 1 << 20).unwrap();
+        for m in 0..3 {
+            assert!(spool.push(&batch(m)).unwrap());
+        }
+        let (path, _) = spool.oldest().unwrap().unwrap();
+        spool.reject(&path).unwrap();
+        assert_eq!(spool.len(), 2);
+        assert_eq!(spool.requeue_rejected().unwrap(), 1);
+        assert_eq!(spool.len(), 3);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("rejected"))
+                .unwrap()
+                .count(),
+            0
+        );
+        // After the two that waited, the one set aside.
+        let mut order = Vec::new();
+        while let Some((path, b)) = spool.oldest().unwrap() {
+            order.push(b.period.start.format("%M").to_string());
+            spool.remove(&path).unwrap();
+        }
+        assert_eq!(order, ["01", "02", "00"]);
+        // It survives a restart like any spooled batch.
+        assert_eq!(Spool::open(dir.path(), 1 << 20).unwrap().len(), 0);
     }
 
     #[test]

@@ -73,8 +73,63 @@ pub enum RateCardConflict {
     IssuedPeriod(NaiveDate, NaiveDate),
     #[error("the published versions are in {0}; one deployment bills in one currency")]
     Currency(String),
+    #[error("there is no rate card version {0}")]
+    NotFound(i64),
+    #[error(
+        "rate card version {0} is in force since {1} and cannot be withdrawn; publish a new version instead"
+    )]
+    InForce(i64, DateTime<Utc>),
+    #[error("rate card version {0} prices {1} invoice lines and cannot be withdrawn")]
+    Invoiced(i64, i64),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+/// Withdraws a version that is not in force yet and has no invoice behind it (a mistyped date or
+/// price, say), on the record. Returns the version withdrawn.
+pub async fn withdraw_rate_card(
+    pool: &PgPool,
+    id: i64,
+    now: DateTime<Utc>,
+    actor: &Actor,
+) -> Result<RateCard, RateCardConflict> {
+    let card = rate_cards(pool)
+        .await?
+        .remove(&id)
+        .ok_or(RateCardConflict::NotFound(id))?;
+    let mut tx = pool.begin().await?;
+    sqlx::query!("lock table rate_card in share row exclusive mode")
+        .execute(&mut *tx)
+        .await?;
+    if card.effective_from <= now {
+        return Err(RateCardConflict::InForce(id, card.effective_from));
+    }
+    let lines = sqlx::query_scalar!(
+        r#"select count(*) as "n!" from invoice_line where rate_card_id = $1"#,
+        id
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if lines > 0 {
+        return Err(RateCardConflict::Invoiced(id, lines));
+    }
+    let deleted = sqlx::query!("delete from rate_card where rate_card_id = $1", id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if deleted == 0 {
+        return Err(RateCardConflict::NotFound(id));
+    }
+    audit::record(
+        &mut tx,
+        actor,
+        "rate_card.withdraw",
+        &format!("v{id}"),
+        serde_json::json!({"effective_from": card.effective_from, "prices": card.prices}),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(card)
 }
 
 /// Publishes a new version. It must start after every published version and after every period with

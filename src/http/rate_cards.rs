@@ -23,7 +23,23 @@ use crate::db::billing::{self, RateCardConflict};
 use crate::domain::slice::ShareWeights;
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(list_rate_cards, create_rate_card))
+    OpenApiRouter::new()
+        .routes(routes!(list_rate_cards, create_rate_card))
+        .routes(routes!(withdraw_rate_card))
+}
+
+impl From<RateCardConflict> for ApiError {
+    fn from(e: RateCardConflict) -> Self {
+        match e {
+            RateCardConflict::Db(e) => e.into(),
+            RateCardConflict::NotFound(_) => ApiError::NotFound(e.to_string()),
+            other => ApiError::Conflict {
+                code: "rate_card_conflict",
+                message: other.to_string(),
+                fields: vec![],
+            },
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -103,18 +119,35 @@ async fn create_rate_card(
 ) -> Result<(StatusCode, Json<RateCardView>), ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let mut card = input
-        .validate()
+        .validate(Utc::now())
         .map_err(|fields| ApiError::invalid_fields("the rate card is invalid", fields))?;
-    card.id = billing::insert_rate_card(&state.pool, &card, &Actor::of(&principal))
-        .await
-        .map_err(|e| match e {
-            RateCardConflict::Db(e) => e.into(),
-            other => ApiError::Conflict {
-                code: "rate_card_conflict",
-                message: other.to_string(),
-                fields: vec![],
-            },
-        })?;
+    card.id = billing::insert_rate_card(&state.pool, &card, &Actor::of(&principal)).await?;
     tracing::info!(version = card.id, from = %card.effective_from, by = principal.token_id(), "A rate card version was published.");
     Ok((StatusCode::CREATED, Json(view(&card, None))))
+}
+
+/// Withdraws a version that is not in force yet and prices no invoice line (a mistyped date or
+/// price); audited as `rate_card.withdraw`. A version in force is never withdrawn: publish a new one.
+#[utoipa::path(delete, path = "/v1/rate-cards/{version}", tag = "billing",
+    params(("version" = i64, Path, description = "the version number")),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "withdrawn"),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody),
+        (status = 404, description = "no such version", body = ErrorBody),
+        (status = 409, description = "in force, or priced invoice lines", body = ErrorBody)))]
+async fn withdraw_rate_card(
+    State(state): State<AppState>,
+    principal: Principal,
+    axum::extract::Path(version): axum::extract::Path<String>,
+) -> Result<StatusCode, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let id: i64 = version
+        .parse()
+        .map_err(|_| ApiError::NotFound(format!("there is no rate card version {version}")))?;
+    let card =
+        billing::withdraw_rate_card(&state.pool, id, Utc::now(), &Actor::of(&principal)).await?;
+    tracing::info!(version = id, from = %card.effective_from, by = principal.token_id(), "A rate card version not yet in force was withdrawn.");
+    Ok(StatusCode::NO_CONTENT)
 }

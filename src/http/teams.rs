@@ -50,19 +50,32 @@ impl From<TeamRow> for Team {
     }
 }
 
+/// A change to a team. Only the fields sent change: a field left out keeps its value (a new team
+/// starts with its id as display name and nothing else), `null` clears `cost_center` or
+/// `gl_account`, and `namespaces` replaces the whole list when sent (`[]` empties it).
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TeamPut {
-    /// Defaults to the team id.
+    /// Left out: unchanged (a new team: the team id).
     #[schema(min_length = 1, max_length = 200)]
     pub display_name: Option<String>,
-    #[schema(example = "CC-4100")]
-    pub cost_center: Option<String>,
-    #[schema(example = "6420")]
-    pub gl_account: Option<String>,
-    /// Replaces the team's namespace list; each namespace once.
-    #[serde(default)]
+    /// Left out: unchanged; `null`: cleared.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "CC-4100", min_length = 1, max_length = 200)]
+    pub cost_center: Option<Option<String>>,
+    /// Left out: unchanged; `null`: cleared.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "6420", min_length = 1, max_length = 200)]
+    pub gl_account: Option<Option<String>>,
+    /// Replaces the team's namespace list; each namespace once. Left out: unchanged.
     #[schema(schema_with = namespaces_schema)]
-    pub namespaces: Vec<String>,
+    pub namespaces: Option<Vec<String>>,
+}
+
+/// A field that was sent, `null` or not: `Some(None)` for `null`, and (by `default`) `None` when the
+/// field was left out.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 /// A team's namespaces (or other holder groups): each 1 to 253 characters, each once.
@@ -104,8 +117,9 @@ async fn list_teams(
     Ok(Json(rows.into_iter().map(Team::from).collect()))
 }
 
-/// Creates or replaces a team: name, cost center, GL account and namespaces. Consumers of namespaces
-/// it gains or loses (without a `team` label) are re-attributed at once.
+/// Creates or changes a team: name, cost center, GL account and namespaces. Only the fields sent
+/// change (a field left out keeps its value; `null` clears `cost_center` or `gl_account`). Consumers
+/// of namespaces it gains or loses (without a `team` label) are re-attributed at once.
 #[utoipa::path(put, path = "/v1/teams/{team}", tag = "teams",
     params(("team" = String, Path, description = "team id: lowercase letters, digits, '-' or '_'", pattern = r"^[a-z0-9][a-z0-9_-]{0,62}$")),
     request_body = TeamPut,
@@ -115,7 +129,7 @@ async fn list_teams(
         (status = 400, description = "invalid fields, each named", body = ErrorBody),
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "needs admin or finance", body = ErrorBody),
-        (status = 409, description = "a namespace belongs to another team", body = ErrorBody)))]
+        (status = 409, description = "a namespace belongs to another team (named, with its owner)", body = ErrorBody)))]
 async fn put_team(
     State(state): State<AppState>,
     principal: Principal,
@@ -124,8 +138,9 @@ async fn put_team(
 ) -> Result<Json<TeamPutResult>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let mut errors = Vec::new();
+    let namespaces = body.namespaces.as_deref().unwrap_or_default();
     let team = match TeamId::parse(&team) {
-        Ok(t) if t.as_str() == UNATTRIBUTED && !body.namespaces.is_empty() => {
+        Ok(t) if t.as_str() == UNATTRIBUTED && !namespaces.is_empty() => {
             errors.push(FieldError::new(
                 "namespaces",
                 "unattributed holds what no team claims; it cannot own namespaces",
@@ -138,18 +153,34 @@ async fn put_team(
             None
         }
     };
-    let display_name = body.display_name.clone().unwrap_or_default();
-    if body.display_name.is_some() && !(1..=200).contains(&display_name.chars().count()) {
-        errors.push(FieldError::new("display_name", "1 to 200 characters"));
-    }
-    for (i, n) in body.namespaces.iter().enumerate() {
-        if !(1..=253).contains(&n.chars().count()) {
+    for (name, value) in [
+        ("display_name", body.display_name.as_deref()),
+        (
+            "cost_center",
+            body.cost_center.as_ref().and_then(Option::as_deref),
+        ),
+        (
+            "gl_account",
+            body.gl_account.as_ref().and_then(Option::as_deref),
+        ),
+    ] {
+        if let Some(v) = value
+            && let Err(e) = crate::domain::text::check(v, 200)
+        {
             errors.push(FieldError::new(
-                format!("namespaces[{i}]"),
-                "1 to 253 characters",
+                name,
+                format!("1 to 200 printable characters: it {e}"),
             ));
         }
-        if body.namespaces[..i].contains(n) {
+    }
+    for (i, n) in namespaces.iter().enumerate() {
+        if let Err(e) = crate::domain::text::check(n, 253) {
+            errors.push(FieldError::new(
+                format!("namespaces[{i}]"),
+                format!("1 to 253 printable characters: it {e}"),
+            ));
+        }
+        if namespaces[..i].contains(n) {
             errors.push(FieldError::new(
                 format!("namespaces[{i}]"),
                 format!("{n:?} is listed twice"),
@@ -159,19 +190,14 @@ async fn put_team(
     let (Some(team), true) = (team, errors.is_empty()) else {
         return Err(ApiError::invalid_fields("the team is invalid", errors));
     };
-    let display_name = body
-        .display_name
-        .as_deref()
-        .unwrap_or(team.as_str())
-        .to_owned();
     let (row, reattributed) = teams::put(
         &state.pool,
+        &team,
         TeamUpdate {
-            team: &team,
-            display_name: &display_name,
-            cost_center: body.cost_center.as_deref(),
-            gl_account: body.gl_account.as_deref(),
-            namespaces: &body.namespaces,
+            display_name: body.display_name.as_deref(),
+            cost_center: body.cost_center.as_ref().map(Option::as_deref),
+            gl_account: body.gl_account.as_ref().map(Option::as_deref),
+            namespaces: body.namespaces.as_deref(),
         },
         &Actor::of(&principal),
     )

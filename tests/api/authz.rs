@@ -258,6 +258,13 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             },
         ),
         row(
+            "DELETE",
+            "/v1/rate-cards/{version}",
+            "/v1/rate-cards/1",
+            // Version 1 is in force: refused to everyone allowed to ask.
+            [U, U, U, U, 409, 409, 403, 403, 403],
+        ),
+        row(
             "GET",
             "/v1/reports/monthly/{period}",
             "/v1/reports/monthly/2026-10",

@@ -552,3 +552,85 @@ async fn the_cli_loads_a_rate_card_and_runs_and_issues_a_period() {
         3
     );
 }
+
+#[tokio::test]
+async fn a_version_not_yet_in_force_can_be_withdrawn_once_and_one_far_ahead_is_refused() {
+    let app = TestApp::spawn().await;
+    assert_eq!(
+        rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await.status,
+        StatusCode::CREATED
+    );
+    // A year-9999 version used to be accepted, and then nothing could ever be published again.
+    let r = rate_card(&app, "9999-12-31T00:00:00Z", "4.00").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(r.body["error"]["fields"][0]["field"], "effective_from");
+    assert!(
+        r.body["error"]["fields"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 400 days ahead")
+    );
+    let ahead = (chrono::Utc::now() + chrono::Duration::days(30))
+        .format("%Y-%m-%dT00:00:00Z")
+        .to_string();
+    let r = rate_card(&app, &ahead, "9.99").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let version = r.body["version"].as_i64().unwrap();
+    let finance = app.token(Role::Finance, None, None).await;
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let delete = |token: String, v: i64| {
+        let app = &app;
+        async move {
+            app.send_json(
+                "DELETE",
+                Some(&token),
+                &format!("/v1/rate-cards/{v}"),
+                &json!({}),
+            )
+            .await
+        }
+    };
+    assert_eq!(delete(lead, version).await.status, StatusCode::FORBIDDEN);
+    // In force: never withdrawn.
+    let r = delete(finance.clone(), 1).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is in force since")
+    );
+    let r = delete(finance.clone(), version).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{r:?}");
+    assert_eq!(
+        delete(finance.clone(), version).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let list = app.get(Some(&app.admin), "/v1/rate-cards").await;
+    assert_eq!(list.body.as_array().unwrap().len(), 1);
+    assert_eq!(list.body[0]["effective_until"], Value::Null);
+    let audit = app
+        .get(Some(&app.admin), "/v1/audit?action=rate_card.withdraw")
+        .await;
+    assert_eq!(audit.body[0]["subject"], format!("v{version}"));
+    assert_eq!(audit.body[0]["actor_role"], "finance");
+    // The corrected version can be published.
+    assert_eq!(
+        rate_card(&app, &ahead, "4.99").await.status,
+        StatusCode::CREATED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_takes_team_lead_spelt_either_way() {
+    let app = TestApp::spawn().await;
+    app.put_team("nlp", &["nlp"]).await;
+    for role in ["team_lead", "team-lead"] {
+        let out = app.cli(&["token", "create", "--role", role, "--team", "nlp"]);
+        assert!(out.status.success(), "{role}: {out:?}");
+        let token = String::from_utf8(out.stdout).unwrap();
+        let r = app.get(Some(token.trim()), "/v1/teams").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.body[0]["team"], "nlp");
+    }
+}

@@ -350,3 +350,113 @@ async fn a_postgresql_restart_during_a_stream_loses_and_doubles_nothing() {
     srv.kill9();
     drop(cluster);
 }
+
+fn spooled(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".batch.gz")
+        })
+        .count()
+}
+
+fn drain(port: u16, token: &str, spool: &Path, extra: &[&str]) -> Proc {
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args(["collect", "--drain", "--node", NODE])
+            .args(["--server", &format!("http://127.0.0.1:{port}")])
+            .args(extra)
+            .arg("--spool-dir")
+            .arg(spool)
+            .env("SLICEMETER_TOKEN", token)
+            .env("RUST_LOG", "error")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_with_a_wrong_token_keeps_every_batch_until_the_token_is_fixed() {
+    let app = TestApp::spawn().await;
+    let token = app.token(Role::Collector, None, Some(NODE)).await;
+    let wrong = format!("smt_999999_{}", "0".repeat(64));
+    let port = free_port();
+    let mut srv = server(&app.database_url, port);
+    wait_ready(port).await;
+    let spool = tempfile::tempdir().unwrap();
+    let (want_batches, want) = generate();
+    // Every batch is answered 401: none may be set aside, all stay spooled and retried.
+    let mut c = collector(port, &wrong, spool.path(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while spooled(spool.path()) < want_batches {
+        assert!(Instant::now() < deadline, "the replay did not spool");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Long enough for a few refusals and retries.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.kill9();
+    assert_eq!(stored(&app.pool).await.0, 0);
+    assert_eq!(spooled(spool.path()), want_batches, "nothing lost");
+    assert_eq!(
+        std::fs::read_dir(spool.path().join("rejected"))
+            .unwrap()
+            .count(),
+        0,
+        "nothing set aside for a wrong token"
+    );
+    // The operator fixes the token: everything ships, once.
+    finishes(drain(port, &token, spool.path(), &[])).await;
+    assert_eq!(stored(&app.pool).await, want);
+    srv.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn set_aside_batches_are_shipped_again_with_resend_rejected() {
+    let app = TestApp::spawn().await;
+    let token = app.token(Role::Collector, None, Some(NODE)).await;
+    let port = free_port();
+    let spool = tempfile::tempdir().unwrap();
+    let (want_batches, want) = generate();
+    // Spool everything with no server, then set some of it aside as if refused.
+    let mut c = collector(port, &token, spool.path(), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while spooled(spool.path()) < want_batches {
+        assert!(Instant::now() < deadline, "the replay did not spool");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.kill9();
+    let mut files: Vec<_> = std::fs::read_dir(spool.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".batch.gz"))
+        .collect();
+    files.sort();
+    for f in &files[..5] {
+        std::fs::rename(
+            f,
+            spool.path().join("rejected").join(f.file_name().unwrap()),
+        )
+        .unwrap();
+    }
+    let mut srv = server(&app.database_url, port);
+    wait_ready(port).await;
+    finishes(drain(port, &token, spool.path(), &[])).await;
+    assert!(
+        stored(&app.pool).await.0 < want.0,
+        "five batches were set aside"
+    );
+    finishes(drain(port, &token, spool.path(), &["--resend-rejected"])).await;
+    assert_eq!(stored(&app.pool).await, want);
+    assert_eq!(
+        std::fs::read_dir(spool.path().join("rejected"))
+            .unwrap()
+            .count(),
+        0
+    );
+    srv.kill9();
+}

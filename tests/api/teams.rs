@@ -1,7 +1,7 @@
 //! `GET /v1/teams`, `PUT /v1/teams/{team}` and attribution of consumers to teams.
 
 use axum::http::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use slicemeter::auth::Role;
 
 use crate::support::*;
@@ -157,4 +157,102 @@ async fn team_leads_see_only_their_team_and_cannot_change_teams() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     assert_eq!(r.body["cost_center"], "CC-1");
+}
+
+#[tokio::test]
+async fn a_put_with_only_a_cost_center_changes_only_the_cost_center() {
+    let app = TestApp::spawn().await;
+    app.put_team("nlp", &["nlp", "nlp-batch"]).await;
+    let (s, e, windows) = minute_windows(3);
+    assert_eq!(
+        app.ingest(&app.admin, &batch(&s, &e, windows)).await.status,
+        StatusCode::OK
+    );
+    let attributed = "select count(*) from consumer where team_id = 'nlp'";
+    assert_eq!(app.count(attributed).await, 3);
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!({"cost_center": "CC-9"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["cost_center"], "CC-9");
+    assert_eq!(r.body["gl_account"], "6420", "left out: unchanged");
+    assert_eq!(r.body["namespaces"], json!(["nlp", "nlp-batch"]));
+    assert_eq!(r.body["reattributed_consumers"], 0);
+    assert_eq!(app.count(attributed).await, 3, "nothing re-attributed");
+    // null clears a field; an empty list is the way to give up every namespace.
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!({"gl_account": null}),
+        )
+        .await;
+    assert_eq!(r.body["gl_account"], Value::Null);
+    assert_eq!(r.body["cost_center"], "CC-9");
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!({"namespaces": []}),
+        )
+        .await;
+    assert_eq!(r.body["namespaces"], json!([]));
+    assert_eq!(r.body["reattributed_consumers"], 3);
+    // A misspelt field is refused, not ignored.
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!({"namespace": ["nlp"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `namespace`"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_teams_claiming_one_namespace_at_once_get_one_200_and_one_409_naming_the_owner() {
+    let app = TestApp::spawn().await;
+    for round in 0..8 {
+        let ns = format!("contested-{round}");
+        let body = json!({"namespaces": [ns.clone()]});
+        let (uri_a, uri_b) = ("/v1/teams/alpha", "/v1/teams/beta");
+        let claim = |uri: &'static str| app.send_json("PUT", Some(&app.admin), uri, &body);
+        let (a, b) = tokio::join!(claim(uri_a), claim(uri_b));
+        let mut statuses = [a.status.as_u16(), b.status.as_u16()];
+        statuses.sort();
+        assert_eq!(statuses, [200, 409], "round {round}: {a:?} {b:?}");
+        let (winner, loser) = if a.status == StatusCode::OK {
+            ("alpha", &b)
+        } else {
+            ("beta", &a)
+        };
+        assert_eq!(loser.body["error"]["code"], "namespace_taken");
+        let message = loser.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("namespace {ns:?} belongs to team \"{winner}\"")),
+            "{message}"
+        );
+        let owners: Vec<String> =
+            sqlx::query_scalar("select team_id from team_namespace where namespace = $1")
+                .bind(&ns)
+                .fetch_all(&app.pool)
+                .await
+                .unwrap();
+        assert_eq!(owners, vec![winner.to_owned()]);
+    }
 }

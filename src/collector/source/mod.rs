@@ -57,3 +57,160 @@ impl Source for Box<dyn Source> {
         (**self).sample(at)
     }
 }
+
+/// Keeps readings within what the contract lets a batch say (DESIGN.md, Ingest contract: figures
+/// bounded by the card), so that a driver's rounding never gets a whole batch refused: memory at
+/// most what the slice can use, time-sliced replicas of one GPU together at most the whole of it,
+/// and consumers' labels within Kubernetes' limits.
+#[derive(Debug, Clone)]
+pub struct CardFit {
+    /// Per inventory slice: the bytes it can use, and for a time-sliced replica its GPU's index.
+    slices: Vec<(u64, Option<usize>)>,
+    gpu_memory: Vec<u64>,
+}
+
+impl CardFit {
+    pub fn of(inventory: &Inventory) -> CardFit {
+        let gpu_memory: Vec<u64> = inventory
+            .gpus
+            .iter()
+            .map(|g| u64::try_from(g.memory_bytes).unwrap_or(0))
+            .collect();
+        let slices = inventory
+            .slices
+            .iter()
+            .map(|s| {
+                let g = inventory.gpus.iter().position(|g| g.uuid == s.gpu_uuid);
+                let whole = g.map_or(0, |g| gpu_memory[g]);
+                let bytes = |v: Option<i64>| v.and_then(|b| u64::try_from(b).ok()).unwrap_or(whole);
+                match s.kind.as_str() {
+                    "mig" => (bytes(s.memory_bytes), None),
+                    "mps" => (bytes(s.pinned_memory_bytes), None),
+                    "vgpu" => (
+                        s.fraction
+                            .map_or(whole, |f| (whole as f64 * f.clamp(0.0, 1.0)) as u64),
+                        None,
+                    ),
+                    "timeslice" => (whole, g),
+                    _ => (whole, None),
+                }
+            })
+            .collect();
+        CardFit { slices, gpu_memory }
+    }
+
+    /// Fits `readings` in place; returns how many figures it had to cut.
+    pub fn apply(&self, readings: &mut [Reading]) -> usize {
+        use crate::domain::batch::bounds;
+        let mut cut = 0;
+        let mut shared: std::collections::BTreeMap<usize, (u64, u64, Vec<usize>)> =
+            std::collections::BTreeMap::new();
+        for (k, r) in readings.iter_mut().enumerate() {
+            let Some(&(limit, gpu)) = self.slices.get(r.slice) else {
+                continue;
+            };
+            if r.memory_used_bytes > limit {
+                r.memory_used_bytes = limit;
+                cut += 1;
+            }
+            if let Some(ppm) = r.compute_active_ppm
+                && ppm > 1_000_000
+            {
+                r.compute_active_ppm = Some(1_000_000);
+                cut += 1;
+            }
+            if let (Some(g), Some(_)) = (gpu, &r.holder) {
+                let e = shared.entry(g).or_default();
+                e.0 += r.memory_used_bytes;
+                e.1 += u64::from(r.compute_active_ppm.unwrap_or(0));
+                e.2.push(k);
+            }
+            if let Some(h) = &r.holder {
+                let long = h.labels.len() > bounds::MAX_LABELS
+                    || h.labels.iter().any(|(k, v)| {
+                        k.len() > bounds::MAX_LABEL_KEY_CHARS
+                            || v.len() > bounds::MAX_LABEL_VALUE_CHARS
+                    });
+                if long {
+                    let mut fitted = (**h).clone();
+                    cut += fitted.fit_labels_to_contract();
+                    r.holder = Some(Arc::new(fitted));
+                }
+            }
+        }
+        // Replicas of one GPU share it: their memory and activity add up to at most the card.
+        for (g, (memory, ppm, members)) in shared {
+            let card = self.gpu_memory.get(g).copied().unwrap_or(0);
+            if memory > card && memory > 0 {
+                for &k in &members {
+                    let r = &mut readings[k];
+                    r.memory_used_bytes = (u128::from(r.memory_used_bytes) * u128::from(card)
+                        / u128::from(memory)) as u64;
+                }
+                cut += 1;
+            }
+            if ppm > 1_000_000 {
+                for &k in &members {
+                    if let Some(p) = &mut readings[k].compute_active_ppm {
+                        *p = (u64::from(*p) * 1_000_000 / ppm) as u32;
+                    }
+                }
+                cut += 1;
+            }
+        }
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inventory() -> Inventory {
+        let gpu = GpuReport {
+            uuid: "GPU-1".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+            memory_bytes: 1000,
+            compute_slices: 7,
+            memory_slices: 8,
+            mig_enabled: false,
+        };
+        let replica = |r: i64| SliceReport {
+            uuid: format!("GPU-1::{r}"),
+            gpu_uuid: "GPU-1".into(),
+            kind: "timeslice".into(),
+            replicas: Some(2),
+            replica: Some(r),
+            ..SliceReport::default()
+        };
+        Inventory {
+            gpus: vec![gpu],
+            slices: vec![replica(0), replica(1)],
+        }
+    }
+
+    #[test]
+    fn replicas_of_one_gpu_are_fitted_to_the_whole_card_together() {
+        let holder = Arc::new(ConsumerReport {
+            pod: Some("p".into()),
+            ..ConsumerReport::default()
+        });
+        let reading = |slice, memory, ppm| Reading {
+            slice,
+            holder: Some(holder.clone()),
+            memory_used_bytes: memory,
+            compute_active_ppm: Some(ppm),
+        };
+        let mut readings = vec![reading(0, 800, 700_000), reading(1, 1200, 600_000)];
+        let cut = CardFit::of(&inventory()).apply(&mut readings);
+        assert!(cut > 0);
+        let memory: u64 = readings.iter().map(|r| r.memory_used_bytes).sum();
+        let ppm: u32 = readings.iter().filter_map(|r| r.compute_active_ppm).sum();
+        assert!(memory <= 1000, "{readings:?}");
+        assert!(ppm <= 1_000_000, "{readings:?}");
+        // What fits is left alone.
+        let mut fine = vec![reading(0, 400, 400_000), reading(1, 500, 500_000)];
+        assert_eq!(CardFit::of(&inventory()).apply(&mut fine), 0);
+        assert_eq!(fine[1].memory_used_bytes, 500);
+    }
+}
