@@ -282,9 +282,9 @@ async fn run_billing(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Res
     let t = Instant::now();
     let teams = floor().await?.len();
     let floor_time = t.elapsed();
-    crate::billing::run_drafts(&pool, month, &Actor::CLI).await?;
+    crate::billing::run_drafts(&pool, month, chrono::Utc::now(), &Actor::CLI).await?;
     let t = Instant::now();
-    let run = crate::billing::run_drafts(&pool, month, &Actor::CLI).await?;
+    let run = crate::billing::run_drafts(&pool, month, chrono::Utc::now(), &Actor::CLI).await?;
     let run_time = t.elapsed();
     let lines: usize = run.drafts.iter().map(|i| i.lines.len()).sum();
     println!("rollup rows                   {rollup_rows}");

@@ -97,7 +97,7 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
     backfill(args, &pool, &fleet).await?;
     // Drafts for last month, so that there are invoices to look at.
     let last_month = Month::of(Utc::now()).minus(1);
-    match billing::run_drafts(&pool, last_month, &Actor::CLI).await {
+    match billing::run_drafts(&pool, last_month, Utc::now(), &Actor::CLI).await {
         Ok(run) => eprintln!("Drafted {} invoices for {last_month}.", run.drafts.len()),
         Err(e) => eprintln!("No invoices drafted for {last_month}: {e}"),
     }

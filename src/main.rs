@@ -8,6 +8,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
 use slicemeter::auth::Role;
+use slicemeter::billing::BillingConfig;
 use slicemeter::collector::attribution::kubeapi::KubeApi;
 use slicemeter::collector::attribution::procfs::Procfs;
 use slicemeter::collector::attribution::{self, Attribution, load_static_map, podresources};
@@ -122,6 +123,15 @@ struct ServeArgs {
     /// Ingest requests one token may make at once.
     #[arg(long, env = "SLICEMETER_INGEST_BURST", default_value_t = 40.0)]
     ingest_burst: f64,
+    /// How long after a month ends its invoices wait for late data before they can be issued.
+    #[arg(long, env = "SLICEMETER_ISSUE_GRACE", default_value = "1d", value_parser = humantime::parse_duration)]
+    issue_grace: Duration,
+    /// A connection that has not sent a whole header block in this long is closed.
+    #[arg(long, env = "SLICEMETER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    header_read_timeout: Duration,
+    /// A connection on which no byte has moved for this long is closed (more than --request-timeout).
+    #[arg(long, env = "SLICEMETER_IDLE_TIMEOUT", default_value = "75s", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
     #[command(flatten)]
     exports: ExportArgs,
 }
@@ -188,6 +198,18 @@ impl ExportArgs {
 
 impl ServeArgs {
     fn config(&self) -> anyhow::Result<ServerConfig> {
+        if self.idle_timeout <= self.request_timeout || self.header_read_timeout.is_zero() {
+            bail!(
+                "--idle-timeout must be longer than --request-timeout (a slow request would be cut), and --header-read-timeout above zero"
+            );
+        }
+        let most = slicemeter::domain::batch::bounds::MAX_PERIOD_SECONDS as u64;
+        if self.max_period.as_secs() > most {
+            bail!(
+                "--max-period is at most {} (7 days): the bounds that keep every sum exact assume it",
+                humantime::format_duration(Duration::from_secs(most))
+            );
+        }
         Ok(ServerConfig {
             body_limit: self.body_limit,
             ingest: Limits {
@@ -199,6 +221,11 @@ impl ServeArgs {
             exports: std::sync::Arc::new(self.exports.config()?),
             ingest_rate: self.ingest_rate,
             ingest_burst: self.ingest_burst,
+            billing: BillingConfig {
+                issue_grace: chrono::Duration::from_std(self.issue_grace)?,
+            },
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
         })
     }
 }
@@ -417,12 +444,15 @@ enum InvoiceCommand {
         #[arg(long)]
         period: Month,
     },
-    /// Issue every draft of a period: numbers are given in team order.
+    /// Issue every draft of a period in one transaction: numbers are given in team order.
     Issue {
         #[command(flatten)]
         db: DbArgs,
         #[arg(long)]
         period: Month,
+        /// How long after a month ends its invoices wait for late data.
+        #[arg(long, env = "SLICEMETER_ISSUE_GRACE", default_value = "1d", value_parser = humantime::parse_duration)]
+        issue_grace: Duration,
     },
 }
 
@@ -870,7 +900,7 @@ async fn invoice(command: InvoiceCommand) -> anyhow::Result<()> {
         InvoiceCommand::Run { db, period } => {
             let pool = db::connect(&db.database_url, 4).await?;
             db::migrate(&pool).await?;
-            let run = billing::run_drafts(&pool, period, &Actor::CLI).await?;
+            let run = billing::run_drafts(&pool, period, Utc::now(), &Actor::CLI).await?;
             println!("id\tteam\tperiod\tstatus\ttotal\tcurrency\tlines");
             for i in &run.drafts {
                 println!(
@@ -890,21 +920,19 @@ async fn invoice(command: InvoiceCommand) -> anyhow::Result<()> {
                 );
             }
         }
-        InvoiceCommand::Issue { db, period } => {
+        InvoiceCommand::Issue {
+            db,
+            period,
+            issue_grace,
+        } => {
             let pool = db::connect(&db.database_url, 4).await?;
             db::migrate(&pool).await?;
-            let drafts: Vec<_> = db::invoices::list(&pool, Some(period), None)
-                .await?
-                .into_iter()
-                .filter(|i| i.status == "draft")
-                .collect();
-            if drafts.is_empty() {
-                bail!(
-                    "there are no drafts for {period}: run `slicemeter invoice run --period {period}` first"
-                );
-            }
-            for d in drafts {
-                let issued = db::invoices::issue(&pool, d.id, &Actor::CLI).await?;
+            let config = BillingConfig {
+                issue_grace: chrono::Duration::from_std(issue_grace)?,
+            };
+            let issued =
+                billing::issue_period(&pool, period, Utc::now(), &config, &Actor::CLI).await?;
+            for issued in issued {
                 println!(
                     "{}\t{}\t{}\t{} {}",
                     issued.number.unwrap_or_default(),

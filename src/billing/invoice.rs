@@ -11,6 +11,8 @@ use utoipa::ToSchema;
 use super::period::{Line, LineKey, LineKind, PeriodBill};
 use super::rate_card::{Currency, PriceSource};
 use crate::domain::slice::SliceKind;
+use crate::domain::team::UNATTRIBUTED;
+use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -152,13 +154,15 @@ pub fn corrections(
             amount: delta,
             windows,
             corrects: Some(period),
+            billed_before: Some(was.amount),
         });
     }
     out
 }
 
 /// The teams and lines a draft run writes for `bill`'s period, given the teams whose invoice for the
-/// period is already issued (left alone) and corrections for earlier periods.
+/// period is already issued (left alone) and corrections for earlier periods. `unattributed` is
+/// never invoiced.
 pub fn drafts(
     bill: &PeriodBill,
     issued: &BTreeSet<String>,
@@ -172,7 +176,7 @@ pub fn drafts(
         .cloned()
         .collect();
     for team in teams {
-        if issued.contains(&team) {
+        if issued.contains(&team) || team == UNATTRIBUTED {
             continue;
         }
         let mut lines = bill.lines.get(&team).cloned().unwrap_or_default();
@@ -210,19 +214,21 @@ pub fn to_csv(invoice: &Invoice) -> Result<Vec<u8>, csv::Error> {
         "windows",
         "corrects_period",
     ])?;
-    let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+    // Text cells are made safe to open in a spreadsheet; numbers are left as numbers.
+    let text = |v: &str| spreadsheet_safe(v).into_owned();
+    let opt = |v: &Option<String>| text(v.as_deref().unwrap_or_default());
     for l in &invoice.lines {
         w.write_record([
             opt(&invoice.number),
             invoice.id.to_string(),
             invoice.kind.clone(),
             invoice.status.clone(),
-            invoice.team.clone(),
+            text(&invoice.team),
             invoice.period.to_string(),
             invoice.currency.clone(),
             l.line_no.to_string(),
             l.line_kind.clone(),
-            l.description.clone(),
+            text(&l.description),
             opt(&l.gpu_model),
             opt(&l.slice_kind),
             opt(&l.profile),
@@ -266,6 +272,7 @@ mod tests {
             amount,
             windows: 10,
             corrects: None,
+            billed_before: None,
         }
     }
 

@@ -1,23 +1,34 @@
 //! Billing: rate cards, pricing by physical share, the monthly statement of every unit of fleet cost,
-//! and invoices. `pricing`, `period` and `rate_card` are pure; this module feeds them from the
-//! database.
+//! and invoices. `pricing`, `period` and `rate_card` are pure; this module is the service that feeds
+//! them from the database and owns the transactions and locks of invoice runs, issues and credits.
+//!
+//! Every run, issue and credit of a period first takes the period's lock, and reads what it decides
+//! on only then, so that they are serialized whatever arrives at once: they answer 2xx or 409, and
+//! numbers stay gap-free. Issues and credits also take one lock for all periods, because a correction
+//! on one period's invoice is billed for another period and must be billed once.
 
 pub mod invoice;
 pub mod period;
 pub mod pricing;
+#[cfg(test)]
+mod props;
 pub mod rate_card;
 pub mod report;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use utoipa::ToSchema;
 
 use crate::db;
 use crate::db::audit::Actor;
+use crate::db::books::{self, Books};
+use crate::db::invoices::InvoiceError;
+use crate::domain::team::UNATTRIBUTED;
 use crate::domain::time::Month;
-use invoice::Invoice;
+use invoice::{Billed, Invoice, PricedKey};
 use period::{BillingError, PeriodBill};
 
 #[derive(Debug, thiserror::Error)]
@@ -25,21 +36,79 @@ pub enum Error {
     #[error(transparent)]
     Billing(#[from] BillingError),
     #[error(transparent)]
+    Invoice(InvoiceError),
+    #[error("there are no drafts for {0}: run the drafts of the period first")]
+    NoDrafts(Month),
+    #[error(
+        "the drafts of {0} were made before this version kept the books of a run; run the drafts of {0} again, then issue"
+    )]
+    NoBooks(Month),
+    #[error(
+        "invoice {id}'s corrections for {corrects} are out of date: something was billed or credited for {corrects} since the drafts of {period} were made; run the drafts of {period} again, then issue"
+    )]
+    StaleCorrections {
+        id: i64,
+        corrects: Month,
+        period: Month,
+    },
+    #[error(transparent)]
     Db(#[from] sqlx::Error),
+}
+
+impl From<db::invoices::InvoiceError> for Error {
+    fn from(e: db::invoices::InvoiceError) -> Self {
+        match e {
+            InvoiceError::Db(e) => Error::Db(e),
+            other => Error::Invoice(other),
+        }
+    }
+}
+
+/// How invoices are issued.
+#[derive(Debug, Clone, Copy)]
+pub struct BillingConfig {
+    /// How long after a month ends its invoices wait for late data before they can be issued.
+    pub issue_grace: Duration,
+}
+
+impl Default for BillingConfig {
+    fn default() -> Self {
+        BillingConfig {
+            issue_grace: Duration::days(1),
+        }
+    }
 }
 
 /// How far back a draft run looks for issued periods that changed since.
 pub const CORRECTION_LOOKBACK_MONTHS: u32 = 12;
 
-/// Prices `month` for every team from the rollups.
-pub async fn period_bill(pool: &PgPool, month: Month) -> Result<PeriodBill, Error> {
-    let mut conn = pool.acquire().await?;
-    let (usage, usage_gap) =
-        db::billing::usage_aggregates(&mut conn, month.start(), month.end(), None).await?;
-    let (presence, presence_gap) =
-        db::billing::presence_aggregates(&mut conn, month.start(), month.end()).await?;
-    drop(conn);
-    let cards = db::billing::rate_cards(pool).await?;
+/// Serializes runs, issues and credits of `month`: taken first, before anything is read.
+async fn lock_period(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_advisory_xact_lock(hashtext('slicemeter.period:' || $1))")
+        .bind(month.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Serializes every issue and credit (after the period's lock): what was billed for any period
+/// changes only under it.
+async fn lock_issuing(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_advisory_xact_lock(hashtext('slicemeter.issue'))")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Prices `month` for every team from its books (`from_book`) or from what the rollups hold now.
+async fn bill_in(
+    conn: &mut PgConnection,
+    month: Month,
+    from_book: bool,
+) -> Result<PeriodBill, Error> {
+    let (usage, usage_gap) = db::billing::usage_aggregates(conn, month, from_book, None).await?;
+    let (presence, presence_gap) = db::billing::presence_aggregates(conn, month, from_book).await?;
+    let cards = db::billing::rate_cards_in(conn).await?;
     let gap = [usage_gap, presence_gap].into_iter().flatten().min();
     Ok(period::bill(
         &usage,
@@ -49,64 +118,112 @@ pub async fn period_bill(pool: &PgPool, month: Month) -> Result<PeriodBill, Erro
     )?)
 }
 
+/// `month` priced as its books say once it is issued, else from what the rollups hold now; and
+/// where its books stand.
+pub async fn period_bill(pool: &PgPool, month: Month) -> Result<(PeriodBill, Books), Error> {
+    let mut conn = pool.acquire().await?;
+    let state = books::state(&mut conn, month).await?;
+    let bill = bill_in(&mut conn, month, state.frozen()).await?;
+    Ok((bill, state))
+}
+
+/// What the issued period `month` would be billed now, less what was billed for it, per team: late
+/// windows and consumers attributed since (to a team with an invoice for the month or without one),
+/// to be billed once on a later period's invoices. Teams with a draft for the month (it bills the
+/// month itself) or only a voided invoice (credited on purpose) have none; nor has `unattributed`.
+async fn corrections_of(
+    conn: &mut PgConnection,
+    month: Month,
+) -> Result<BTreeMap<String, Vec<period::Line>>, Error> {
+    let now = bill_in(conn, month, false).await?;
+    let Some(currency) = now.currency.clone() else {
+        return Ok(BTreeMap::new());
+    };
+    let billed = db::invoices::billed(conn, month).await?;
+    let unbilled = db::invoices::unbilled_teams(conn, month).await?;
+    let teams: BTreeSet<&String> = now.lines.keys().chain(billed.keys()).collect();
+    let mut out = BTreeMap::new();
+    for team in teams {
+        if team == UNATTRIBUTED || unbilled.contains(team) {
+            continue;
+        }
+        let fixes = invoice::corrections(
+            month,
+            now.lines.get(team).map(Vec::as_slice),
+            billed.get(team).unwrap_or(&BTreeMap::new()),
+            &currency,
+        );
+        if !fixes.is_empty() {
+            out.insert(team.clone(), fixes);
+        }
+    }
+    Ok(out)
+}
+
+/// The corrections an issued period is waiting for (see [`corrections_of`]); none for a period that
+/// is not issued.
+pub async fn pending_corrections(
+    pool: &PgPool,
+    month: Month,
+) -> Result<BTreeMap<String, Vec<period::Line>>, Error> {
+    let mut conn = pool.acquire().await?;
+    if !books::state(&mut conn, month).await?.frozen() {
+        return Ok(BTreeMap::new());
+    }
+    corrections_of(&mut conn, month).await
+}
+
 /// What a draft run did.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RunSummary {
     pub period: Month,
-    /// The drafts made, one per team with usage or corrections.
+    /// The drafts, one per team with usage or corrections (`unattributed` is never invoiced). A
+    /// team's draft keeps its id from run to run.
     pub drafts: Vec<Invoice>,
     /// Teams whose invoice for the period is already issued; changes reach their next invoice as
     /// corrections.
     pub already_issued: Vec<String>,
 }
 
-/// Makes or replaces the drafts of `month` for every team with usage, with correction lines for
-/// earlier issued periods that changed since they were issued.
-pub async fn run_drafts(pool: &PgPool, month: Month, actor: &Actor) -> Result<RunSummary, Error> {
-    let bill = period_bill(pool, month).await?;
-    let mut conn = pool.acquire().await?;
-    let issued = db::invoices::issued_teams(&mut conn, month).await?;
-    let earlier = db::invoices::periods_with_issued(
-        &mut conn,
-        month.minus(CORRECTION_LOOKBACK_MONTHS),
-        month,
-    )
-    .await?;
-    drop(conn);
-    let cards = db::billing::rate_cards(pool).await?;
+/// Makes or remakes the drafts of `month` (which must have ended) for every team with usage, with
+/// correction lines for earlier issued periods that changed since they were issued. While none of
+/// the month's invoices is issued, the run first writes the month's books from the rollups; once
+/// one is, the books are frozen and the drafts are priced from them.
+pub async fn run_drafts(
+    pool: &PgPool,
+    month: Month,
+    now: DateTime<Utc>,
+    actor: &Actor,
+) -> Result<RunSummary, Error> {
+    period::may_draft(month, now)?;
+    let mut tx = pool.begin().await?;
+    lock_period(&mut tx, month).await?;
+    if !books::state(&mut tx, month).await?.frozen() {
+        books::write(&mut tx, month).await?;
+    }
+    let bill = bill_in(&mut tx, month, true).await?;
+    let issued = db::invoices::issued_teams(&mut tx, month).await?;
+    let cards = db::billing::rate_cards_in(&mut tx).await?;
     let currency = bill
         .currency
         .clone()
         .or_else(|| cards.values().last().map(|c| c.currency.clone()));
     let mut corrections: BTreeMap<String, Vec<period::Line>> = BTreeMap::new();
-    if let Some(currency) = &currency {
-        for q in earlier {
-            let then = period_bill(pool, q).await?;
-            let mut conn = pool.acquire().await?;
-            let billed = db::invoices::billed(&mut conn, q).await?;
-            let issued_then = db::invoices::issued_teams(&mut conn, q).await?;
-            drop(conn);
-            for team in issued_then {
-                let fixes = invoice::corrections(
-                    q,
-                    then.lines.get(&team).map(Vec::as_slice),
-                    billed.get(&team).unwrap_or(&BTreeMap::new()),
-                    currency,
-                );
+    let earlier =
+        db::invoices::periods_with_issued(&mut tx, month.minus(CORRECTION_LOOKBACK_MONTHS), month)
+            .await?;
+    for q in earlier {
+        for (team, fixes) in corrections_of(&mut tx, q).await? {
+            // A draft of a period in between is where these corrections go.
+            if !db::invoices::has_draft_between(&mut tx, &team, q, month).await? {
                 corrections.entry(team).or_default().extend(fixes);
             }
         }
     }
     let drafts = invoice::drafts(&bill, &issued, corrections);
-    let mut tx = pool.begin().await?;
-    // One run per period at a time; the second waits and then replaces the first's drafts.
-    sqlx::query("select pg_advisory_xact_lock(hashtext('slicemeter.invoice_run:' || $1))")
-        .bind(month.to_string())
-        .execute(&mut *tx)
-        .await?;
     // Lines exist only where a rate card priced something, so a draft always has a currency.
     let code = currency.map(|c| c.code).unwrap_or_default();
-    let ids = db::invoices::replace_drafts(&mut tx, month, &code, &drafts).await?;
+    let ids = db::invoices::write_drafts(&mut tx, month, &code, &drafts).await?;
     let totals: Vec<serde_json::Value> = drafts
         .iter()
         .map(|(team, lines)| {
@@ -136,4 +253,152 @@ pub async fn run_drafts(pool: &PgPool, month: Month, actor: &Actor) -> Result<Ru
             .into_iter()
             .collect(),
     })
+}
+
+/// Issues the drafts `ids` of `month` in `tx`, in order: each gets the next number of the year,
+/// the month's books are frozen, and each draft's corrections are checked to be still unbilled.
+async fn issue_in(
+    tx: &mut PgConnection,
+    month: Month,
+    ids: &[i64],
+    actor: &Actor,
+) -> Result<(), Error> {
+    lock_issuing(tx).await?;
+    // No rate card version may be published into the month while it is being issued.
+    sqlx::query("lock table rate_card in share mode")
+        .execute(&mut *tx)
+        .await?;
+    if !books::freeze(tx, month).await? {
+        return Err(Error::NoBooks(month));
+    }
+    let mut billed: HashMap<Month, BTreeMap<String, BTreeMap<PricedKey, Billed>>> = HashMap::new();
+    for &id in ids {
+        let head = db::invoices::head(tx, id)
+            .await?
+            .ok_or(InvoiceError::NotFound(id))?;
+        for (corrects, key, before) in db::invoices::corrections_of(tx, id).await? {
+            if let std::collections::hash_map::Entry::Vacant(e) = billed.entry(corrects) {
+                e.insert(db::invoices::billed(tx, corrects).await?);
+            }
+            let now = billed[&corrects]
+                .get(&head.team)
+                .and_then(|keys| keys.get(&key))
+                .map_or(rust_decimal::Decimal::ZERO, |b| b.amount);
+            if now != before {
+                return Err(Error::StaleCorrections {
+                    id,
+                    corrects,
+                    period: month,
+                });
+            }
+        }
+        let number = db::invoices::issue_in(tx, id, actor.token_id).await?;
+        db::audit::record(
+            tx,
+            actor,
+            "invoice.issue",
+            &number,
+            serde_json::json!({"invoice_id": id, "team": head.team, "period": head.period,
+                               "total": head.total}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Issues one draft: once its month's grace period for late data has passed, with the next
+/// gap-free number of the year; its month's books are frozen from then on.
+pub async fn issue(
+    pool: &PgPool,
+    id: i64,
+    now: DateTime<Utc>,
+    config: &BillingConfig,
+    actor: &Actor,
+) -> Result<Invoice, Error> {
+    let mut tx = pool.begin().await?;
+    let head = db::invoices::head(&mut tx, id)
+        .await?
+        .ok_or(InvoiceError::NotFound(id))?;
+    lock_period(&mut tx, head.period).await?;
+    period::may_issue(head.period, now, config.issue_grace)?;
+    issue_in(&mut tx, head.period, &[id], actor).await?;
+    tx.commit().await?;
+    db::invoices::get(pool, id)
+        .await?
+        .ok_or(InvoiceError::NotFound(id).into())
+}
+
+/// Issues every draft of `month` in one transaction, numbered in team order: all or none.
+pub async fn issue_period(
+    pool: &PgPool,
+    month: Month,
+    now: DateTime<Utc>,
+    config: &BillingConfig,
+    actor: &Actor,
+) -> Result<Vec<Invoice>, Error> {
+    let mut tx = pool.begin().await?;
+    lock_period(&mut tx, month).await?;
+    period::may_issue(month, now, config.issue_grace)?;
+    let ids = db::invoices::drafts_of(&mut tx, month).await?;
+    if ids.is_empty() {
+        return Err(Error::NoDrafts(month));
+    }
+    issue_in(&mut tx, month, &ids, actor).await?;
+    tx.commit().await?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.extend(db::invoices::get(pool, id).await?);
+    }
+    Ok(out)
+}
+
+/// Voids an issued invoice by issuing a credit note that reverses it; returns the credit note. When
+/// no issued invoice of its month is left, the month's books are unfrozen: the next run prices what
+/// the rollups hold then.
+pub async fn credit(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, Error> {
+    let mut tx = pool.begin().await?;
+    let head = db::invoices::head(&mut tx, id)
+        .await?
+        .ok_or(InvoiceError::NotFound(id))?;
+    lock_period(&mut tx, head.period).await?;
+    lock_issuing(&mut tx).await?;
+    let (note, number, voided) = db::invoices::credit_in(&mut tx, id, actor.token_id).await?;
+    books::unfreeze_if_nothing_issued(&mut tx, head.period).await?;
+    db::audit::record(
+        &mut tx,
+        actor,
+        "invoice.credit",
+        &number,
+        serde_json::json!({"credit_note_id": note, "voids": voided, "voided_invoice_id": id,
+                           "team": head.team, "total": -head.total}),
+    )
+    .await?;
+    tx.commit().await?;
+    db::invoices::get(pool, note)
+        .await?
+        .ok_or(InvoiceError::NotFound(note).into())
+}
+
+/// The monthly report of `month` as of `now` (`team`: a team lead's view of their own team).
+pub async fn monthly_report(
+    pool: &PgPool,
+    month: Month,
+    now: DateTime<Utc>,
+    team: Option<&str>,
+) -> Result<report::MonthlyReport, Error> {
+    let (bill, books) = period_bill(pool, month).await?;
+    let pending = pending_corrections(pool, month).await?;
+    let consumers = if team.is_none() {
+        db::reports::unattributed_consumers(pool, month.start(), month.end()).await?
+    } else {
+        Vec::new()
+    };
+    Ok(report::monthly(
+        month,
+        period::PeriodState::of(month, now, books.frozen()),
+        &bill,
+        &pending,
+        consumers,
+        team,
+    ))
 }

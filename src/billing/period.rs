@@ -5,10 +5,19 @@
 //! fleet cost = team charges + unallocated + sharing discount + rounding residual
 //! ```
 //!
+//! `unattributed` is not a team that pays: its lines are priced like any team's, so that it shows, but
+//! it is never invoiced, and its cost stays with the platform (`unattributed` in the conservation
+//! block) until its consumers are attributed.
+//!
+//! A period's life (DESIGN.md, Domain): open until the month ends (nothing can be drafted), then
+//! closed (drafts made and re-made), and issued once its first invoice is: from then on its books are
+//! frozen. Invoices may be issued only after a grace period for late data.
+//!
 //! Pure: the rollup aggregates and rate cards come in, lines and figures go out.
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -16,10 +25,80 @@ use utoipa::ToSchema;
 use super::pricing::{Charge, PresenceAggregate, UsageAggregate, fleet_cost, price};
 use super::rate_card::{Currency, IdlePolicy, PriceSource, RateCard};
 use crate::domain::slice::SliceKind;
+use crate::domain::team::UNATTRIBUTED;
 use crate::domain::time::Month;
+
+/// Where a billing period stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PeriodState {
+    /// The month has not ended: nothing can be drafted.
+    Open,
+    /// Ended: drafts may be made and re-made.
+    Closed,
+    /// Its first invoice is issued: its books are frozen, and late data waits as corrections.
+    Issued,
+}
+
+impl PeriodState {
+    pub fn of(month: Month, now: DateTime<Utc>, books_frozen: bool) -> PeriodState {
+        if books_frozen {
+            PeriodState::Issued
+        } else if now < month.end() {
+            PeriodState::Open
+        } else {
+            PeriodState::Closed
+        }
+    }
+}
+
+/// A month can be drafted once it has ended.
+pub fn may_draft(month: Month, now: DateTime<Utc>) -> Result<(), BillingError> {
+    if now < month.end() {
+        return Err(BillingError::NotEnded {
+            month,
+            from: month.end(),
+        });
+    }
+    Ok(())
+}
+
+/// A month's invoices can be issued once its grace period for late data has passed.
+pub fn may_issue(month: Month, now: DateTime<Utc>, grace: Duration) -> Result<(), BillingError> {
+    may_draft(month, now)?;
+    let from = month.end() + grace;
+    if now < from {
+        return Err(BillingError::InGrace {
+            month,
+            grace: match grace.num_days() {
+                d if d > 0 && grace == Duration::days(d) => {
+                    format!("{d} day{}", if d == 1 { "" } else { "s" })
+                }
+                _ => humantime::format_duration(grace.to_std().unwrap_or_default()).to_string(),
+            },
+            from,
+        });
+    }
+    Ok(())
+}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BillingError {
+    #[error("{month} has not ended: it can be drafted from {}", .from.to_rfc3339())]
+    NotEnded { month: Month, from: DateTime<Utc> },
+    #[error(
+        "{month} is in its grace period for late data ({grace}): its invoices can be issued from {}",
+        .from.to_rfc3339()
+    )]
+    InGrace {
+        month: Month,
+        grace: String,
+        from: DateTime<Utc>,
+    },
+    #[error(
+        "the figures of the period do not add up: {0}; nothing is published (this is a bug or data that bypassed ingest's checks: the server log has the details)"
+    )]
+    Negative(String),
     #[error(
         "no rate card is in force for some hours of the period; load one effective from {0} or earlier (`slicemeter rate-card load`)"
     )]
@@ -28,6 +107,8 @@ pub enum BillingError {
         "the period's rate cards use several currencies ({0}); one period is billed in one currency"
     )]
     MixedCurrencies(String),
+    #[error("rate card version {0} prices some hours but is not published")]
+    UnknownRateCard(i64),
 }
 
 /// What an invoice line is for.
@@ -78,6 +159,9 @@ pub struct Line {
     pub windows: i64,
     /// The earlier period a correction line corrects.
     pub corrects: Option<Month>,
+    /// For a correction: what had been billed for its key when it was made (issuing checks that
+    /// nothing was billed for it since: a correction is billed once).
+    pub billed_before: Option<Decimal>,
 }
 
 impl Line {
@@ -130,6 +214,10 @@ pub struct Conservation {
     /// The sum of every team's invoice lines.
     #[schema(value_type = String, example = "2108.56")]
     pub team_charges: Decimal,
+    /// What consumers no team claims held: priced like a team's lines, carried by the platform
+    /// until they are attributed, never invoiced.
+    #[schema(value_type = String, example = "0.00")]
+    pub unattributed: Decimal,
     /// The share of GPUs no slice held (after spreading, under the `spread` policy).
     #[schema(value_type = String, example = "771.43")]
     pub unallocated: Decimal,
@@ -195,6 +283,10 @@ pub fn bill(
         .collect();
     used_cards.sort_unstable();
     used_cards.dedup();
+    // Every version named is at hand, so that the lookups below cannot miss.
+    if let Some(missing) = used_cards.iter().find(|c| !cards.contains_key(c)) {
+        return Err(BillingError::UnknownRateCard(*missing));
+    }
     let mut currencies: Vec<&Currency> = used_cards.iter().map(|c| &cards[c].currency).collect();
     currencies.dedup();
     if currencies.len() > 1 {
@@ -249,6 +341,7 @@ pub fn bill(
             amount: round(c.amount),
             windows: c.windows,
             corrects: None,
+            billed_before: None,
         });
     }
 
@@ -286,6 +379,7 @@ pub fn bill(
                     amount: round(part),
                     windows: 0,
                     corrects: None,
+                    billed_before: None,
                 });
             }
             unallocated += idle - spread_total;
@@ -306,15 +400,45 @@ pub fn bill(
         team_lines.sort_by(|a, b| a.key.cmp(&b.key));
     }
     let fleet_cost = round(fleet_by_card.values().copied().sum());
-    let team_charges: Decimal = lines.values().flatten().map(|l| l.amount).sum();
-    let unallocated = round(unallocated);
-    let sharing_discount = round(discount);
+    let sum_of = |paying: bool| -> Decimal {
+        lines
+            .iter()
+            .filter(|(team, _)| (team.as_str() != UNATTRIBUTED) == paying)
+            .flat_map(|(_, ls)| ls)
+            .map(|l| l.amount)
+            .sum()
+    };
+    let team_charges = sum_of(true);
+    let unattributed = sum_of(false);
+    // Rounded once; a rounded zero is written without a sign.
+    let unsigned = |mut d: Decimal| {
+        if d.is_zero() {
+            d.set_sign_positive(true);
+        }
+        d
+    };
+    let unallocated = unsigned(round(unallocated));
+    let sharing_discount = unsigned(round(discount));
+    for (what, v) in [
+        ("unallocated capacity", unallocated),
+        ("the sharing discount", sharing_discount),
+        ("the fleet cost", fleet_cost),
+    ] {
+        if v.is_sign_negative() && !v.is_zero() {
+            return Err(BillingError::Negative(format!("{what} would be {v}")));
+        }
+    }
     let conservation = Conservation {
         fleet_cost,
         team_charges,
+        unattributed,
         unallocated,
         sharing_discount,
-        rounding_residual: fleet_cost - team_charges - unallocated - sharing_discount,
+        rounding_residual: fleet_cost
+            - team_charges
+            - unattributed
+            - unallocated
+            - sharing_discount,
     };
     Ok(PeriodBill {
         currency,
@@ -626,9 +750,9 @@ pub(crate) mod tests {
             let bill = bill(&usage, &presence, &cards, None).unwrap();
             let c = &bill.conservation;
             let currency = bill.currency.clone().unwrap();
-            prop_assert_eq!(c.fleet_cost, c.team_charges + c.unallocated + c.sharing_discount + c.rounding_residual);
+            prop_assert_eq!(c.fleet_cost, c.team_charges + c.unattributed + c.unallocated + c.sharing_discount + c.rounding_residual);
             // Every figure is in minor units...
-            for v in [c.fleet_cost, c.team_charges, c.unallocated, c.sharing_discount, c.rounding_residual] {
+            for v in [c.fleet_cost, c.team_charges, c.unattributed, c.unallocated, c.sharing_discount, c.rounding_residual] {
                 prop_assert_eq!(v, currency.round(v));
             }
             // ...and the residual is only rounding: at most half a minor unit per rounded figure.

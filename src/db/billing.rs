@@ -13,6 +13,7 @@ use crate::billing::rate_card::{Currency, IdlePolicy, IsolationFactors, RateCard
 use crate::db::audit::{self, Actor};
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
 
 fn decode(e: impl std::fmt::Display) -> sqlx::Error {
@@ -21,16 +22,23 @@ fn decode(e: impl std::fmt::Display) -> sqlx::Error {
 
 /// Every rate card version, by id.
 pub async fn rate_cards(pool: &PgPool) -> Result<BTreeMap<i64, RateCard>, sqlx::Error> {
+    rate_cards_in(&mut *pool.acquire().await?).await
+}
+
+/// Every rate card version, by id, read on `conn` (inside a transaction).
+pub async fn rate_cards_in(
+    conn: &mut PgConnection,
+) -> Result<BTreeMap<i64, RateCard>, sqlx::Error> {
     let rows = sqlx::query!(
         "select rate_card_id, effective_from, currency, weight_compute, weight_memory, factor_mig,
                 factor_whole, factor_mps, factor_vgpu, factor_timeslice, idle_policy,
                 default_hourly_cost, note
          from rate_card order by effective_from"
     )
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let prices = sqlx::query!("select rate_card_id, gpu_model, hourly_cost from rate_card_price")
-        .fetch_all(pool)
+        .fetch_all(&mut *conn)
         .await?;
     let mut cards = BTreeMap::new();
     for r in rows {
@@ -219,48 +227,45 @@ pub async fn insert_rate_card(
     Ok(id)
 }
 
-/// Usage in `[from, to)` per (team, model, kind, profile, rate card in force), optionally of one
-/// team, and the first hour no rate card covered, if any.
+/// Usage of `month` per (team, model, kind, profile, rate card in force), optionally of one team,
+/// from its books or the rollups (`from_book`), and the first day no rate card covered, if any.
 pub async fn usage_aggregates(
     conn: &mut PgConnection,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    month: Month,
+    from_book: bool,
     team: Option<&TeamId>,
 ) -> Result<(Vec<(UsageAggregate, Option<i64>)>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
-        // Two steps: sum the rollups per slice first (one pass, additions only), then weigh each
-        // slice's sums by its shares: a handful of multiplications per slice instead of per row.
+        // Two steps: sum the slice-days per slice first (additions only), then weigh each slice's
+        // sums by its shares: a handful of multiplications per slice instead of per row.
         r#"with per_slice as (
-               select u.slice_id, c.team_id, r.rate_card_id,
-                      sum(u.window_count)::int8 as windows, min(u.hour) as first_hour,
-                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
-                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory
-               from usage_hourly u
-               join consumer c using (consumer_id)
-               left join rate_card_span r on u.hour >= r.effective_from and (r.effective_until is null or u.hour < r.effective_until)
-               where u.hour >= $1 and u.hour < $2 and ($3::text is null or c.team_id = $3)
-               group by 1, 2, 3)
-           select p.team_id as "team!", g.model as "model!", s.kind as "kind!", s.profile,
+               select d.slice_id, d.team_id, d.rate_card_id, d.model, d.kind, d.profile,
+                      d.compute_share, d.memory_share, d.memory_reserved_bytes,
+                      sum(d.windows)::int8 as windows, min(d.day) as first_hour,
+                      sum(d.held_seconds) as held, sum(d.known_seconds) as known,
+                      sum(d.active_seconds) as active, sum(d.memory_byte_seconds) as memory
+               from period_slice_day($1, $2) d
+               where $3::text is null or d.team_id = $3
+               group by 1, 2, 3, 4, 5, 6, 7, 8, 9)
+           select p.team_id as "team!", p.model as "model!", p.kind as "kind!", p.profile,
                   p.rate_card_id as "rate_card?",
                   count(*) as "slices!",
                   sum(p.windows)::int8 as "windows!",
                   min(p.first_hour) as "first_hour!",
                   round(sum(p.held), 12) as "held_seconds!",
-                  round(sum(p.held * s.compute_share), 12) as "held_compute!",
-                  round(sum(p.held * s.memory_share), 12) as "held_memory!",
+                  round(sum(p.held * p.compute_share), 12) as "held_compute!",
+                  round(sum(p.held * p.memory_share), 12) as "held_memory!",
                   round(sum(p.known), 12) as "known_seconds!",
-                  round(sum(p.known * s.compute_share), 12) as "known_compute!",
+                  round(sum(p.known * p.compute_share), 12) as "known_compute!",
                   round(sum(p.active), 12) as "active_seconds!",
-                  round(sum(p.active * s.compute_share), 12) as "active_compute!",
-                  round(sum(p.memory) / 1073741824, 12) as "memory_gib_seconds!",
-                  round(sum(p.memory * s.memory_share / s.memory_reserved_bytes), 12) as "memory_used!"
+                  round(sum(p.active * p.compute_share), 12) as "active_compute!",
+                  round(sum(p.memory) / 1073741824, 6) as "memory_gib_seconds!",
+                  round(sum(p.memory * p.memory_share / p.memory_reserved_bytes), 12) as "memory_used!"
            from per_slice p
-           join slice s using (slice_id)
-           join gpu g using (gpu_id)
            group by 1, 2, 3, 4, 5
            order by 1, 2, 3, 4, 5"#,
-        from,
-        to,
+        month.first_day(),
+        from_book,
         team.map(TeamId::as_str)
     )
     .fetch_all(&mut *conn)
@@ -298,23 +303,21 @@ pub async fn usage_aggregates(
     Ok((out, uncovered))
 }
 
-/// GPU presence in `[from, to)` per (model, rate card in force), and the first uncovered hour.
+/// GPU presence of `month` per (model, rate card in force), from its books or the rollups, and the
+/// first uncovered day.
 pub async fn presence_aggregates(
     conn: &mut PgConnection,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    month: Month,
+    from_book: bool,
 ) -> Result<(Vec<(PresenceAggregate, Option<i64>)>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
-        r#"select g.model as "model!", r.rate_card_id as "rate_card?",
-                  min(h.hour) as "first_hour!", sum(h.present_seconds) as "present_seconds!"
-           from gpu_hourly h
-           join gpu g using (gpu_id)
-           left join rate_card_span r on h.hour >= r.effective_from and (r.effective_until is null or h.hour < r.effective_until)
-           where h.hour >= $1 and h.hour < $2
+        r#"select d.model as "model!", d.rate_card_id as "rate_card?",
+                  min(d.day) as "first_hour!", sum(d.present_seconds) as "present_seconds!"
+           from period_model_day($1, $2) d
            group by 1, 2
            order by 1, 2"#,
-        from,
-        to
+        month.first_day(),
+        from_book
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -8,6 +8,7 @@ use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
 use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 
 /// One slice's occupancy on one day, for one team, under one rate card version.
 #[derive(Debug, Clone)]
@@ -32,39 +33,30 @@ pub struct SliceDay {
     pub memory_reserved_bytes: i64,
 }
 
-/// Usage rows of `[from, to)`, optionally of one team, ordered by invoice line (team, model, kind,
-/// profile, rate card) then slice and day, streamed: memory does not grow with the fleet.
+/// Usage rows of `month`, from its books or the rollups (`from_book`), optionally of one team,
+/// ordered by invoice line (team, model, kind, profile, rate card) then slice and day, streamed:
+/// memory does not grow with the fleet.
 pub fn slice_days<'c>(
     conn: &'c mut PgConnection,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    month: Month,
+    from_book: bool,
     team: Option<&'c TeamId>,
 ) -> impl Stream<Item = Result<SliceDay, sqlx::Error>> + 'c {
     sqlx::query_as!(
         SliceDay,
-        r#"select c.team_id as "team!", t.display_name as "team_name!", t.cost_center,
-                  g.model as "model!", s.kind as "kind!", s.profile, r.rate_card_id as "rate_card?",
-                  s.slice_uuid as "slice_uuid!", g.node as "node!",
-                  date_trunc('day', u.hour, 'UTC') as "day!",
-                  sum(u.window_count)::int8 as "windows!",
-                  sum(u.held_seconds) as "held_seconds!",
-                  sum(u.compute_known_seconds) as "known_seconds!",
-                  sum(u.compute_active_seconds) as "active_seconds!",
-                  sum(u.memory_byte_seconds) as "memory_byte_seconds!",
-                  s.compute_share as "compute_share!", s.memory_share as "memory_share!",
-                  s.memory_reserved_bytes as "memory_reserved_bytes!"
-           from usage_hourly u
-           join consumer c using (consumer_id)
-           join team t on t.team_id = c.team_id
-           join slice s using (slice_id)
-           join gpu g using (gpu_id)
-           left join rate_card_span r on u.hour >= r.effective_from and (r.effective_until is null or u.hour < r.effective_until)
-           where u.hour >= $1 and u.hour < $2 and ($3::text is null or c.team_id = $3)
-           group by c.team_id, t.display_name, t.cost_center, g.model, s.kind, s.profile,
-                    r.rate_card_id, s.slice_id, g.node, 10
-           order by 1, 4, 5, 6, 7, 8, 10"#,
-        from,
-        to,
+        r#"select d.team_id as "team!", d.team_name as "team_name!", d.cost_center,
+                  d.model as "model!", d.kind as "kind!", d.profile, d.rate_card_id as "rate_card?",
+                  d.slice_uuid as "slice_uuid!", d.node as "node!", d.day as "day!",
+                  d.windows as "windows!", d.held_seconds as "held_seconds!",
+                  d.known_seconds as "known_seconds!", d.active_seconds as "active_seconds!",
+                  d.memory_byte_seconds as "memory_byte_seconds!",
+                  d.compute_share as "compute_share!", d.memory_share as "memory_share!",
+                  d.memory_reserved_bytes as "memory_reserved_bytes!"
+           from period_slice_day($1, $2) d
+           where $3::text is null or d.team_id = $3
+           order by d.team_id, d.model, d.kind, d.profile, d.rate_card_id, d.slice_uuid, d.day"#,
+        month.first_day(),
+        from_book,
         team.map(TeamId::as_str)
     )
     .fetch(conn)
@@ -81,25 +73,20 @@ pub struct ModelDay {
     pub present_seconds: Decimal,
 }
 
-/// GPU presence per (model, rate card, day) of `[from, to)`, ordered so.
+/// GPU presence per (model, rate card, day) of `month`, from its books or the rollups, ordered so.
 pub async fn model_days(
     conn: &mut PgConnection,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    month: Month,
+    from_book: bool,
 ) -> Result<Vec<ModelDay>, sqlx::Error> {
     sqlx::query_as!(
         ModelDay,
-        r#"select g.model as "model!", r.rate_card_id as "rate_card?",
-                  date_trunc('day', h.hour, 'UTC') as "day!",
-                  sum(h.present_seconds) as "present_seconds!"
-           from gpu_hourly h
-           join gpu g using (gpu_id)
-           left join rate_card_span r on h.hour >= r.effective_from and (r.effective_until is null or h.hour < r.effective_until)
-           where h.hour >= $1 and h.hour < $2
-           group by 1, 2, 3
+        r#"select d.model as "model!", d.rate_card_id as "rate_card?", d.day as "day!",
+                  d.present_seconds as "present_seconds!"
+           from period_model_day($1, $2) d
            order by 1, 2, 3"#,
-        from,
-        to
+        month.first_day(),
+        from_book
     )
     .fetch_all(conn)
     .await
@@ -120,7 +107,8 @@ pub struct PeriodDocument {
     pub total: Decimal,
 }
 
-/// Every invoice and credit note of `period`, by team then id.
+/// Every invoice and credit note of `period`, by team then id, naming the team as the invoice does
+/// (as it was when drafted).
 pub async fn period_documents(
     conn: &mut PgConnection,
     period: chrono::NaiveDate,
@@ -128,7 +116,9 @@ pub async fn period_documents(
     sqlx::query_as!(
         PeriodDocument,
         r#"select i.invoice_id, i.kind, i.status, i.number, i.team_id as team,
-                  t.display_name as team_name, t.cost_center, t.gl_account, i.currency, i.total
+                  coalesce(i.team_name, t.display_name) as "team_name!",
+                  coalesce(i.cost_center, t.cost_center) as cost_center,
+                  coalesce(i.gl_account, t.gl_account) as gl_account, i.currency, i.total
            from invoice i join team t using (team_id)
            where i.period = $1
            order by i.team_id, i.invoice_id"#,

@@ -1,5 +1,7 @@
-//! Invoices and credit notes: drafts replaced freely, issued ones frozen (by triggers, see
-//! `migrations/0002_billing.sql`), numbers gap-free per year.
+//! Invoices and credit notes, as stored: drafts rewritten freely (each team's draft keeps its id),
+//! issued ones frozen (by triggers, see `migrations/0002_billing.sql`), numbers gap-free per year.
+//! The rules of when and what may be drafted, issued or credited are `billing`'s; these are the
+//! statements they run, inside billing's transactions.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,7 +11,6 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::billing::invoice::{Billed, Invoice, InvoiceLine, PricedKey, price_source_str};
 use crate::billing::period::Line;
-use crate::db::audit::{self, Actor};
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
@@ -35,6 +36,24 @@ pub async fn issued_teams(
 ) -> Result<BTreeSet<String>, sqlx::Error> {
     Ok(sqlx::query_scalar!(
         "select team_id from invoice where kind = 'invoice' and status = 'issued' and period = $1",
+        period.first_day()
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect())
+}
+
+/// Teams that have an invoice for `period` that is a draft or was voided (and none issued): their
+/// corrections are not made on later invoices (a draft will bill the period itself; a voided one was
+/// credited on purpose, and drafting the period again bills it).
+pub async fn unbilled_teams(
+    conn: &mut PgConnection,
+    period: Month,
+) -> Result<BTreeSet<String>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        r#"select team_id as "team_id!" from invoice where kind = 'invoice' and period = $1
+           group by team_id having bool_and(status <> 'issued')"#,
         period.first_day()
     )
     .fetch_all(&mut *conn)
@@ -102,36 +121,158 @@ pub async fn billed(
     Ok(out)
 }
 
-/// Replaces every draft of `period` with `drafts` (team -> lines). Returns the new invoice ids.
-pub async fn replace_drafts(
+/// Makes `period`'s drafts `drafts` (team -> lines): a team's existing draft keeps its id and gets
+/// the new lines, drafts of teams no longer billed are deleted, new teams get new drafts. Each draft
+/// names its team as the team is now (name, cost center, GL account). Returns the ids, by team.
+pub async fn write_drafts(
     conn: &mut PgConnection,
     period: Month,
     currency: &str,
     drafts: &BTreeMap<String, Vec<Line>>,
 ) -> Result<Vec<i64>, sqlx::Error> {
+    let teams: Vec<String> = drafts.keys().cloned().collect();
     sqlx::query!(
-        "delete from invoice where kind = 'invoice' and status = 'draft' and period = $1",
-        period.first_day()
+        "delete from invoice where kind = 'invoice' and status = 'draft' and period = $1
+         and not (team_id = any($2))",
+        period.first_day(),
+        &teams
     )
     .execute(&mut *conn)
     .await?;
     let mut ids = Vec::new();
     for (team, lines) in drafts {
         let total: Decimal = lines.iter().map(|l| l.amount).sum();
-        let id = sqlx::query_scalar!(
-            "insert into invoice (team_id, period, currency, total) values ($1, $2, $3, $4)
-             returning invoice_id",
-            team,
+        let existing = sqlx::query_scalar!(
+            "select invoice_id from invoice
+             where kind = 'invoice' and status = 'draft' and period = $1 and team_id = $2
+             for update",
             period.first_day(),
-            currency,
-            total
+            team
         )
-        .fetch_one(&mut *conn)
+        .fetch_optional(&mut *conn)
         .await?;
+        let id = match existing {
+            Some(id) => {
+                sqlx::query!("delete from invoice_line where invoice_id = $1", id)
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query!(
+                    "update invoice i set currency = $2, total = $3, created_at = now(),
+                         team_name = t.display_name, cost_center = t.cost_center, gl_account = t.gl_account
+                     from team t where i.invoice_id = $1 and t.team_id = i.team_id",
+                    id,
+                    currency,
+                    total
+                )
+                .execute(&mut *conn)
+                .await?;
+                id
+            }
+            None => {
+                sqlx::query_scalar!(
+                    "insert into invoice (team_id, period, currency, total, team_name, cost_center, gl_account)
+                     select $1, $2, $3, $4, t.display_name, t.cost_center, t.gl_account
+                     from team t where t.team_id = $1
+                     returning invoice_id",
+                    team,
+                    period.first_day(),
+                    currency,
+                    total
+                )
+                .fetch_one(&mut *conn)
+                .await?
+            }
+        };
         insert_lines(conn, id, lines).await?;
         ids.push(id);
     }
     Ok(ids)
+}
+
+/// The ids of `period`'s drafts, by team, locked for this transaction.
+pub async fn drafts_of(conn: &mut PgConnection, period: Month) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar!(
+        "select invoice_id from invoice where kind = 'invoice' and status = 'draft' and period = $1
+         order by team_id for update",
+        period.first_day()
+    )
+    .fetch_all(&mut *conn)
+    .await
+}
+
+/// Whether `team` has a draft for a period strictly between `after` and `before`: corrections of
+/// `after` then belong on that earlier draft.
+pub async fn has_draft_between(
+    conn: &mut PgConnection,
+    team: &str,
+    after: Month,
+    before: Month,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select exists (select 1 from invoice where kind = 'invoice' and status = 'draft'
+                          and team_id = $1 and period > $2 and period < $3) as "exists!""#,
+        team,
+        after.first_day(),
+        before.first_day()
+    )
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// What stays the same about an invoice whatever happens to it.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub kind: String,
+    pub status: String,
+    pub team: String,
+    pub period: Month,
+    pub total: Decimal,
+}
+
+pub async fn head(conn: &mut PgConnection, id: i64) -> Result<Option<Head>, sqlx::Error> {
+    Ok(sqlx::query!(
+        "select kind, status, team_id, period, total from invoice where invoice_id = $1",
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|r| Head {
+        kind: r.kind,
+        status: r.status,
+        team: r.team_id,
+        period: Month::from_first_day(r.period),
+        total: r.total,
+    }))
+}
+
+/// A draft's correction lines: the period each corrects, its key, and what had been billed for the
+/// key when it was made.
+pub async fn corrections_of(
+    conn: &mut PgConnection,
+    id: i64,
+) -> Result<Vec<(Month, PricedKey, Decimal)>, sqlx::Error> {
+    Ok(sqlx::query!(
+        r#"select corrects_period as "corrects!", gpu_model, slice_kind, profile,
+                  rate_card_id as "rate_card_id!", coalesce(billed_before, 0) as "billed_before!"
+           from invoice_line
+           where invoice_id = $1 and line_kind = 'correction' and rate_card_id is not null"#,
+        id
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| {
+        let kind = r
+            .slice_kind
+            .as_deref()
+            .and_then(|k| k.parse::<SliceKind>().ok());
+        (
+            Month::from_first_day(r.corrects),
+            (r.gpu_model, kind, r.profile, r.rate_card_id),
+            r.billed_before,
+        )
+    })
+    .collect())
 }
 
 async fn insert_lines(conn: &mut PgConnection, id: i64, lines: &[Line]) -> Result<(), sqlx::Error> {
@@ -151,6 +292,7 @@ async fn insert_lines(conn: &mut PgConnection, id: i64, lines: &[Line]) -> Resul
     let mut amount = Vec::with_capacity(n);
     let mut windows = Vec::with_capacity(n);
     let mut corrects: Vec<Option<NaiveDate>> = Vec::with_capacity(n);
+    let mut billed_before: Vec<Option<Decimal>> = Vec::with_capacity(n);
     for (i, l) in lines.iter().enumerate() {
         no.push(i as i32 + 1);
         kind.push(l.key.kind.as_str().to_owned());
@@ -167,16 +309,17 @@ async fn insert_lines(conn: &mut PgConnection, id: i64, lines: &[Line]) -> Resul
         amount.push(l.amount);
         windows.push(l.windows);
         corrects.push(l.corrects.map(Month::first_day));
+        billed_before.push(l.billed_before);
     }
     sqlx::query!(
         "insert into invoice_line (invoice_id, line_no, line_kind, description, gpu_model, slice_kind,
                                    profile, rate_card_id, price_source, slice_hours,
                                    gpu_equivalent_hours, unit_price, exact_amount, amount, windows,
-                                   corrects_period)
+                                   corrects_period, billed_before)
          select $1, * from unnest($2::int4[], $3::text[], $4::text[], $5::text[], $6::text[],
                                   $7::text[], $8::int8[], $9::text[], $10::numeric[], $11::numeric[],
                                   $12::numeric[], $13::numeric[], $14::numeric[], $15::int8[],
-                                  $16::date[])",
+                                  $16::date[], $17::numeric[])",
         id,
         &no,
         &kind,
@@ -192,38 +335,16 @@ async fn insert_lines(conn: &mut PgConnection, id: i64, lines: &[Line]) -> Resul
         &exact,
         &amount,
         &windows,
-        &corrects as &[Option<NaiveDate>]
+        &corrects as &[Option<NaiveDate>],
+        &billed_before as &[Option<Decimal>]
     )
     .execute(&mut *conn)
     .await?;
     Ok(())
 }
 
-/// Gives a draft the next number of this year and freezes it.
-pub async fn issue(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, InvoiceError> {
-    let mut tx = pool.begin().await?;
-    let number = issue_in(&mut tx, id, actor.token_id).await?;
-    let head = sqlx::query!(
-        "select team_id, period, total from invoice where invoice_id = $1",
-        id
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    audit::record(
-        &mut tx,
-        actor,
-        "invoice.issue",
-        &number,
-        serde_json::json!({"invoice_id": id, "team": head.team_id,
-                           "period": Month::from_first_day(head.period), "total": head.total}),
-    )
-    .await?;
-    tx.commit().await?;
-    get(pool, id).await?.ok_or(InvoiceError::NotFound(id))
-}
-
 /// Issues a draft in `conn`'s transaction and returns its number.
-async fn issue_in(
+pub async fn issue_in(
     conn: &mut PgConnection,
     id: i64,
     by: Option<i64>,
@@ -262,14 +383,18 @@ async fn issue_in(
     Ok(format!("SM-{year}-{seq:06}"))
 }
 
-/// Voids an issued invoice by issuing a credit note that reverses each of its lines.
-pub async fn credit(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, InvoiceError> {
-    let mut tx = pool.begin().await?;
+/// Voids an issued invoice in `conn`'s transaction by issuing a credit note that reverses each of
+/// its lines. Returns the credit note's id and number, and the voided invoice's number.
+pub async fn credit_in(
+    conn: &mut PgConnection,
+    id: i64,
+    by: Option<i64>,
+) -> Result<(i64, String, String), InvoiceError> {
     let head = sqlx::query!(
         "select kind, status, team_id, period, currency, total from invoice where invoice_id = $1 for update",
         id
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?
     .ok_or(InvoiceError::NotFound(id))?;
     if head.kind == "credit_note" {
@@ -279,15 +404,12 @@ pub async fn credit(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, In
         return Err(InvoiceError::NotIssued(id, head.status));
     }
     let note = sqlx::query_scalar!(
-        "insert into invoice (kind, team_id, period, currency, total, credits)
-         values ('credit_note', $1, $2, $3, $4, $5) returning invoice_id",
-        head.team_id,
-        head.period,
-        head.currency,
-        -head.total,
+        "insert into invoice (kind, team_id, period, currency, total, credits, team_name, cost_center, gl_account)
+         select 'credit_note', team_id, period, currency, -total, invoice_id, team_name, cost_center, gl_account
+         from invoice where invoice_id = $1 returning invoice_id",
         id
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
     sqlx::query!(
         "insert into invoice_line (invoice_id, line_no, line_kind, description, gpu_model, slice_kind,
@@ -301,26 +423,16 @@ pub async fn credit(pool: &PgPool, id: i64, actor: &Actor) -> Result<Invoice, In
         id,
         note
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    let number = issue_in(&mut tx, note, actor.token_id).await?;
+    let number = issue_in(conn, note, by).await?;
     let voided = sqlx::query_scalar!(
         r#"update invoice set status = 'void' where invoice_id = $1 returning number as "number!""#,
         id
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    audit::record(
-        &mut tx,
-        actor,
-        "invoice.credit",
-        &number,
-        serde_json::json!({"credit_note_id": note, "voids": voided, "voided_invoice_id": id,
-                           "team": head.team_id, "total": -head.total}),
-    )
-    .await?;
-    tx.commit().await?;
-    get(pool, note).await?.ok_or(InvoiceError::NotFound(note))
+    Ok((note, number, voided))
 }
 
 /// One invoice with its lines.

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod billing;
+pub mod books;
 pub mod exports;
 pub mod fleet;
 pub mod ingest;

@@ -79,3 +79,25 @@ pub async fn usage_sums(
         })
         .collect())
 }
+
+/// The consumers no team claims now that held slices in `[from, to)`, most held first.
+pub async fn unattributed_consumers(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<crate::billing::report::UnattributedConsumer>, sqlx::Error> {
+    sqlx::query_as!(
+        crate::billing::report::UnattributedConsumer,
+        r#"select c.namespace, c.pod, c.container, c.unix_user, c.job_id,
+                  round(sum(u.held_seconds) / 3600, 6) as "slice_hours!"
+           from usage_hourly u join consumer c using (consumer_id)
+           where c.team_id = 'unattributed' and u.hour >= $1 and u.hour < $2
+           group by c.consumer_id
+           order by 6 desc, c.consumer_id
+           limit 50"#,
+        from,
+        to
+    )
+    .fetch_all(pool)
+    .await
+}

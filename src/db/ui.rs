@@ -6,6 +6,7 @@ use rust_decimal::Decimal;
 use sqlx::PgPool;
 
 use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 
 /// Opens a session for an API token until `expires_at`.
 pub async fn create_session(
@@ -82,33 +83,31 @@ pub struct TeamSlice {
     pub memory_reserved_bytes: i64,
 }
 
+/// The slices `team` held in `month`, from the month's books or the rollups, per rate card version.
 pub async fn team_slices(
     pool: &PgPool,
     team: &TeamId,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    month: Month,
+    from_book: bool,
 ) -> Result<Vec<TeamSlice>, sqlx::Error> {
     sqlx::query_as!(
         TeamSlice,
-        r#"select s.slice_uuid as "slice_uuid!", g.model as "model!", s.kind as "kind!", s.profile,
-                  g.node as "node!", r.rate_card_id as "rate_card?",
-                  sum(u.window_count)::int8 as "windows!",
-                  sum(u.held_seconds) as "held_seconds!",
-                  sum(u.compute_known_seconds) as "known_seconds!",
-                  sum(u.compute_active_seconds) as "active_seconds!",
-                  sum(u.memory_byte_seconds) as "memory_byte_seconds!",
-                  s.compute_share as "compute_share!", s.memory_share as "memory_share!",
-                  s.memory_reserved_bytes as "memory_reserved_bytes!"
-           from usage_hourly u
-           join consumer c using (consumer_id)
-           join slice s using (slice_id)
-           join gpu g using (gpu_id)
-           left join rate_card_span r on u.hour >= r.effective_from and (r.effective_until is null or u.hour < r.effective_until)
-           where u.hour >= $1 and u.hour < $2 and c.team_id = $3
-           group by s.slice_id, g.model, g.node, r.rate_card_id
-           order by s.slice_uuid, r.rate_card_id"#,
-        from,
-        to,
+        r#"select d.slice_uuid as "slice_uuid!", d.model as "model!", d.kind as "kind!", d.profile,
+                  d.node as "node!", d.rate_card_id as "rate_card?",
+                  sum(d.windows)::int8 as "windows!",
+                  sum(d.held_seconds) as "held_seconds!",
+                  sum(d.known_seconds) as "known_seconds!",
+                  sum(d.active_seconds) as "active_seconds!",
+                  sum(d.memory_byte_seconds) as "memory_byte_seconds!",
+                  d.compute_share as "compute_share!", d.memory_share as "memory_share!",
+                  d.memory_reserved_bytes as "memory_reserved_bytes!"
+           from period_slice_day($1, $2) d
+           where d.team_id = $3
+           group by d.slice_uuid, d.model, d.kind, d.profile, d.node, d.rate_card_id,
+                    d.compute_share, d.memory_share, d.memory_reserved_bytes
+           order by d.slice_uuid, d.rate_card_id"#,
+        month.first_day(),
+        from_book,
         team.as_str()
     )
     .fetch_all(pool)

@@ -21,10 +21,12 @@ use crate::db::invoices::{self as repo, InvoiceError};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::ingest::FieldError;
+use chrono::Utc;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(run_invoices))
+        .routes(routes!(issue_period))
         .routes(routes!(list_invoices))
         .routes(routes!(get_invoice))
         .routes(routes!(issue_invoice))
@@ -33,27 +35,21 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 impl From<billing::Error> for ApiError {
     fn from(e: billing::Error) -> Self {
+        let conflict = |code, e: &dyn std::fmt::Display| ApiError::Conflict {
+            code,
+            message: e.to_string(),
+            fields: vec![],
+        };
         match e {
-            billing::Error::Billing(e) => ApiError::Conflict {
-                code: "cannot_bill",
-                message: e.to_string(),
-                fields: vec![],
-            },
-            billing::Error::Db(e) => e.into(),
-        }
-    }
-}
-
-impl From<InvoiceError> for ApiError {
-    fn from(e: InvoiceError) -> Self {
-        match e {
-            InvoiceError::NotFound(_) => ApiError::NotFound(e.to_string()),
-            InvoiceError::Db(e) => e.into(),
-            other => ApiError::Conflict {
-                code: "invoice_state",
-                message: other.to_string(),
-                fields: vec![],
-            },
+            billing::Error::Billing(e) => conflict("cannot_bill", &e),
+            billing::Error::Invoice(InvoiceError::NotFound(id)) => {
+                ApiError::NotFound(InvoiceError::NotFound(id).to_string())
+            }
+            billing::Error::Invoice(InvoiceError::Db(e)) | billing::Error::Db(e) => e.into(),
+            billing::Error::Invoice(e) => conflict("invoice_state", &e),
+            e @ (billing::Error::NoDrafts(_)
+            | billing::Error::NoBooks(_)
+            | billing::Error::StaleCorrections { .. }) => conflict("invoice_state", &e),
         }
     }
 }
@@ -63,8 +59,10 @@ pub struct RunRequest {
     pub period: Month,
 }
 
-/// Makes or replaces the drafts of a period for every team with usage, with correction lines for
-/// earlier issued periods that changed since. Issued invoices are left as they are.
+/// Makes or remakes the drafts of a period that has ended, for every team with usage (never
+/// `unattributed`), with correction lines for earlier issued periods that changed since. A team's
+/// draft keeps its id from run to run; issued invoices are left as they are. While none of the
+/// period's invoices is issued, the run takes the period's books from the rollups as they are now.
 #[utoipa::path(post, path = "/v1/invoices/runs", tag = "billing",
     request_body = RunRequest,
     security(("bearer" = [])),
@@ -73,14 +71,15 @@ pub struct RunRequest {
         (status = 400, description = "not a period", body = ErrorBody),
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "needs finance or admin", body = ErrorBody),
-        (status = 409, description = "hours without a rate card", body = ErrorBody)))]
+        (status = 409, description = "the month has not ended, or hours without a rate card", body = ErrorBody)))]
 async fn run_invoices(
     State(state): State<AppState>,
     principal: Principal,
     ApiJson(body): ApiJson<RunRequest>,
 ) -> Result<Json<RunSummary>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let summary = billing::run_drafts(&state.pool, body.period, &Actor::of(&principal)).await?;
+    let summary =
+        billing::run_drafts(&state.pool, body.period, Utc::now(), &Actor::of(&principal)).await?;
     tracing::info!(period = %body.period, drafts = summary.drafts.len(), by = principal.token_id(), "An invoice run made drafts.");
     Ok(Json(summary))
 }
@@ -210,7 +209,37 @@ pub(crate) async fn invoice_response(
         .into_response())
 }
 
-/// Issues a draft: the next gap-free number of the year, and frozen from then on.
+/// Issues every draft of a period in one transaction (all or none), numbered in team order, once the
+/// period's grace for late data has passed; its books are frozen from then on.
+#[utoipa::path(post, path = "/v1/invoices/issue", tag = "billing",
+    request_body = RunRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the invoices issued", body = Vec<Invoice>),
+        (status = 400, description = "not a period", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs finance or admin", body = ErrorBody),
+        (status = 409, description = "too early (the grace period says when), no drafts, or drafts out of date", body = ErrorBody)))]
+async fn issue_period(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(body): ApiJson<RunRequest>,
+) -> Result<Json<Vec<Invoice>>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let issued = billing::issue_period(
+        &state.pool,
+        body.period,
+        Utc::now(),
+        &state.config.billing,
+        &Actor::of(&principal),
+    )
+    .await?;
+    tracing::info!(period = %body.period, invoices = issued.len(), by = principal.token_id(), "A period's invoices were issued.");
+    Ok(Json(issued))
+}
+
+/// Issues a draft: the next gap-free number of the year, and frozen from then on, once its
+/// period's grace for late data has passed.
 #[utoipa::path(post, path = "/v1/invoices/{id}/issue", tag = "billing",
     params(("id" = i64, Path, description = "the invoice id")),
     security(("bearer" = [])),
@@ -219,7 +248,7 @@ pub(crate) async fn invoice_response(
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "needs finance or admin", body = ErrorBody),
         (status = 404, description = "no such invoice", body = ErrorBody),
-        (status = 409, description = "not a draft", body = ErrorBody)))]
+        (status = 409, description = "not a draft, too early (the grace period says when), or out of date", body = ErrorBody)))]
 async fn issue_invoice(
     State(state): State<AppState>,
     principal: Principal,
@@ -227,7 +256,14 @@ async fn issue_invoice(
 ) -> Result<Json<Invoice>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let id = invoice_id(&id)?;
-    let invoice = repo::issue(&state.pool, id, &Actor::of(&principal)).await?;
+    let invoice = billing::issue(
+        &state.pool,
+        id,
+        Utc::now(),
+        &state.config.billing,
+        &Actor::of(&principal),
+    )
+    .await?;
     tracing::info!(id, number = ?invoice.number, by = principal.token_id(), "An invoice was issued.");
     Ok(Json(invoice))
 }
@@ -255,7 +291,7 @@ async fn credit_invoice(
 ) -> Result<Json<Invoice>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let id = invoice_id(&id)?;
-    let note = repo::credit(&state.pool, id, &Actor::of(&principal)).await?;
+    let note = billing::credit(&state.pool, id, &Actor::of(&principal)).await?;
     tracing::info!(id, credit_note = ?note.number, by = principal.token_id(), "An invoice was voided by a credit note.");
     Ok(Json(note))
 }

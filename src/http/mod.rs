@@ -42,6 +42,12 @@ pub struct ServerConfig {
     /// Ingest requests per second per token (0: unlimited), and the burst allowed.
     pub ingest_rate: f64,
     pub ingest_burst: f64,
+    pub billing: crate::billing::BillingConfig,
+    /// A connection that has not sent a whole header block in this long is closed.
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte has moved for this long is closed (longer than the request
+    /// timeout, so that a slow request is not cut).
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -53,6 +59,9 @@ impl Default for ServerConfig {
             exports: Arc::new(ExportConfig::default()),
             ingest_rate: 20.0,
             ingest_burst: 40.0,
+            billing: crate::billing::BillingConfig::default(),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
         }
     }
 }

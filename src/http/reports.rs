@@ -12,10 +12,7 @@ use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
 use crate::auth::{Principal, Role};
-use crate::billing::{
-    self,
-    report::{self, MonthlyReport},
-};
+use crate::billing::{self, report::MonthlyReport};
 use crate::db;
 use crate::domain::slice::ShareWeights;
 use crate::domain::team::TeamId;
@@ -31,8 +28,10 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// Per team: cost, GPU-equivalent hours, slice-hours, efficiency and the cost of held-but-idle
-/// capacity; and the conservation block (fleet cost = team charges + unallocated + sharing discount +
-/// rounding residual). A team lead gets their own team only, without the fleet-wide blocks.
+/// capacity; what consumers no team claims held; and the conservation block (fleet cost = team
+/// charges + unattributed + unallocated + sharing discount + rounding residual). Once the period is
+/// issued the figures are what was issued, whatever arrived since; late data shows as pending
+/// corrections. A team lead gets their own team only, without the fleet-wide blocks.
 #[utoipa::path(get, path = "/v1/reports/monthly/{period}", tag = "reports",
     params(("period" = String, Path, description = "the month, `YYYY-MM`", pattern = r"^\d{4}-(0[1-9]|1[0-2])$")),
     security(("bearer" = [])),
@@ -51,12 +50,15 @@ async fn monthly_report(
     let month: Month = period.parse().map_err(|e: String| {
         ApiError::invalid_fields("the period is invalid", vec![FieldError::new("period", e)])
     })?;
-    let bill = billing::period_bill(&state.pool, month).await?;
-    Ok(Json(report::monthly(
-        month,
-        &bill,
-        principal.team_scope().map(TeamId::as_str),
-    )))
+    Ok(Json(
+        billing::monthly_report(
+            &state.pool,
+            month,
+            Utc::now(),
+            principal.team_scope().map(TeamId::as_str),
+        )
+        .await?,
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

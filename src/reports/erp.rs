@@ -208,8 +208,10 @@ pub fn journal(
     Ok(lines)
 }
 
-/// The line as the layout's columns.
+/// A journal line as a CSV record under `layout`; text cells are made safe to open in a
+/// spreadsheet (cost centers, GL accounts and team names are typed by people), amounts stay numbers.
 pub fn record(line: &JournalLine, layout: &Layout) -> Vec<String> {
+    let t = |v: &str| crate::domain::text::spreadsheet_safe(v).into_owned();
     let side = |positive: bool| {
         if (line.amount > Decimal::ZERO) == positive && !line.amount.is_zero() {
             line.amount.abs().to_string()
@@ -223,16 +225,16 @@ pub fn record(line: &JournalLine, layout: &Layout) -> Vec<String> {
         .map(|c| match c.field {
             Field::PostingDate => line.posting_date.to_string(),
             Field::Period => line.period.to_string(),
-            Field::Document => line.document.clone(),
+            Field::Document => t(&line.document),
             Field::Line => line.line.to_string(),
-            Field::CostCenter => line.cost_center.clone(),
-            Field::GlAccount => line.gl_account.clone(),
+            Field::CostCenter => t(&line.cost_center),
+            Field::GlAccount => t(&line.gl_account),
             Field::Debit => side(true),
             Field::Credit => side(false),
             Field::Amount => line.amount.to_string(),
             Field::Currency => line.currency.clone(),
-            Field::Description => line.description.clone(),
-            Field::Team => line.team.clone(),
+            Field::Description => t(&line.description),
+            Field::Team => t(&line.team),
         })
         .collect()
 }

@@ -25,7 +25,7 @@ use crate::billing::rate_card::{IdlePolicy, RateCard};
 use crate::billing::{self, invoice::Invoice};
 use crate::db::{self, exports::SliceDay};
 use crate::domain::slice::SliceKind;
-use crate::domain::team::TeamId;
+use crate::domain::team::{TeamId, UNATTRIBUTED};
 use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
 
@@ -73,10 +73,35 @@ pub type Chunk = Result<Bytes, std::io::Error>;
 
 const CHUNK: usize = 64 << 10;
 
+/// What the writer task sends: CSV, and at the very end that it finished. A stream whose writer
+/// stops without saying so (an error, a panic) ends in an error, never in a clean end of stream:
+/// the client must not take half an export for all of it.
+enum Piece {
+    Csv(Bytes),
+    Done,
+}
+
+/// The CSV a writer task sends, as a stream that fails unless the writer said it finished.
+fn checked_stream(rx: mpsc::Receiver<Piece>) -> impl Stream<Item = Chunk> + Send + 'static {
+    futures_util::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Some(Piece::Csv(b)) => Some((Ok(b), Some(rx))),
+            Some(Piece::Done) => None,
+            None => Some((
+                Err(std::io::Error::other(
+                    "the export stopped part way; see the server log",
+                )),
+                None,
+            )),
+        }
+    })
+}
+
 /// Collects CSV records and hands them on in chunks.
 struct ChunkWriter {
     csv: csv::Writer<Vec<u8>>,
-    out: mpsc::Sender<Chunk>,
+    out: mpsc::Sender<Piece>,
 }
 
 impl ChunkWriter {
@@ -95,7 +120,14 @@ impl ChunkWriter {
         let Ok(buf) = full.into_inner() else {
             return false;
         };
-        buf.is_empty() || self.out.send(Ok(Bytes::from(buf))).await.is_ok()
+        buf.is_empty() || self.out.send(Piece::Csv(Bytes::from(buf))).await.is_ok()
+    }
+
+    /// Sends what is left and says the export is whole.
+    async fn finish(mut self) {
+        if self.flush().await {
+            let _ = self.out.send(Piece::Done).await;
+        }
     }
 }
 
@@ -105,6 +137,8 @@ struct FocusPlan {
     month: Month,
     team: Option<TeamId>,
     bill: PeriodBill,
+    /// Whether the month is issued: its rows then come from its books.
+    frozen: bool,
     cards: BTreeMap<i64, RateCard>,
     invoices: Vec<Invoice>,
     config: Arc<ExportConfig>,
@@ -117,7 +151,7 @@ pub async fn focus(
     team: Option<TeamId>,
     config: Arc<ExportConfig>,
 ) -> Result<impl Stream<Item = Chunk> + Send + 'static, ExportError> {
-    let bill = billing::period_bill(pool, month).await?;
+    let (bill, books) = billing::period_bill(pool, month).await?;
     let cards = db::billing::rate_cards(pool).await?;
     let mut invoices = Vec::new();
     for i in db::invoices::list(pool, Some(month), team.as_ref()).await? {
@@ -129,26 +163,19 @@ pub async fn focus(
         month,
         team,
         bill,
+        frozen: books.frozen(),
         cards,
         invoices,
         config,
     };
-    let (tx, rx) = mpsc::channel::<Chunk>(4);
+    let (tx, rx) = mpsc::channel::<Piece>(4);
     let pool = pool.clone();
     tokio::spawn(async move {
-        let err_tx = tx.clone();
         if let Err(e) = write_focus(&pool, plan, tx).await {
             tracing::error!(error = %e, "The FOCUS export stopped part way.");
-            let _ = err_tx
-                .send(Err(std::io::Error::other(
-                    "the export stopped part way; see the server log",
-                )))
-                .await;
         }
     });
-    Ok(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
-    }))
+    Ok(checked_stream(rx))
 }
 
 /// The invoice line a usage row belongs to.
@@ -157,12 +184,13 @@ type LineGroup = (String, String, String, Option<String>, i64);
 async fn write_focus(
     pool: &PgPool,
     plan: FocusPlan,
-    out: mpsc::Sender<Chunk>,
+    out: mpsc::Sender<Piece>,
 ) -> Result<(), ExportError> {
     let FocusPlan {
         month,
         team,
         bill,
+        frozen,
         cards,
         invoices,
         config,
@@ -178,7 +206,7 @@ async fn write_focus(
             out,
         };
         w.write(&focus::COLUMNS.map(str::to_owned)).await;
-        w.flush().await;
+        w.finish().await;
         return Ok(());
     };
     let number_of: BTreeMap<&str, &str> = invoices
@@ -215,13 +243,13 @@ async fn write_focus(
     let mut allocated: BTreeMap<(String, i64, DateTime<Utc>), (Decimal, Decimal)> = BTreeMap::new();
 
     let mut conn = pool.acquire().await?;
-    let mut rows = db::exports::slice_days(&mut conn, month.start(), month.end(), team.as_ref());
+    let mut rows = db::exports::slice_days(&mut conn, month, frozen, team.as_ref());
     let mut pending: Option<(LineGroup, Row, Decimal)> = None;
     let mut rounder = CarryRounder::new();
     loop {
         let next = rows.next().await.transpose()?;
         let next = match next {
-            Some(day) => Some(usage_row(&day, &cards, &number_of)?),
+            Some(day) => Some(usage_row(&day, &cards, &number_of, issuer)?),
             None => None,
         };
         if let Some((group, mut row, exact)) = pending.take() {
@@ -345,7 +373,7 @@ async fn write_focus(
 
     if team.is_none() {
         let mut conn = pool.acquire().await?;
-        let days = db::exports::model_days(&mut conn, month.start(), month.end()).await?;
+        let days = db::exports::model_days(&mut conn, month, frozen).await?;
         drop(conn);
         let spread_cards: Vec<i64> = bill
             .lines
@@ -434,7 +462,7 @@ async fn write_focus(
             }
         }
     }
-    w.flush().await;
+    w.finish().await;
     Ok(())
 }
 
@@ -447,17 +475,22 @@ fn sku_id(model: Option<&str>, kind: Option<&str>, profile: Option<&str>) -> Str
 }
 
 /// A team's usage row for one slice-day, its exact amount, and the invoice line it belongs to.
+/// Consumers no team claims are on the platform's account: their rows carry `platform` as the
+/// sub-account, their cost never invoiced.
 fn usage_row(
     d: &SliceDay,
     cards: &BTreeMap<i64, RateCard>,
     invoice_numbers: &BTreeMap<&str, &str>,
+    issuer: &Issuer,
 ) -> Result<(LineGroup, Row, Decimal), ExportError> {
     let card_id = d.rate_card.ok_or_else(|| {
         billing::Error::Billing(crate::billing::period::BillingError::NoRateCard(
             d.day.to_rfc3339(),
         ))
     })?;
-    let card = &cards[&card_id];
+    let card = cards.get(&card_id).ok_or_else(|| {
+        sqlx::Error::Decode(format!("rate card version {card_id} is not published").into())
+    })?;
     let kind: SliceKind = d
         .kind
         .parse()
@@ -501,6 +534,13 @@ fn usage_row(
     if let Some(cc) = &d.cost_center {
         tags.insert("slicemeter/cost-center".to_owned(), cc.clone());
     }
+    let unattributed = d.team == UNATTRIBUTED;
+    let (sub_account_id, sub_account_name) = if unattributed {
+        tags.insert("slicemeter/platform".to_owned(), "unattributed".to_owned());
+        ("platform".to_owned(), issuer.name.clone())
+    } else {
+        (d.team.clone(), d.team_name.clone())
+    };
     let (hourly, _) = card.hourly_cost(&d.model);
     let row = Row {
         category: Category::Usage,
@@ -511,7 +551,11 @@ fn usage_row(
                 (Some(p), SliceKind::Mig) => format!("MIG {p}"),
                 _ => focus::resource_type(&d.kind).to_owned(),
             },
-            d.team,
+            if unattributed {
+                "consumers no team claims"
+            } else {
+                &d.team
+            },
             d.model
         ),
         charge_start: d.day,
@@ -528,8 +572,8 @@ fn usage_row(
         resource_type: Some(focus::resource_type(&d.kind).to_owned()),
         sku_price_id: format!("{sku}/v{card_id}"),
         sku_id: sku,
-        sub_account_id: d.team.clone(),
-        sub_account_name: d.team_name.clone(),
+        sub_account_id,
+        sub_account_name,
         tags,
         gpu_model: Some(d.model.clone()),
         slice_kind: Some(d.kind.clone()),
@@ -539,6 +583,7 @@ fn usage_row(
         rate_card: Some(card_id),
         invoice_number: invoice_numbers
             .get(d.team.as_str())
+            .filter(|_| !unattributed)
             .map(|n| (*n).to_owned()),
     };
     let group = (
@@ -654,4 +699,50 @@ pub async fn erp(
     }
     w.into_inner()
         .map_err(|e| csv::Error::from(e.into_error()).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn collect(rx: mpsc::Receiver<Piece>) -> Vec<Result<Bytes, String>> {
+        checked_stream(rx)
+            .map(|c| c.map_err(|e| e.to_string()))
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_dies_half_way_ends_the_stream_in_an_error() {
+        let (tx, rx) = mpsc::channel(4);
+        let writer = tokio::spawn(async move {
+            tx.send(Piece::Csv(Bytes::from_static(b"header\n")))
+                .await
+                .ok();
+            panic!("a bug half way through the rows");
+        });
+        let got = collect(rx).await;
+        assert!(writer.await.is_err(), "the writer panicked");
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], Ok(Bytes::from_static(b"header\n")));
+        assert_eq!(
+            got[1],
+            Err("the export stopped part way; see the server log".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_finishes_ends_the_stream_cleanly() {
+        let (tx, rx) = mpsc::channel(4);
+        let w = ChunkWriter {
+            csv: csv::Writer::from_writer(Vec::new()),
+            out: tx,
+        };
+        tokio::spawn(async move {
+            let mut w = w;
+            w.write(&["a".to_owned(), "=b".to_owned()]).await;
+            w.finish().await;
+        });
+        assert_eq!(collect(rx).await, vec![Ok(Bytes::from_static(b"a,=b\n"))]);
+    }
 }

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
 use crate::billing::rate_card::Currency;
+use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
 
 /// The header, FOCUS 1.0 columns first.
@@ -150,14 +151,17 @@ impl Row {
         // Money with at least two decimals, quantities and prices with six: fixed scales, as the
         // FOCUS validator reads decimals as floats.
         let money = currency.minor_units.max(2);
-        let opt = |v: &Option<String>| v.clone().unwrap_or_default();
+        // Every text cell is made safe to open in a spreadsheet (names come from collectors and
+        // operators); numbers and dates are written as they are.
+        let t = |v: &str| spreadsheet_safe(v).into_owned();
+        let opt = |v: &Option<String>| t(v.as_deref().unwrap_or_default());
         let dec6 = |v: Option<Decimal>| v.map(|d| fixed(d, 6)).unwrap_or_default();
         let tags = serde_json::to_string(&self.tags).expect("tags serialise");
         vec![
             String::new(),
             fixed(self.billed, money),
-            issuer.billing_account_id.clone(),
-            issuer.billing_account_name.clone(),
+            t(&issuer.billing_account_id),
+            t(&issuer.billing_account_name),
             currency.code.clone(),
             timestamp(month.end()),
             timestamp(month.start()),
@@ -167,7 +171,7 @@ impl Row {
             }
             .to_owned(),
             if self.correction { "Correction" } else { "" }.to_owned(),
-            self.description.clone(),
+            t(&self.description),
             match self.category {
                 Category::Usage => "Usage-Based",
                 Category::Adjustment => "One-Time",
@@ -190,7 +194,7 @@ impl Row {
             fixed(self.contracted_cost, money),
             dec6(self.contracted_unit_price),
             fixed(self.billed, money),
-            issuer.name.clone(),
+            t(&issuer.name),
             fixed(self.list_cost, money),
             dec6(self.list_unit_price),
             "Standard".to_owned(),
@@ -201,20 +205,20 @@ impl Row {
                 ""
             }
             .to_owned(),
-            issuer.name.clone(),
-            issuer.name.clone(),
+            t(&issuer.name),
+            t(&issuer.name),
             String::new(),
             String::new(),
             opt(&self.resource_id),
             opt(&self.resource_name),
             opt(&self.resource_type),
             "AI and Machine Learning".to_owned(),
-            issuer.service_name.clone(),
-            self.sku_id.clone(),
-            self.sku_price_id.clone(),
-            self.sub_account_id.clone(),
-            self.sub_account_name.clone(),
-            tags,
+            t(&issuer.service_name),
+            t(&self.sku_id),
+            t(&self.sku_price_id),
+            t(&self.sub_account_id),
+            t(&self.sub_account_name),
+            t(&tags),
             opt(&self.gpu_model),
             opt(&self.slice_kind),
             opt(&self.mig_profile),

@@ -214,6 +214,16 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             ),
             |_| json!({"period": "2026-08"}),
         ),
+        with_body(
+            row(
+                "POST",
+                "/v1/invoices/issue",
+                "/v1/invoices/issue",
+                // August has no drafts: refused to everyone allowed to ask.
+                [U, U, U, U, 409, 409, 403, 403, 403],
+            ),
+            |_| json!({"period": "2026-08"}),
+        ),
         row(
             "GET",
             "/v1/invoices/{id}",

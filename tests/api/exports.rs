@@ -411,11 +411,43 @@ async fn the_erp_journal_balances_and_matches_the_issued_invoices() {
     assert_eq!(platform.len(), 1);
     assert_eq!(d(&platform[0][credit]), d("2108.56"));
 
-    // A team without a cost center is named, and nothing is exported.
-    sqlx::query("update team set cost_center = null where team_id = 'vision'")
+    // An issued month's journal names each team as its invoice did: a cost center changed later
+    // changes nothing.
+    let before = r.body.clone();
+    sqlx::query("update team set cost_center = 'CC-elsewhere' where team_id = 'vision'")
         .execute(&app.pool)
         .await
         .unwrap();
+    let again = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(again.body, before);
+}
+
+#[tokio::test]
+async fn a_team_without_a_cost_center_is_named_and_no_journal_is_exported() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/vision",
+            &json!({"cost_center": null}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    run(&app, "2026-09").await;
+    let issued = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/issue",
+            &json!({"period": "2026-09"}),
+        )
+        .await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
     let r = app
         .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
         .await;
@@ -424,6 +456,19 @@ async fn the_erp_journal_balances_and_matches_the_issued_invoices() {
         r.body["error"]["message"],
         "team \"vision\" has no cost center: set it with PUT /v1/teams/vision before exporting journal lines"
     );
+    // Set now, the journal takes it: the invoice had none to keep.
+    app.send_json(
+        "PUT",
+        Some(&app.admin),
+        "/v1/teams/vision",
+        &json!({"cost_center": "CC-vision"}),
+    )
+    .await;
+    let r = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert!(r.body.as_str().unwrap().contains("CC-vision"));
 }
 
 #[tokio::test(flavor = "multi_thread")]

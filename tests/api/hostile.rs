@@ -554,3 +554,212 @@ async fn a_key_given_twice_in_one_object_is_refused_naming_where() {
     }
     assert_eq!(stored(&app).await, (0, 0, 0));
 }
+
+/// Every leaf of a JSON value, by its path.
+fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                path.push(k.clone());
+                leaves(x, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                path.push(i.to_string());
+                leaves(x, path, out);
+                path.pop();
+            }
+        }
+        _ => out.push(path.clone()),
+    }
+}
+
+fn at<'a>(v: &'a mut Value, path: &[String]) -> &'a mut Value {
+    path.iter().fold(v, |v, k| match v {
+        Value::Array(a) => &mut a[k.parse::<usize>().unwrap()],
+        other => &mut other[k.as_str()],
+    })
+}
+
+/// What a thief with a collector token, or a collector gone wrong, sends instead of a figure, a name
+/// or a timestamp.
+fn hostile_value(pick: u64) -> Value {
+    let values = [
+        json!(1e308),
+        json!(-1e308),
+        json!(-1),
+        json!(0),
+        json!(1.5),
+        json!(f64::MIN_POSITIVE),
+        json!(18446744073709551615_u64),
+        json!(-9223372036854775808_i64),
+        json!(1e27),
+        json!("NaN"),
+        json!("Infinity"),
+        json!("-0"),
+        Value::Null,
+        json!(true),
+        json!([]),
+        json!({}),
+        json!("\u{0}"),
+        json!("x".repeat(70_000)),
+        json!("=cmd|' /C calc'!A0"),
+        json!("🚀 GPU"),
+        json!(""),
+        json!("\u{202e}evil"),
+        json!("2026-10-01T00:00:00.0000001Z"),
+        json!("1999-01-01T00:00:00Z"),
+        json!("9999-12-31T23:59:59Z"),
+        json!("2026-10-01T00:00:60Z"),
+        json!("2026-10-01T00:00:00+14:00"),
+        json!("not a time"),
+    ];
+    values[(pick % values.len() as u64) as usize].clone()
+}
+
+/// Batch-level damage: overlapping and repeated windows, cards reserved twice, labels by the
+/// hundred, consumers naming nobody.
+fn hostile_shape(b: &mut Value, pick: u64) {
+    let windows = b["windows"].as_array().cloned().unwrap_or_default();
+    match pick % 7 {
+        0 if !windows.is_empty() => {
+            let mut w = windows[0].clone();
+            w["start"] = json!("2026-10-01T00:00:30Z");
+            w["end"] = json!("2026-10-01T00:01:30Z");
+            b["windows"].as_array_mut().unwrap().push(w);
+        }
+        1 if !windows.is_empty() => {
+            let mut w = windows[0].clone();
+            w["consumer"]["pod"] = json!("intruder");
+            b["windows"].as_array_mut().unwrap().push(w);
+        }
+        2 => {
+            let mut s = b["slices"][0].clone();
+            s["uuid"] = json!("GPU-extra");
+            s["kind"] = json!("whole");
+            b["slices"].as_array_mut().unwrap().push(s);
+        }
+        3 if !windows.is_empty() => {
+            let labels: serde_json::Map<String, Value> =
+                (0..200).map(|i| (format!("k{i}"), json!("v"))).collect();
+            b["windows"][0]["consumer"]["labels"] = Value::Object(labels);
+        }
+        4 if !windows.is_empty() => b["windows"][0]["consumer"] = json!({}),
+        5 => {
+            let many: Vec<Value> = (0..2000)
+                .map(|_| windows.first().cloned().unwrap_or(Value::Null))
+                .collect();
+            b["windows"] = Value::Array(many);
+        }
+        _ => b["gpus"] = json!([]),
+    }
+}
+
+/// Text no JSON value becomes: a key twice, a lone surrogate, a number past any float, a body
+/// nested past any parser's depth, a body cut short.
+fn hostile_text(json: &str, pick: u64) -> String {
+    match pick % 6 {
+        0 => json.replacen("\"node\":", "\"node\":\"x\",\"node\":", 1),
+        1 => json.replacen("\"main\"", "\"\\ud800\"", 1),
+        2 => json.replacen("\"held_seconds\":60.0", "\"held_seconds\":1e400", 1),
+        3 => format!("{}{json}{}", "[".repeat(300), "]".repeat(300)),
+        4 => json[..json.len() / 2].to_owned(),
+        _ => json.replace("\"", "'"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_connection() {
+    let app = TestApp::spawn().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(slicemeter::server::serve(
+        app.pool.clone(),
+        listener,
+        slicemeter::http::ServerConfig {
+            ingest_rate: 0.0,
+            ..slicemeter::http::ServerConfig::default()
+        },
+        async move {
+            let _ = stopped.changed().await;
+        },
+    ));
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    let client = reqwest::Client::new();
+    let seed: u64 = std::env::var("SLICEMETER_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_201);
+    let cases: u64 = std::env::var("SLICEMETER_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let (s, e, windows) = minute_windows(9);
+    let base_batch = batch(&s, &e, windows);
+    let mut statuses = std::collections::BTreeMap::new();
+    for case in 0..cases {
+        let r = |k: u64| slicemeter::sim::hash(&[seed, case, k]);
+        let mut b = base_batch.clone();
+        // One to three damaged leaves, maybe a damaged shape, maybe damaged text.
+        for k in 0..=(r(0) % 3) {
+            let mut paths = Vec::new();
+            leaves(&b, &mut Vec::new(), &mut paths);
+            let path = &paths[(r(1 + k) % paths.len() as u64) as usize];
+            *at(&mut b, path) = hostile_value(r(10 + k));
+        }
+        if r(20) % 3 == 0 {
+            hostile_shape(&mut b, r(21));
+        }
+        let mut body = serde_json::to_string(&b).unwrap();
+        if r(30) % 4 == 0 {
+            body = hostile_text(&body, r(31));
+        }
+        let token = if r(40) % 2 == 0 {
+            &collector
+        } else {
+            &app.admin
+        };
+        let sent = client
+            .post(format!("{base}/v1/ingest"))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        let reply = match sent {
+            Ok(reply) => reply,
+            Err(e) => panic!(
+                "case {case} (seed {seed}): the connection failed: {e}\n{}",
+                &body[..body.len().min(2000)]
+            ),
+        };
+        let status = reply.status().as_u16();
+        let text = reply
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("case {case}: the body broke off: {e}"));
+        assert!(
+            status < 500,
+            "case {case} (seed {seed}): {status} {text}\n{}",
+            &body[..body.len().min(2000)]
+        );
+        if status >= 400 {
+            let v: Value = serde_json::from_str(&text)
+                .unwrap_or_else(|_| panic!("case {case}: not a JSON error: {text}"));
+            assert!(
+                v["error"]["code"].is_string() && v["error"]["message"].is_string(),
+                "case {case}: {text}"
+            );
+        }
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    // Both what is refused and what is taken were tried.
+    assert!(statuses.get(&200).copied().unwrap_or(0) > 0, "{statuses:?}");
+    assert!(statuses.keys().any(|s| *s >= 400), "{statuses:?}");
+    eprintln!("statuses over {cases} hostile batches: {statuses:?}");
+    stop.send(true).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -3,6 +3,7 @@
 mod audit;
 mod authz;
 mod billing;
+mod books;
 mod browser;
 mod collector;
 mod exports;

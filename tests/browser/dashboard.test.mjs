@@ -138,7 +138,7 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `session cookie ${JSON.stringify(session)}`);
 
   await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}`);
-  for (const field of ['fleet_cost', 'team_charges', 'unallocated', 'sharing_discount', 'rounding_residual']) {
+  for (const field of ['fleet_cost', 'team_charges', 'unattributed', 'unallocated', 'sharing_discount', 'rounding_residual']) {
     const text = await page.textContent(`[data-field="${field}"]`);
     sameDecimal(amount(text), report.conservation[field], field);
   }
@@ -151,17 +151,28 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await checkAccessibility(page, 'fleet');
   await page.screenshot({ path: `${SCREENSHOTS}/fleet.png`, fullPage: true });
 
+  // A notice comes from the page's own words: text put in the link is not shown.
+  await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}&notice=Call+555-0100+now&done=nonsense`);
+  assert.equal(await page.locator('.notice[role=status]').count(), 0, 'no notice from the link');
+  assert.ok(!(await page.content()).includes('555-0100'), 'link text is not on the page');
+
   // The invoice run at a click, then the invoices as the API has them.
-  await Promise.all([page.waitForURL(/notice=/), page.click('text=Make drafts for')]);
-  assert.match(await page.textContent('.notice'), /drafts made/);
+  await Promise.all([page.waitForURL(/done=drafted/), page.click('text=Make drafts for')]);
+  assert.match(await page.textContent('.notice'), /Drafts for \d{4}-\d{2} are made/);
   const invoices = await api(FINANCE_TOKEN, `/v1/invoices?period=${MONTH}`);
-  assert.ok(invoices.length > 0, 'drafts exist');
+  assert.ok(invoices.length > 1, 'drafts exist');
+  assert.ok(invoices.every((i) => i.team !== 'unattributed'), 'unattributed is never invoiced');
   for (const i of invoices) {
     const text = await page.textContent(`tr[data-invoice="${i.id}"] [data-field="total"]`);
     sameDecimal(amount(text), i.total, `invoice ${i.id} total`);
   }
+  // Issuing one invoice asks first.
   const first = invoices[0];
-  await Promise.all([page.waitForURL(/notice=/), page.click(`tr[data-invoice="${first.id}"] button`)]);
+  await Promise.all([page.waitForURL(/\/issue$/), page.click(`tr[data-invoice="${first.id}"] a:text("Issue…")`)]);
+  sameDecimal(amount(await page.textContent('[data-field="total"]')), first.total, 'the confirmation names the total');
+  await checkAccessibility(page, 'issue confirmation');
+  assert.equal((await api(FINANCE_TOKEN, `/v1/invoices/${first.id}`)).status, 'draft', 'nothing issued before confirming');
+  await Promise.all([page.waitForURL(/done=issued/), page.click('button:text("Issue invoice")')]);
   assert.equal((await page.textContent(`tr[data-invoice="${first.id}"] [data-field="status"]`)).trim(), 'issued');
   const issued = await api(FINANCE_TOKEN, `/v1/invoices/${first.id}`);
   assert.equal(issued.status, 'issued');
@@ -178,6 +189,30 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   const sum = rows.slice(1).reduce((s, r) => s + Math.round(Number(r[col]) * 100), 0) / 100;
   sameDecimal(sum, issued.total, 'CSV lines');
   assert.equal(rows.length - 1, issued.lines.length);
+
+  // The month before carries late data for its issued invoices: pending corrections, as the API says.
+  const previous = `${MONTH.slice(0, 4)}-${String(Number(MONTH.slice(5)) - 1).padStart(2, '0')}`;
+  const earlier = await api(FINANCE_TOKEN, `/v1/reports/monthly/${previous}`);
+  assert.equal(earlier.state, 'issued');
+  assert.ok(earlier.pending_corrections.length > 0, 'late data waits as corrections');
+  await page.goto(`${BASE_URL}/ui/fleet?month=${previous}`);
+  const pending = await page.locator('tr[data-pending] [data-field="pending_amount"]').allTextContents();
+  const pendingApi = earlier.pending_corrections.flatMap((p) => p.lines.map((l) => l.amount));
+  assert.deepEqual(pending.map(amount).sort(), pendingApi.map((a) => Number(a).toFixed(2)).sort(), 'pending corrections');
+
+  // Issue the rest of the month at once, after a confirmation.
+  await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}`);
+  const drafts = (await api(FINANCE_TOKEN, `/v1/invoices?period=${MONTH}`)).filter((i) => i.status === 'draft');
+  await Promise.all([page.waitForURL(/\/ui\/invoices\/issue\?/), page.click('a:text("Issue all")')]);
+  const draftTotal = drafts.reduce((s, i) => s + Math.round(Number(i.total) * 100), 0) / 100;
+  sameDecimal(amount(await page.textContent('[data-field="total"]')), draftTotal, 'issue-all total');
+  await Promise.all([page.waitForURL(/done=issued_all/), page.click('button:text("Issue all")')]);
+  const after = await api(FINANCE_TOKEN, `/v1/invoices?period=${MONTH}`);
+  assert.ok(after.every((i) => i.status === 'issued'), 'every invoice of the month is issued');
+  assert.equal((await api(FINANCE_TOKEN, `/v1/reports/monthly/${MONTH}`)).state, 'issued');
+  // Its corrections are billed now: nothing of the month before is pending any more.
+  assert.deepEqual((await api(FINANCE_TOKEN, `/v1/reports/monthly/${previous}`)).pending_corrections, []);
+  await page.screenshot({ path: `${SCREENSHOTS}/fleet-issued.png`, fullPage: true });
 
   const bytes = await firstLoadBytes(context, `/ui/fleet?month=${MONTH}`);
   assert.ok(bytes < 300 * 1024, `the fleet page's first load is ${bytes} bytes`);

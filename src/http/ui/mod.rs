@@ -40,7 +40,14 @@ pub fn router() -> Router<AppState> {
         .route("/ui/fleet", get(pages::fleet))
         .route("/ui/team/{team}", get(pages::team))
         .route("/ui/invoices/run", post(pages::run_invoices))
-        .route("/ui/invoices/{id}/issue", post(pages::issue_invoice))
+        .route(
+            "/ui/invoices/issue",
+            get(pages::confirm_issue_period).post(pages::issue_period),
+        )
+        .route(
+            "/ui/invoices/{id}/issue",
+            get(pages::confirm_issue_invoice).post(pages::issue_invoice),
+        )
         .route("/ui/invoices/{id}", get(pages::invoice_csv))
         .route("/ui/exports/focus", get(pages::focus_export))
         .route("/ui/exports/erp", get(pages::erp_export))
@@ -84,6 +91,8 @@ pub enum UiError {
     SignIn,
     Forbidden(String),
     NotFound,
+    /// A form the server would not carry out, and why (the server's own words).
+    Refused(String),
     Api(ApiError),
 }
 
@@ -115,6 +124,7 @@ impl IntoResponse for UiError {
                 "Not found",
                 "There is nothing here for this sign-in.".to_owned(),
             ),
+            UiError::Refused(why) => (StatusCode::CONFLICT, "Not done", why),
             UiError::Api(e) => {
                 let response = e.into_response();
                 let status = response.status();
@@ -250,14 +260,25 @@ pub struct SigninQuery {
     failed: Option<String>,
 }
 
+/// Why a sign-in failed, by the code in `?failed=`: the page says only messages of its own, never
+/// text from the link (which anyone can write).
+fn signin_failure(code: &str) -> &'static str {
+    match code {
+        "collector" => {
+            "Collector tokens send data; sign in with a finance, admin or team lead token."
+        }
+        _ => "That token is not valid (or was revoked, or has expired).",
+    }
+}
+
 async fn signin_page(Query(q): Query<SigninQuery>) -> Markup {
     page(
         "Sign in",
         None,
         html! {
             h1 { "Sign in" }
-            @if let Some(why) = q.failed {
-                p class="error" role="alert" { (why) }
+            @if let Some(code) = q.failed.as_deref() {
+                p class="error" role="alert" { (signin_failure(code)) }
             }
             form method="post" action="/ui/signin" {
                 p {
@@ -281,21 +302,8 @@ struct SigninForm {
     token: String,
 }
 
-fn failed(why: &str) -> Response {
-    let mut url = String::from("/ui/signin?failed=");
-    url.extend(form_urlencoded_byte_serialize(why));
-    Redirect::to(&url).into_response()
-}
-
-/// `application/x-www-form-urlencoded` escaping of a query value.
-fn form_urlencoded_byte_serialize(s: &str) -> impl Iterator<Item = String> + '_ {
-    s.bytes().map(|b| match b {
-        b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'*' => {
-            (b as char).to_string()
-        }
-        b' ' => "+".to_owned(),
-        _ => format!("%{b:02X}"),
-    })
+fn failed(code: &'static str) -> Response {
+    Redirect::to(&format!("/ui/signin?failed={code}")).into_response()
 }
 
 async fn signin(
@@ -307,16 +315,10 @@ async fn signin(
     let principal =
         match db::tokens::authenticate(&state.pool, form.token.trim(), Utc::now()).await? {
             Ok(p) => p,
-            Err(_) => {
-                return Ok(failed(
-                    "That token is not valid (or was revoked, or has expired).",
-                ));
-            }
+            Err(_) => return Ok(failed("invalid")),
         };
     if principal.role() == Role::Collector {
-        return Ok(failed(
-            "Collector tokens send data; sign in with a finance, admin or team lead token.",
-        ));
+        return Ok(failed("collector"));
     }
     let mut secret = [0u8; 32];
     rand::rng().fill_bytes(&mut secret);
@@ -360,7 +362,10 @@ pub struct MonthQuery {
     pub month: Option<String>,
     pub sort: Option<String>,
     pub dir: Option<String>,
-    pub notice: Option<String>,
+    /// What a form just did (`drafted`, `issued`, `issued_all`): the page says it in its own words.
+    pub done: Option<String>,
+    /// The invoice a form acted on.
+    pub invoice: Option<i64>,
 }
 
 impl MonthQuery {

@@ -17,9 +17,10 @@ use super::charts::{self, Bar, GpuBar, Palette, Segment, Series, SliceMark};
 use super::format::{money, number, percent};
 use super::{MonthQuery, UiError, Viewer, page, same_origin};
 use crate::auth::Principal;
+use crate::billing::period::PeriodState;
 use crate::billing::pricing::{UsageAggregate, price};
 use crate::billing::rate_card::Currency;
-use crate::billing::report::{self, MonthlyReport};
+use crate::billing::report::MonthlyReport;
 use crate::billing::{self, invoice::Invoice};
 use crate::db;
 use crate::db::audit::Actor;
@@ -29,6 +30,40 @@ use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
 use crate::http::{AppState, exports, invoices};
 use crate::reports::usage::{self, GroupBy, Step};
+
+/// What the form the viewer just sent did, in the page's own words (never text from the link).
+fn done_message(q: &MonthQuery, month: Month, invoices: &[Invoice]) -> Option<String> {
+    match q.done.as_deref()? {
+        "drafted" => {
+            let n = invoices.iter().filter(|i| i.status == "draft").count();
+            Some(format!(
+                "Drafts for {month} are made: {n} to review, then issue."
+            ))
+        }
+        "issued" => {
+            let i = invoices.iter().find(|i| Some(i.id) == q.invoice)?;
+            Some(format!(
+                "Issued {} for {}.",
+                i.number.as_deref().unwrap_or("the invoice"),
+                i.team
+            ))
+        }
+        "issued_all" => Some(format!(
+            "Every draft of {month} is issued; its books are frozen."
+        )),
+        _ => None,
+    }
+}
+
+fn state_text(state: PeriodState) -> &'static str {
+    match state {
+        PeriodState::Open => "Open: the month has not ended, nothing can be drafted yet",
+        PeriodState::Closed => "Closed: drafts may be made and made again",
+        PeriodState::Issued => {
+            "Issued: these figures are what was issued; later data waits as corrections"
+        }
+    }
+}
 
 /// Below this efficiency a slice is "held but idle" and highlighted.
 const IDLE_EFFICIENCY: Decimal = Decimal::from_parts(2, 0, 0, false, 1);
@@ -85,16 +120,17 @@ pub async fn fleet(
         ));
     }
     let month = q.month()?;
-    let bill = billing::period_bill(&state.pool, month).await;
+    let report = billing::monthly_report(&state.pool, month, Utc::now(), None).await;
     let cards = db::billing::rate_cards(&state.pool).await?;
-    let body = match bill {
+    let invoices = db::invoices::list(&state.pool, Some(month), None).await?;
+    let done = done_message(&q, month, &invoices);
+    let body = match report {
         Err(e) => html! {
             h1 { "Fleet " (month) }
             (month_form("/ui/fleet", month))
             p class="error" role="alert" { (e.to_string()) }
         },
-        Ok(bill) => {
-            let report = report::monthly(month, &bill, None);
+        Ok(report) => {
             let currency = currency_of(&report, &cards);
             let sums = db::reports::usage_sums(
                 &state.pool,
@@ -116,7 +152,6 @@ pub async fn fleet(
             );
             let capacity = db::ui::capacity_by_day(&state.pool, month.start(), month.end()).await?;
             let fleet = db::fleet::slices(&state.pool, Utc::now()).await?;
-            let invoices = db::invoices::list(&state.pool, Some(month), None).await?;
             let teams = db::teams::list(&state.pool, None).await?;
             let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
             fleet_body(
@@ -128,7 +163,7 @@ pub async fn fleet(
                 &fleet,
                 &invoices,
                 &palette,
-                q.notice.as_deref(),
+                done.as_deref(),
             )
         }
     };
@@ -145,14 +180,16 @@ fn fleet_body(
     fleet: &[db::fleet::FleetSliceRow],
     invoices: &[Invoice],
     palette: &Palette,
-    notice: Option<&str>,
+    done: Option<&str>,
 ) -> Markup {
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
     let c = report.conservation.as_ref();
+    let drafts = invoices.iter().filter(|i| i.status == "draft").count();
     html! {
         h1 { "Fleet " (month) }
         (month_form("/ui/fleet", month))
-        @if let Some(n) = notice { p class="notice" role="status" { (n) } }
+        p { span class="state" data-field="state" { (state_text(report.state)) } }
+        @if let Some(n) = done { p class="notice" role="status" { (n) } }
         @if let Some(c) = c {
             section aria-labelledby="conservation-h" {
                 h2 id="conservation-h" { "Where the fleet's cost went" }
@@ -160,6 +197,7 @@ fn fleet_body(
                     @for (label, field, value) in [
                         ("Fleet cost", "fleet_cost", c.fleet_cost),
                         ("Team charges", "team_charges", c.team_charges),
+                        ("Unattributed", "unattributed", c.unattributed),
                         ("Unallocated", "unallocated", c.unallocated),
                         ("Sharing discount", "sharing_discount", c.sharing_discount),
                         ("Rounding residual", "rounding_residual", c.rounding_residual),
@@ -170,12 +208,13 @@ fn fleet_body(
                         }
                     }
                 }
-                p { "Fleet cost = team charges + unallocated + sharing discount + rounding residual, to the cent." }
+                p { "Fleet cost = team charges + unattributed + unallocated + sharing discount + rounding residual, to the cent." }
                 (charts::stacked("conservation", "Fleet cost by destination",
-                    &format!("Of {} of fleet cost in {month}: team charges {}, unallocated {}, sharing discount {}, rounding {}.",
-                        m(c.fleet_cost), m(c.team_charges), m(c.unallocated), m(c.sharing_discount), m(c.rounding_residual)),
+                    &format!("Of {} of fleet cost in {month}: team charges {}, unattributed {}, unallocated {}, sharing discount {}, rounding {}.",
+                        m(c.fleet_cost), m(c.team_charges), m(c.unattributed), m(c.unallocated), m(c.sharing_discount), m(c.rounding_residual)),
                     &[
                         Segment { label: "Team charges".into(), value: f(c.team_charges), hover: m(c.team_charges), colour: "#1f77b4" },
+                        Segment { label: "Unattributed".into(), value: f(c.unattributed), hover: m(c.unattributed), colour: "#9467bd" },
                         Segment { label: "Unallocated".into(), value: f(c.unallocated), hover: m(c.unallocated), colour: "#bbbbbb" },
                         Segment { label: "Sharing discount".into(), value: f(c.sharing_discount), hover: m(c.sharing_discount), colour: "#2ca02c" },
                         Segment { label: "Rounding residual".into(), value: f(c.rounding_residual.abs()), hover: m(c.rounding_residual), colour: "#d95f02" },
@@ -221,6 +260,64 @@ fn fleet_body(
                 }
             }
         }
+        @if let Some(u) = &report.unattributed {
+            section aria-labelledby="unattributed-h" {
+                h2 id="unattributed-h" { "Held by consumers no team claims" }
+                p {
+                    strong data-field="unattributed_cost" { (m(u.month.cost)) }
+                    " of GPU slices were held by consumers no team claims: the platform carries it, and nobody is invoiced for it. "
+                    "Give their namespace to a team (" code { "PUT /v1/teams/{team}" } ") or label their pods with "
+                    code { "team" } "; later months then bill that team."
+                }
+                @if !u.consumers.is_empty() {
+                    div class="scroll" {
+                        table {
+                            caption { "Consumers no team claims now, most held first" }
+                            thead { tr {
+                                th scope="col" { "Namespace" } th scope="col" { "Pod" } th scope="col" { "Container" }
+                                th scope="col" { "Unix user" } th scope="col" { "Job" } th scope="col" class="num" { "Slice-hours" }
+                            } }
+                            tbody {
+                                @for c in &u.consumers {
+                                    tr data-unattributed="" {
+                                        td { (c.namespace.as_deref().unwrap_or("—")) }
+                                        td { (c.pod.as_deref().unwrap_or("—")) }
+                                        td { (c.container.as_deref().unwrap_or("—")) }
+                                        td { (c.unix_user.as_deref().unwrap_or("—")) }
+                                        td { (c.job_id.as_deref().unwrap_or("—")) }
+                                        td class="num" { (number(c.slice_hours, 1)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !report.pending_corrections.is_empty() {
+            section aria-labelledby="pending-h" {
+                h2 id="pending-h" { "Pending corrections" }
+                p { "Data that arrived after " (month) " was issued. Its invoices stay as they are; these amounts are billed once, as correction lines on the next open period's invoices." }
+                div class="scroll" {
+                    table {
+                        caption { "Corrections waiting, by team" }
+                        thead { tr { th scope="col" { "Team" } th scope="col" { "Line" } th scope="col" class="num" { "Slice-hours" } th scope="col" class="num" { "Amount" } } }
+                        tbody {
+                            @for p in &report.pending_corrections {
+                                @for l in &p.lines {
+                                    tr data-pending=(p.team) {
+                                        td { (p.team) }
+                                        td { (l.description) }
+                                        td class="num" { (number(l.slice_hours, 2)) }
+                                        td class="num" data-field="pending_amount" { (m(l.amount)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
         section aria-labelledby="util-h" {
             h2 id="util-h" { "Allocation versus utilization" }
             (allocation_chart(month, daily, capacity))
@@ -231,9 +328,17 @@ fn fleet_body(
         }
         section aria-labelledby="invoices-h" {
             h2 id="invoices-h" { "Invoices for " (month) }
-            form method="post" action="/ui/invoices/run" {
-                input type="hidden" name="month" value=(month.to_string());
-                button type="submit" { "Make drafts for " (month) }
+            @if report.state == PeriodState::Open {
+                p class="empty" { (month) " has not ended: drafts can be made from " (month.end().format("%Y-%m-%d %H:%M UTC")) "." }
+            } @else {
+                form method="post" action="/ui/invoices/run" class="inline" {
+                    input type="hidden" name="month" value=(month.to_string());
+                    button type="submit" { "Make drafts for " (month) }
+                }
+                @if drafts > 0 {
+                    " "
+                    a class="button" href=(format!("/ui/invoices/issue?month={month}")) { "Issue all " (drafts) " drafts…" }
+                }
             }
             (invoice_table(invoices, currency, true))
             p {
@@ -394,10 +499,8 @@ fn invoice_table(invoices: &[Invoice], currency: &Currency, can_issue: bool) -> 
                                 @if can_issue {
                                     td {
                                         @if i.status == "draft" {
-                                            form class="inline" method="post" action=(format!("/ui/invoices/{}/issue", i.id)) {
-                                                input type="hidden" name="month" value=(i.period.to_string());
-                                                button type="submit" aria-label=(format!("Issue the invoice of {}", i.team)) { "Issue" }
-                                            }
+                                            a href=(format!("/ui/invoices/{}/issue", i.id))
+                                                aria-label=(format!("Issue the invoice of {}", i.team)) { "Issue…" }
                                         }
                                     }
                                 }
@@ -444,8 +547,8 @@ pub async fn team(
     };
     let month = q.month()?;
     let cards = db::billing::rate_cards(&state.pool).await?;
-    let bill = billing::period_bill(&state.pool, month).await?;
-    let report = report::monthly(month, &bill, Some(team.as_str()));
+    let report =
+        billing::monthly_report(&state.pool, month, Utc::now(), Some(team.as_str())).await?;
     let currency = currency_of(&report, &cards);
     let row = report.teams.first();
 
@@ -464,18 +567,19 @@ pub async fn team(
             None if m == month => row.map(|r| r.cost).unwrap_or_default(),
             None => billing::period_bill(&state.pool, m)
                 .await
-                .map(|b| b.team_total(team.as_str()))
+                .map(|(b, _)| b.team_total(team.as_str()))
                 .unwrap_or_default(),
         };
         history.push((m, cost, invoiced.is_some()));
     }
 
-    let slices = team_slice_lines(&state, &team, month, &cards).await?;
+    let frozen = report.state == PeriodState::Issued;
+    let slices = team_slice_lines(&state, &team, month, frozen, &cards).await?;
     let body = team_body(
         &info.display_name,
         &team,
         month,
-        row,
+        &report,
         &currency,
         &history,
         slices,
@@ -494,9 +598,10 @@ async fn team_slice_lines(
     state: &AppState,
     team: &TeamId,
     month: Month,
+    from_book: bool,
     cards: &BTreeMap<i64, crate::billing::rate_card::RateCard>,
 ) -> Result<Vec<SliceLine>, UiError> {
-    let rows = db::ui::team_slices(&state.pool, team, month.start(), month.end()).await?;
+    let rows = db::ui::team_slices(&state.pool, team, month, from_book).await?;
     let mut by_slice: BTreeMap<String, (SliceLine, Decimal, Option<Decimal>, bool)> =
         BTreeMap::new();
     let gib = Decimal::from(1u64 << 30);
@@ -595,7 +700,7 @@ fn team_body(
     name: &str,
     team: &TeamId,
     month: Month,
-    row: Option<&report::TeamMonth>,
+    report: &MonthlyReport,
     currency: &Currency,
     history: &[(Month, Decimal, bool)],
     mut slices: Vec<SliceLine>,
@@ -603,6 +708,7 @@ fn team_body(
     q: &MonthQuery,
 ) -> Markup {
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
+    let row = report.teams.first();
     let current = month == Month::of(Utc::now());
     let sort = q.sort.as_deref().unwrap_or("cost");
     let desc = q.dir.as_deref() != Some("asc");
@@ -659,6 +765,12 @@ fn team_body(
             div class="card" {
                 div class="label" { "Cost of held-but-idle capacity" }
                 div class="value" data-field="idle_cost" { (row.and_then(|r| r.idle_cost).map_or("unknown".to_owned(), m)) }
+            }
+        }
+        @for p in &report.pending_corrections {
+            p class="notice" data-field="pending" {
+                "Data that arrived after " (month) " was issued adds " strong { (m(p.amount)) }
+                "; it is billed once, as corrections on the next open period's invoice."
             }
         }
         section aria-labelledby="history-h" {
@@ -739,30 +851,71 @@ pub async fn run_invoices(
     Form(form): Form<MonthForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
-    if !matches!(viewer, Principal::Admin { .. } | Principal::Finance { .. }) {
-        return Err(UiError::Forbidden(
-            "Only finance and admins make invoices.".into(),
-        ));
-    }
-    let month: Month = form
-        .month
-        .parse()
-        .map_err(|e: String| UiError::Api(crate::http::error::ApiError::bad_request(e)))?;
-    let notice = match billing::run_drafts(&state.pool, month, &Actor::of(&viewer)).await {
-        Ok(run) => format!(
-            "{} drafts made for {month}; {} already issued.",
-            run.drafts.len(),
-            run.already_issued.len()
-        ),
-        Err(e) => format!("No drafts: {e}"),
-    };
-    Ok(redirect_with_notice(month, &notice))
+    require_finance(&viewer, "make invoices")?;
+    let month = month_of_form(&form.month)?;
+    billing::run_drafts(&state.pool, month, Utc::now(), &Actor::of(&viewer))
+        .await
+        .map_err(refused)?;
+    Ok(Redirect::to(&format!("/ui/fleet?month={month}&done=drafted")).into_response())
 }
 
-fn redirect_with_notice(month: Month, notice: &str) -> Response {
-    let mut url = format!("/ui/fleet?month={month}&notice=");
-    url.extend(super::form_urlencoded_byte_serialize(notice));
-    Redirect::to(&url).into_response()
+fn require_finance(viewer: &Principal, what: &str) -> Result<(), UiError> {
+    if matches!(viewer, Principal::Admin { .. } | Principal::Finance { .. }) {
+        Ok(())
+    } else {
+        Err(UiError::Forbidden(format!(
+            "Only finance and admins {what}."
+        )))
+    }
+}
+
+fn month_of_form(raw: &str) -> Result<Month, UiError> {
+    raw.parse()
+        .map_err(|e: String| UiError::Api(crate::http::error::ApiError::bad_request(e)))
+}
+
+/// A form the server would not carry out: the page says why, in the server's words.
+fn refused(e: billing::Error) -> UiError {
+    match crate::http::error::ApiError::from(e) {
+        crate::http::error::ApiError::Conflict { message, .. } => UiError::Refused(message),
+        crate::http::error::ApiError::NotFound(_) => UiError::NotFound,
+        other => UiError::Api(other),
+    }
+}
+
+/// The confirmation before one invoice is issued: it cannot be changed afterwards.
+pub async fn confirm_issue_invoice(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Path(id): Path<i64>,
+) -> Result<Response, UiError> {
+    require_finance(&viewer, "issue invoices")?;
+    let invoice = db::invoices::get(&state.pool, id)
+        .await?
+        .filter(|i| i.status == "draft")
+        .ok_or(UiError::NotFound)?;
+    let cards = db::billing::rate_cards(&state.pool).await?;
+    let currency = cards
+        .values()
+        .last()
+        .map(|c| c.currency.clone())
+        .unwrap_or_else(|| Currency::parse(&invoice.currency).expect("a stored currency"));
+    let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
+    let body = html! {
+        h1 { "Issue the invoice of " (invoice.team) " for " (invoice.period) "?" }
+        p {
+            "Its total is " strong data-field="total" { (m(invoice.total)) } " over " (invoice.lines.len()) " lines. "
+            "Issuing gives it the next number of the year and freezes it, and the books of " (invoice.period)
+            " with it: it can only be voided by a credit note, and data that arrives later is billed as corrections on a later invoice."
+        }
+        form method="post" action=(format!("/ui/invoices/{id}/issue")) class="inline" {
+            input type="hidden" name="month" value=(invoice.period.to_string());
+            button type="submit" { "Issue invoice" }
+        }
+        " "
+        a href=(format!("/ui/fleet?month={}", invoice.period)) { "Cancel" }
+    };
+    Ok(page("Issue an invoice", Some(&viewer), body).into_response())
 }
 
 pub async fn issue_invoice(
@@ -773,20 +926,92 @@ pub async fn issue_invoice(
     Form(form): Form<MonthForm>,
 ) -> Result<Response, UiError> {
     same_origin(&headers)?;
-    if !matches!(viewer, Principal::Admin { .. } | Principal::Finance { .. }) {
-        return Err(UiError::Forbidden(
-            "Only finance and admins issue invoices.".into(),
-        ));
-    }
-    let month: Month = form
-        .month
-        .parse()
-        .map_err(|e: String| UiError::Api(crate::http::error::ApiError::bad_request(e)))?;
-    let notice = match db::invoices::issue(&state.pool, id, &Actor::of(&viewer)).await {
-        Ok(i) => format!("Issued {} for {}.", i.number.unwrap_or_default(), i.team),
-        Err(e) => format!("Not issued: {e}"),
+    require_finance(&viewer, "issue invoices")?;
+    let month = month_of_form(&form.month)?;
+    billing::issue(
+        &state.pool,
+        id,
+        Utc::now(),
+        &state.config.billing,
+        &Actor::of(&viewer),
+    )
+    .await
+    .map_err(refused)?;
+    Ok(Redirect::to(&format!("/ui/fleet?month={month}&done=issued&invoice={id}")).into_response())
+}
+
+/// The confirmation before every draft of a month is issued.
+pub async fn confirm_issue_period(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Query(q): Query<MonthQuery>,
+) -> Result<Response, UiError> {
+    require_finance(&viewer, "issue invoices")?;
+    let month = q.month()?;
+    let drafts: Vec<Invoice> = db::invoices::list(&state.pool, Some(month), None)
+        .await?
+        .into_iter()
+        .filter(|i| i.status == "draft")
+        .collect();
+    let cards = db::billing::rate_cards(&state.pool).await?;
+    let currency = cards
+        .values()
+        .last()
+        .map(|c| c.currency.clone())
+        .unwrap_or_else(|| Currency::parse("USD").expect("USD exists"));
+    let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
+    let total: Decimal = drafts.iter().map(|i| i.total).sum();
+    let body = html! {
+        h1 { "Issue every draft of " (month) "?" }
+        @if drafts.is_empty() {
+            p class="empty" { "There are no drafts for " (month) "." }
+        } @else {
+            p {
+                (drafts.len()) " invoices, " strong data-field="total" { (m(total)) } " in all, are issued together (all or none), "
+                "numbered in team order. They cannot be changed afterwards, and the books of " (month) " are frozen: "
+                "data that arrives later is billed as corrections on a later invoice."
+            }
+            div class="scroll" {
+                table {
+                    caption { "The drafts to issue" }
+                    thead { tr { th scope="col" { "Team" } th scope="col" class="num" { "Total" } } }
+                    tbody {
+                        @for i in &drafts {
+                            tr data-invoice=(i.id) { td { (i.team) } td class="num" { (m(i.total)) } }
+                        }
+                    }
+                }
+            }
+            form method="post" action="/ui/invoices/issue" class="inline" {
+                input type="hidden" name="month" value=(month.to_string());
+                button type="submit" { "Issue all " (drafts.len()) " invoices" }
+            }
+            " "
+        }
+        a href=(format!("/ui/fleet?month={month}")) { "Cancel" }
     };
-    Ok(redirect_with_notice(month, &notice))
+    Ok(page("Issue a month's invoices", Some(&viewer), body).into_response())
+}
+
+pub async fn issue_period(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    headers: HeaderMap,
+    Form(form): Form<MonthForm>,
+) -> Result<Response, UiError> {
+    same_origin(&headers)?;
+    require_finance(&viewer, "issue invoices")?;
+    let month = month_of_form(&form.month)?;
+    billing::issue_period(
+        &state.pool,
+        month,
+        Utc::now(),
+        &state.config.billing,
+        &Actor::of(&viewer),
+    )
+    .await
+    .map_err(refused)?;
+    Ok(Redirect::to(&format!("/ui/fleet?month={month}&done=issued_all")).into_response())
 }
 
 pub async fn invoice_csv(

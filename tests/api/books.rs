@@ -1,0 +1,668 @@
+//! Books finance can sign: a period's life (open, closed, issued), frozen books once issued, late
+//! data billed once on a later period, `unattributed` never invoiced, runs and issues that race, and
+//! exports that cannot pass a half file or a spreadsheet formula for the real thing.
+
+use axum::http::StatusCode;
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+use slicemeter::auth::Role;
+use slicemeter::http::ServerConfig;
+
+use crate::billing::{d, dec, draft_of, rate_card, run, worked_example};
+use crate::support::*;
+
+async fn issue_all(app: &TestApp, period: &str) -> Reply {
+    app.send_json(
+        "POST",
+        Some(&app.admin),
+        "/v1/invoices/issue",
+        &json!({"period": period}),
+    )
+    .await
+}
+
+async fn raw(app: &TestApp, uri: &str) -> String {
+    let r = app.get(Some(&app.admin), uri).await;
+    assert_eq!(r.status, StatusCode::OK, "{uri}: {r:?}");
+    match r.body {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+fn message(r: &Reply) -> String {
+    r.body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn csv_rows(text: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    let headers = r.headers().unwrap().iter().map(str::to_owned).collect();
+    let rows = r
+        .records()
+        .map(|rec| rec.unwrap().iter().map(str::to_owned).collect())
+        .collect();
+    (headers, rows)
+}
+
+#[tokio::test]
+async fn an_issued_month_stays_byte_identical_and_late_data_is_billed_once_next_month() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 29).await;
+    run(&app, "2026-09").await;
+    let issued = issue_all(&app, "2026-09").await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
+    assert_eq!(issued.body.as_array().unwrap().len(), 3);
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(report.body["state"], "issued");
+    let focus = raw(&app, "/v1/exports/focus?period=2026-09").await;
+    let erp = raw(&app, "/v1/exports/erp?period=2026-09").await;
+
+    // The month's last day arrives late, and the team is renamed and moves cost center.
+    worked_example(&app, "2026-09-30", 1).await;
+    app.send_json(
+        "PUT",
+        Some(&app.admin),
+        "/v1/teams/nlp",
+        &json!({"display_name": "Language", "cost_center": "CC-NEW"}),
+    )
+    .await;
+    let after = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    for block in [
+        "teams",
+        "conservation",
+        "rate_cards",
+        "unattributed",
+        "state",
+    ] {
+        assert_eq!(after.body[block], report.body[block], "{block}");
+    }
+    assert_eq!(raw(&app, "/v1/exports/focus?period=2026-09").await, focus);
+    assert_eq!(raw(&app, "/v1/exports/erp?period=2026-09").await, erp);
+    // What came late waits as a pending correction: the last day's share of each team.
+    let pending: Vec<(String, Decimal)> = after.body["pending_corrections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["team"].as_str().unwrap().to_owned(), dec(&p["amount"])))
+        .collect();
+    assert_eq!(
+        pending,
+        vec![
+            ("nlp".into(), d("1337.14") - d("1292.57")),
+            ("search".into(), d("385.71") - d("372.86")),
+            ("vision".into(), d("385.71") - d("372.86")),
+        ]
+    );
+    // A team lead sees their own.
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let own = app.get(Some(&lead), "/v1/reports/monthly/2026-09").await;
+    assert_eq!(own.body["pending_corrections"].as_array().unwrap().len(), 1);
+    assert_eq!(own.body["pending_corrections"][0]["team"], "nlp");
+
+    // October's invoices bill it once, as corrections, and October's FOCUS rows add up to them.
+    let october = run(&app, "2026-10").await;
+    let fix = &draft_of(&october, "nlp")["lines"][0];
+    assert_eq!(fix["line_kind"], "correction");
+    assert_eq!(fix["corrects_period"], "2026-09");
+    assert_eq!(dec(&fix["amount"]), d("44.57"));
+    let text = raw(&app, "/v1/exports/focus?period=2026-10").await;
+    let (headers, rows) = csv_rows(&text);
+    let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+    let corrections: Vec<&Vec<String>> = rows
+        .iter()
+        .filter(|r| r[col("ChargeClass")] == "Correction")
+        .collect();
+    assert_eq!(corrections.len(), 3);
+    for team in ["nlp", "search", "vision"] {
+        let sum: Decimal = rows
+            .iter()
+            .filter(|r| r[col("SubAccountId")] == team)
+            .map(|r| d(&r[col("BilledCost")]))
+            .sum();
+        assert_eq!(sum, dec(&draft_of(&october, team)["total"]), "{team}");
+    }
+    assert_eq!(issue_all(&app, "2026-10").await.status, StatusCode::OK);
+    let settled = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(settled.body["pending_corrections"], json!([]));
+    // Nothing is billed twice: November has nothing to correct.
+    assert_eq!(run(&app, "2026-11").await.body["drafts"], json!([]));
+    assert_eq!(raw(&app, "/v1/exports/focus?period=2026-09").await, focus);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_month_is_drafted_only_once_it_has_ended_and_issued_only_after_its_grace() {
+    let app = TestApp::with_config(ServerConfig {
+        ingest_rate: 0.0,
+        billing: slicemeter::billing::BillingConfig {
+            issue_grace: chrono::Duration::days(3650),
+        },
+        ..ServerConfig::default()
+    })
+    .await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    let now = chrono::Utc::now();
+    let this = now.format("%Y-%m").to_string();
+    let next_month = slicemeter::domain::time::Month::of(now).end();
+    for period in [this.clone(), "2099-01".to_owned()] {
+        let r = app
+            .send_json(
+                "POST",
+                Some(&app.admin),
+                "/v1/invoices/runs",
+                &json!({"period": period}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+        assert!(message(&r).contains("has not ended"), "{r:?}");
+    }
+    let r = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/runs",
+            &json!({"period": this}),
+        )
+        .await;
+    assert!(
+        message(&r).contains(&format!(
+            "it can be drafted from {}",
+            next_month.to_rfc3339()
+        )),
+        "{r:?}"
+    );
+    assert_eq!(app.count("select count(*) from invoice").await, 0);
+
+    // September has ended, but a ten-year grace keeps it open for late data.
+    let drafts = run(&app, "2026-09").await;
+    let one = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            &format!("/v1/invoices/{}/issue", draft_of(&drafts, "nlp")["id"]),
+            &json!({}),
+        )
+        .await;
+    let all = issue_all(&app, "2026-09").await;
+    for r in [&one, &all] {
+        assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+        assert!(
+            message(r).contains("is in its grace period for late data (3650 days)")
+                && message(r).contains("its invoices can be issued from 2036-"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        app.count("select count(*) from invoice where status <> 'draft'")
+            .await,
+        0
+    );
+    // The CLI keeps the same rule.
+    let out = app.cli(&[
+        "invoice",
+        "issue",
+        "--period",
+        "2026-09",
+        "--issue-grace",
+        "3650d",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("grace period for late data"));
+}
+
+#[tokio::test]
+async fn unattributed_usage_is_never_invoiced_and_stays_with_the_platform_named() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    app.put_team("nlp", &["nlp"]).await;
+    app.put_team("search", &["search"]).await;
+    let mut windows = Vec::new();
+    let t0: chrono::DateTime<chrono::Utc> = "2026-09-01T00:00:00Z".parse().unwrap();
+    for h in 0..24 {
+        let s = (t0 + chrono::Duration::hours(h)).to_rfc3339();
+        let e = (t0 + chrono::Duration::hours(h + 1)).to_rfc3339();
+        windows.push(window(MIG_3G, &s, &e, "nlp", "trainer-0", 3600.0));
+        windows.push(window(MIG_1G_A, &s, &e, "search", "ranker-0", 3600.0));
+        windows.push(window(MIG_1G_B, &s, &e, "scratch", "notebook-7", 3600.0));
+    }
+    let b = batch("2026-09-01T00:00:00Z", "2026-09-02T00:00:00Z", windows);
+    assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    let teams: Vec<&str> = report.body["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["team"].as_str().unwrap())
+        .collect();
+    assert_eq!(teams, vec!["nlp", "search"]);
+    let u = &report.body["unattributed"];
+    assert_eq!(dec(&u["cost"]), d("12.86"));
+    assert_eq!(u["consumers"][0]["namespace"], "scratch");
+    assert_eq!(u["consumers"][0]["pod"], "notebook-7");
+    assert_eq!(dec(&u["consumers"][0]["slice_hours"]), d("24"));
+    let c = &report.body["conservation"];
+    assert_eq!(dec(&c["unattributed"]), d("12.86"));
+    assert_eq!(
+        dec(&c["fleet_cost"]),
+        dec(&c["team_charges"])
+            + dec(&c["unattributed"])
+            + dec(&c["unallocated"])
+            + dec(&c["sharing_discount"])
+            + dec(&c["rounding_residual"])
+    );
+    let drafts = run(&app, "2026-09").await;
+    let invoiced: Vec<&str> = drafts.body["drafts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["team"].as_str().unwrap())
+        .collect();
+    assert_eq!(invoiced, vec!["nlp", "search"]);
+    assert_eq!(issue_all(&app, "2026-09").await.status, StatusCode::OK);
+    // The journal works: every invoiced team has its accounts.
+    let erp = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(erp.status, StatusCode::OK, "{erp:?}");
+    // FOCUS puts it on the platform's account, and the file still sums to the fleet cost.
+    let (headers, rows) = csv_rows(&raw(&app, "/v1/exports/focus?period=2026-09").await);
+    let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+    let on_platform: Decimal = rows
+        .iter()
+        .filter(|r| r[col("Tags")].contains("\"slicemeter/platform\":\"unattributed\""))
+        .inspect(|r| assert_eq!(r[col("SubAccountId")], "platform"))
+        .map(|r| d(&r[col("BilledCost")]))
+        .sum();
+    assert_eq!(on_platform, d("12.86"));
+    assert!(
+        rows.iter()
+            .all(|r| r[col("SubAccountId")] != "unattributed")
+    );
+    let total: Decimal = rows.iter().map(|r| d(&r[col("BilledCost")])).sum();
+    assert_eq!(total, dec(&c["fleet_cost"]));
+
+    // Attributed later, the consumer's team pays for it once, as a correction on October.
+    app.put_team("vision", &["scratch"]).await;
+    let october = run(&app, "2026-10").await;
+    let vision = draft_of(&october, "vision");
+    assert_eq!(vision["lines"][0]["line_kind"], "correction");
+    assert_eq!(dec(&vision["total"]), d("12.86"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_issues_and_credits_at_once_answer_2xx_or_409_and_numbers_stay_gap_free() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-08-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-08-29", 4).await;
+    let august = run(&app, "2026-08").await;
+    let run_body = json!({"period": "2026-09"});
+    let mut calls = Vec::new();
+    for k in 0..12 {
+        let (uri, body) = match k % 4 {
+            0 => ("/v1/invoices/runs".to_owned(), run_body.clone()),
+            1 => ("/v1/invoices/issue".to_owned(), run_body.clone()),
+            2 => (
+                format!(
+                    "/v1/invoices/{}/issue",
+                    draft_of(&august, ["nlp", "search", "vision"][k % 3])["id"]
+                ),
+                json!({}),
+            ),
+            _ => (
+                format!("/v1/invoices/{}/credit", draft_of(&august, "nlp")["id"]),
+                json!({}),
+            ),
+        };
+        calls.push((uri, body));
+    }
+    let replies = futures_util::future::join_all(
+        calls
+            .iter()
+            .map(|(uri, body)| app.send_json("POST", Some(&app.admin), uri, body)),
+    )
+    .await;
+    for (r, (uri, _)) in replies.iter().zip(&calls) {
+        assert!(
+            r.status == StatusCode::OK || r.status == StatusCode::CONFLICT,
+            "{uri}: {r:?}"
+        );
+    }
+    let numbers: Vec<i64> = sqlx::query_scalar(
+        "select number_seq::int8 from invoice where number_seq is not null order by 1",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert!(!numbers.is_empty());
+    assert_eq!(numbers, (1..=numbers.len() as i64).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_correction_drafted_on_two_months_is_issued_once_and_the_stale_draft_is_refused() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-07-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-07-01", 30).await;
+    run(&app, "2026-07").await;
+    assert_eq!(issue_all(&app, "2026-07").await.status, StatusCode::OK);
+    worked_example(&app, "2026-07-31", 1).await;
+    // September is drafted first, then August: both carry July's corrections.
+    let september = run(&app, "2026-09").await;
+    let august = run(&app, "2026-08").await;
+    for r in [&september, &august] {
+        assert_eq!(draft_of(r, "nlp")["lines"][0]["corrects_period"], "2026-07");
+    }
+    assert_eq!(issue_all(&app, "2026-08").await.status, StatusCode::OK);
+    let stale = issue_all(&app, "2026-09").await;
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{stale:?}");
+    assert!(
+        message(&stale).contains("corrections for 2026-07 are out of date"),
+        "{stale:?}"
+    );
+    assert_eq!(
+        app.count("select count(*) from invoice where period = '2026-09-01' and status = 'issued'")
+            .await,
+        0,
+        "all or none"
+    );
+    // Run again, September has nothing left to correct.
+    assert_eq!(run(&app, "2026-09").await.body["drafts"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_focus_export_cut_off_half_way_ends_in_an_error_not_a_clean_end() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 1).await;
+    run(&app, "2026-09").await;
+    // A month of many slices (written straight into its books, as a big fleet's run would), so that
+    // the export is still reading rows when the database goes away.
+    sqlx::query(
+        "insert into book_slice_day
+         select period, team_id, team_name, cost_center, model, kind, profile, rate_card_id,
+                slice_id, 'MIG-filler-' || n, node, day, 1, 1, 1, 0, 0, compute_share, memory_share,
+                memory_reserved_bytes
+         from book_slice_day, generate_series(1, 100000) n
+         where period = '2026-09-01' and team_id = 'nlp'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    // ... and the GPUs they sit on, so that the month still adds up.
+    sqlx::query(
+        "insert into book_model_day select period, model, rate_card_id, day, 1e6
+         from book_model_day where period = '2026-09-01'",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
+    let r = issue_all(&app, "2026-09").await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(slicemeter::server::serve(
+        app.pool.clone(),
+        listener,
+        ServerConfig::default(),
+        async move {
+            let _ = stopped.changed().await;
+        },
+    ));
+    let mut response = reqwest::Client::new()
+        .get(format!("{base}/v1/exports/focus?period=2026-09"))
+        .bearer_auth(&app.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = response.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"AvailabilityZone,BilledCost"));
+    // The database drops the export's cursor half way (a failover, an operator's kill).
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and pid <> pg_backend_pid()
+           and state = 'active' and query like '%period_slice_day%'",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        killed,
+        vec![true],
+        "the export was reading when it was cut off"
+    );
+    let mut bytes = first.len();
+    let ended = loop {
+        match response.chunk().await {
+            Ok(Some(b)) => bytes += b.len(),
+            Ok(None) => break "a clean end",
+            Err(_) => break "an error",
+        }
+    };
+    assert_eq!(
+        ended, "an error",
+        "after {bytes} bytes the client was told the file was whole"
+    );
+    stop.send(true).unwrap();
+    server.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn cells_a_spreadsheet_would_run_are_quoted_in_every_csv_and_numbers_stay_numbers() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    let mut b = batch("2026-09-01T00:00:00Z", "2026-09-01T01:00:00Z", vec![]);
+    b["gpus"][0]["model"] = json!("=cmd|' /C calc'!A0");
+    b["windows"] = json!([window(
+        MIG_3G,
+        "2026-09-01T00:00:00Z",
+        "2026-09-01T01:00:00Z",
+        "nlp",
+        "p",
+        3600.0
+    )]);
+    assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!({"display_name": "=HYPERLINK(\"http://evil\")", "namespaces": ["nlp"],
+                    "cost_center": "+1234", "gl_account": "@SUM(A1)"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let drafts = run(&app, "2026-09").await;
+    let id = draft_of(&drafts, "nlp")["id"].clone();
+    assert_eq!(issue_all(&app, "2026-09").await.status, StatusCode::OK);
+    let note = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            &format!("/v1/invoices/{id}/credit"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(note.status, StatusCode::OK, "{note:?}");
+
+    let focus = raw(&app, "/v1/exports/focus?period=2026-09").await;
+    let (h, rows) = csv_rows(&focus);
+    let col = |n: &str| h.iter().position(|x| x == n).unwrap();
+    let nlp = rows
+        .iter()
+        .find(|r| r[col("SubAccountId")] == "nlp")
+        .unwrap();
+    assert_eq!(nlp[col("SubAccountName")], "'=HYPERLINK(\"http://evil\")");
+    assert_eq!(nlp[col("x_GpuModel")], "'=cmd|' /C calc'!A0");
+    assert!(nlp[col("SkuId")].starts_with("'=cmd"));
+    let erp = raw(&app, "/v1/exports/erp?period=2026-09").await;
+    let (h, rows) = csv_rows(&erp);
+    let col = |n: &str| h.iter().position(|x| x == n).unwrap();
+    assert!(
+        rows.iter().any(|r| r[col("cost_center")] == "'+1234"),
+        "{erp}"
+    );
+    assert!(
+        rows.iter().any(|r| r[col("gl_account")] == "'@SUM(A1)"),
+        "{erp}"
+    );
+    let invoice = raw(&app, &format!("/v1/invoices/{}.csv", note.body["id"])).await;
+    let (h, rows) = csv_rows(&invoice);
+    let col = |n: &str| h.iter().position(|x| x == n).unwrap();
+    assert_eq!(rows[0][col("gpu_model")], "'=cmd|' /C calc'!A0");
+    // A credit note's negative amount is a number, not quoted text.
+    assert!(rows[0][col("amount")].starts_with('-'), "{invoice}");
+    assert!(d(&rows[0][col("amount")]) < Decimal::ZERO);
+    // No cell of any of them starts with a formula character.
+    for text in [&focus, &erp, &invoice] {
+        let (h, rows) = csv_rows(text);
+        let numeric = [
+            "BilledCost",
+            "ContractedCost",
+            "EffectiveCost",
+            "ListCost",
+            "debit",
+            "credit",
+            "amount",
+            "slice_hours",
+            "gpu_equivalent_hours",
+            "unit_price",
+        ];
+        for r in &rows {
+            for (name, cell) in h.iter().zip(r) {
+                if !numeric.contains(&name.as_str()) {
+                    assert!(
+                        !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                        "{name}: {cell:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+async fn serve_with(
+    app: &TestApp,
+    config: ServerConfig,
+) -> (String, tokio::sync::watch::Sender<bool>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(slicemeter::server::serve(
+        app.pool.clone(),
+        listener,
+        config,
+        async move {
+            let _ = stopped.changed().await;
+        },
+    ));
+    (addr, stop)
+}
+
+/// Reads until the server closes the connection; what it sent, and how long that took.
+async fn until_closed(stream: &mut tokio::net::TcpStream) -> (String, std::time::Duration) {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(20), stream.read(&mut buf)).await
+        {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("the server kept the connection open for 20 s"),
+        }
+    }
+    (
+        String::from_utf8_lossy(&got).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_trickles_its_headers_or_stalls_its_body_is_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::spawn().await;
+    let (addr, stop) = serve_with(
+        &app,
+        ServerConfig {
+            header_read_timeout: std::time::Duration::from_secs(1),
+            idle_timeout: std::time::Duration::from_secs(2),
+            request_timeout: std::time::Duration::from_secs(1),
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    // Half a header block, then nothing.
+    let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (_, took) = until_closed(&mut half).await;
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "closed after {took:?}"
+    );
+    // Whole headers, a body promised and never sent.
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "POST /v1/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+                app.admin
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let (_, took) = until_closed(&mut stalled).await;
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "closed after {took:?}"
+    );
+    // A well-behaved client is served as before.
+    let ok = reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    stop.send(true).unwrap();
+}
+
+#[tokio::test]
+async fn the_sign_in_page_shows_only_messages_of_its_own() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .get(
+            None,
+            "/ui/signin?failed=Your+account+is+locked.+Call+555-0100",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let page = r.body.as_str().unwrap();
+    assert!(
+        !page.contains("555-0100") && !page.contains("locked"),
+        "{page}"
+    );
+    assert!(page.contains("That token is not valid"), "{page}");
+    let r = app.get(None, "/ui/signin?failed=collector").await;
+    assert!(
+        r.body
+            .as_str()
+            .unwrap()
+            .contains("Collector tokens send data")
+    );
+    let r = app.get(None, "/ui/signin").await;
+    assert!(!r.body.as_str().unwrap().contains("class=\"error\""));
+}
