@@ -54,7 +54,7 @@ st() {
     --checks all \
     --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-30}" \
     --seed 20261130 \
-    --workers 2 "${@:2}"
+    --workers 1 "${@:2}"
 }
 
 # Where the contract has rules JSON Schema cannot state, a request can fit the schema and still be

@@ -44,8 +44,8 @@ pub struct DemoArgs {
     /// Seed of the simulated fleet.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Days of history to back-fill.
-    #[arg(long, default_value_t = 30)]
+    /// Days of history to back-fill (31: last month always has some, to invoice).
+    #[arg(long, default_value_t = 31)]
     pub days: u32,
     /// Window length of the back-fill (coarser than live windows, so it is quick).
     #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
@@ -126,14 +126,16 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
     // Collectors stop first, so that their last windows still reach the server.
     let (stop_collectors, collectors_stopped) = watch::channel(false);
     let (stop_server, mut server_stopped) = watch::channel(false);
-    let mut serving = tokio::spawn(server::serve(
-        pool.clone(),
-        listener,
-        ServerConfig::default(),
-        async move {
-            let _ = server_stopped.changed().await;
+    // The back-fill is complete when the demo starts: its last month need not wait for late data.
+    let config = ServerConfig {
+        billing: crate::billing::BillingConfig {
+            issue_grace: chrono::Duration::zero(),
         },
-    ));
+        ..ServerConfig::default()
+    };
+    let mut serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
+        let _ = server_stopped.changed().await;
+    }));
     let mut collectors = Vec::new();
     if !args.no_live {
         for node in &fleet.nodes {

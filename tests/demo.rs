@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use chrono::Datelike;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -23,7 +24,7 @@ fn start(dir: &std::path::Path) -> Demo {
             "--gpus",
             "8",
             "--days",
-            "1",
+            "32",
             "--listen",
             "127.0.0.1:0",
             "--data-dir",
@@ -114,6 +115,30 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
         pg.join("data/postmaster.pid").exists(),
         "the private PostgreSQL runs"
     );
+    // Last month's drafts are there to issue, none for unattributed, and the journal exports.
+    let last = (chrono::Utc::now().date_naive().with_day(1).unwrap() - chrono::Duration::days(1))
+        .format("%Y-%m")
+        .to_string();
+    let issued: serde_json::Value = client
+        .post(format!("{}/v1/invoices/issue", demo.base))
+        .bearer_auth(&demo.token)
+        .json(&serde_json::json!({"period": last}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let invoices = issued.as_array().unwrap_or_else(|| panic!("{issued}"));
+    assert!(invoices.len() >= 6, "{issued}");
+    assert!(invoices.iter().all(|i| i["team"] != "unattributed"));
+    let erp = client
+        .get(format!("{}/v1/exports/erp?period={last}", demo.base))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(erp.status(), 200, "{:?}", erp.text().await);
     stop(demo);
     assert!(
         !pg.join("data/postmaster.pid").exists(),

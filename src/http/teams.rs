@@ -1,7 +1,7 @@
 //! `GET /v1/teams`, `PUT /v1/teams/{team}`: who pays, with cost centers and namespaces.
 
 use axum::Json;
-use axum::extract::{FromRequest, Path, State};
+use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -22,10 +22,28 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(put_team))
 }
 
-/// `Json` whose rejections use the API's error envelope.
-#[derive(FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// A JSON object body, with rejections in the API's error envelope. A JSON array is refused even
+/// where serde would read it as the struct's fields in order (`[null, null]` is not a team).
 pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        let malformed = |message: String| ApiError::BadRequest {
+            code: "malformed_body",
+            message,
+            fields: Vec::new(),
+        };
+        let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(req, state).await?;
+        if !value.is_object() {
+            return Err(malformed("the body must be a JSON object".into()));
+        }
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|e| malformed(format!("the body is not what this endpoint takes: {e}")))
+    }
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Team {
@@ -67,9 +85,16 @@ pub struct TeamPut {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>, example = "6420", min_length = 1, max_length = 200)]
     pub gl_account: Option<Option<String>>,
-    /// Replaces the team's namespace list; each namespace once. Left out: unchanged.
+    /// Replaces the team's namespace list; each namespace once. Left out: unchanged (`null` is not
+    /// a list: send `[]` to empty it).
+    #[serde(default, deserialize_with = "list")]
     #[schema(schema_with = namespaces_schema)]
     pub namespaces: Option<Vec<String>>,
+}
+
+/// A list that was sent (`null` is refused); by `default`, `None` when left out.
+fn list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    Vec::<String>::deserialize(d).map(Some)
 }
 
 /// A field that was sent, `null` or not: `Some(None)` for `null`, and (by `default`) `None` when the

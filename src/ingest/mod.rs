@@ -73,6 +73,11 @@ pub fn decode(body: &[u8], gzip: bool, limit: usize) -> Result<Batch, IngestErro
             IngestError::Malformed(format!("{path}: {inner}"))
         }
     };
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(IngestError::Malformed(
+            "a batch is a JSON object: {\"node\": …, \"period\": …}".into(),
+        ));
+    }
     // Objects with a key twice are refused: JSON parsers disagree on which one wins, and the
     // contract's answer is neither.
     let de = &mut serde_json::Deserializer::from_slice(bytes);

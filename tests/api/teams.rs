@@ -205,6 +205,19 @@ async fn a_put_with_only_a_cost_center_changes_only_the_cost_center() {
         .await;
     assert_eq!(r.body["namespaces"], json!([]));
     assert_eq!(r.body["reattributed_consumers"], 3);
+    // An array is not a team, though its items would line up with the fields.
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/teams/nlp",
+            &json!([null, null]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(r.body["error"]["message"], "the body must be a JSON object");
+    let now = app.get(Some(&app.admin), "/v1/teams").await;
+    assert_eq!(now.body[0]["cost_center"], "CC-9");
     // A misspelt field is refused, not ignored.
     let r = app
         .send_json(
