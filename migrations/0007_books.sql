@@ -160,6 +160,16 @@ end;
 $$;
 
 -- `unattributed` is never invoiced: its cost stays on the platform line until its consumers are
--- attributed.
--- Invoices from before this rule stay as they are (`not valid`).
-alter table invoice add constraint invoice_not_unattributed check (team_id <> 'unattributed') not valid;
+-- attributed. Its drafts from before this rule go (the next run makes none); its issued invoices
+-- stay, and can still be credited.
+delete from invoice where team_id = 'unattributed' and status = 'draft';
+alter table invoice add constraint invoice_not_unattributed
+    check (team_id <> 'unattributed' or status <> 'draft');
+
+-- Months issued before books were kept are frozen as they stand at this upgrade: from now on their
+-- figures no longer move, and what arrives for them becomes corrections like for any issued month.
+insert into book (period)
+select distinct period from invoice where kind = 'invoice' and status = 'issued';
+insert into book_slice_day select d.* from book b cross join lateral period_slice_day(b.period, false) d;
+insert into book_model_day select d.* from book b cross join lateral period_model_day(b.period, false) d;
+update book set frozen_at = now();

@@ -100,7 +100,8 @@ async fn lock_issuing(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Prices `month` for every team from its books (`from_book`) or from what the rollups hold now.
+/// Prices `month` for every team from its books (`from_book`) or from what the rollups hold now;
+/// not yet checked to be publishable.
 async fn bill_in(
     conn: &mut PgConnection,
     month: Month,
@@ -123,7 +124,9 @@ async fn bill_in(
 pub async fn period_bill(pool: &PgPool, month: Month) -> Result<(PeriodBill, Books), Error> {
     let mut conn = pool.acquire().await?;
     let state = books::state(&mut conn, month).await?;
-    let bill = bill_in(&mut conn, month, state.frozen()).await?;
+    let bill = bill_in(&mut conn, month, state.frozen())
+        .await?
+        .publishable()?;
     Ok((bill, state))
 }
 
@@ -201,7 +204,7 @@ pub async fn run_drafts(
     if !books::state(&mut tx, month).await?.frozen() {
         books::write(&mut tx, month).await?;
     }
-    let bill = bill_in(&mut tx, month, true).await?;
+    let bill = bill_in(&mut tx, month, true).await?.publishable()?;
     let issued = db::invoices::issued_teams(&mut tx, month).await?;
     let cards = db::billing::rate_cards_in(&mut tx).await?;
     let currency = bill

@@ -250,9 +250,21 @@ pub struct PeriodBill {
     pub default_priced: Vec<DefaultPriced>,
     /// Rate card versions that priced some hour of the period.
     pub rate_cards: Vec<i64>,
+    /// A figure that came out negative (data that bypassed ingest's checks), if any: such a bill is
+    /// never published ([`PeriodBill::publishable`]), though corrections may still be priced from it.
+    pub negative: Option<String>,
 }
 
 impl PeriodBill {
+    /// The bill, if every figure of it may be published: a negative figure is refused rather than
+    /// printed.
+    pub fn publishable(self) -> Result<PeriodBill, BillingError> {
+        match &self.negative {
+            Some(why) => Err(BillingError::Negative(why.clone())),
+            None => Ok(self),
+        }
+    }
+
     pub fn team_total(&self, team: &str) -> Decimal {
         self.lines
             .get(team)
@@ -419,15 +431,14 @@ pub fn bill(
     };
     let unallocated = unsigned(round(unallocated));
     let sharing_discount = unsigned(round(discount));
-    for (what, v) in [
+    let negative = [
         ("unallocated capacity", unallocated),
         ("the sharing discount", sharing_discount),
         ("the fleet cost", fleet_cost),
-    ] {
-        if v.is_sign_negative() && !v.is_zero() {
-            return Err(BillingError::Negative(format!("{what} would be {v}")));
-        }
-    }
+    ]
+    .into_iter()
+    .find(|(_, v)| v.is_sign_negative() && !v.is_zero())
+    .map(|(what, v)| format!("{what} would be {v}"));
     let conservation = Conservation {
         fleet_cost,
         team_charges,
@@ -447,6 +458,7 @@ pub fn bill(
         conservation,
         default_priced,
         rate_cards: used_cards,
+        negative,
     })
 }
 
@@ -574,6 +586,28 @@ pub(crate) mod tests {
             bill.lines["nlp"]
                 .iter()
                 .any(|l| l.key.kind == LineKind::IdleSpread)
+        );
+    }
+
+    #[test]
+    fn a_month_whose_slices_held_more_than_its_gpus_had_is_never_published() {
+        let month = dec!(720) * dec!(3600);
+        let cards = BTreeMap::from([(1, card(1, dec!(4.00), IdlePolicy::Platform))]);
+        // Two whole cards' worth of MIG 7g on one GPU's presence: data ingest would have refused.
+        let usage = [
+            mig_held("nlp", "7g.80gb", 7, 8, month, 1),
+            mig_held("search", "7g.80gb", 7, 8, month, 1),
+        ];
+        let b = bill(&usage, &[present(month, 1)], &cards, None).unwrap();
+        assert_eq!(
+            b.negative.as_deref(),
+            Some("unallocated capacity would be -2880.00")
+        );
+        let err = b.publishable().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the figures of the period do not add up"),
+            "{err}"
         );
     }
 

@@ -498,6 +498,7 @@ fn check(f: &Fleet, late: &Fleet) -> Result<(), TestCaseError> {
     );
     prop_assert!(r.unallocated >= Q::zero(), "reference unallocated < 0");
     prop_assert!(!c.unallocated.is_sign_negative() || c.unallocated.is_zero());
+    prop_assert_eq!(&bill.negative, &None);
     let unit = q(1, 10i64.pow(places));
     prop_assert!((qd(c.unallocated) - &r.unallocated).abs() <= unit);
     prop_assert!((qd(c.sharing_discount) - &r.discount).abs() <= unit);

@@ -27,6 +27,9 @@ pub enum StoreError {
     /// The batch reports GPUs that belong to another node.
     #[error("the batch reports another node's GPUs")]
     Forbidden(Vec<FieldError>),
+    /// Together with what is stored for the same period, the batch uses more of a card than it has.
+    #[error("the batch over-commits a card")]
+    Invalid(Vec<FieldError>),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -590,8 +593,9 @@ fn reservation_of(
 /// The windows to store of a batch that re-sends the period of the GPUs `resent`. The period's
 /// stored windows are read: a new window that repeats a stored one exactly is a duplicate (left
 /// out); one that repeats a stored window's slice, consumer and start with other figures, or that
-/// breaks the one-holder or capacity rules together with stored windows, makes the batch a conflict
-/// naming the stored window.
+/// breaks the one-holder rule together with stored windows, makes the batch a conflict naming the
+/// stored window (409); one that, with them, uses or reserves more of a card than it has is invalid
+/// like an over-committed batch alone (422).
 async fn check_resent<'b>(
     tx: &mut PgConnection,
     b: &'b ValidBatch,
@@ -623,6 +627,7 @@ async fn check_resent<'b>(
     .await?;
     let on_resent = |w: &ValidWindow| resent.contains(&gpu_ids[b.slices[w.slice].gpu]);
     let mut conflicts = Vec::new();
+    let mut invalid = Vec::new();
     let describe = |k: usize| {
         let r = &stored[k];
         format!(
@@ -788,10 +793,10 @@ async fn check_resent<'b>(
         for o in occupancy::hourly_overruns(b.period_start, b.period_end, &uses, &on_gpu) {
             for w in &o.windows {
                 if let Origin::Batch(i) = w {
-                    conflicts.push(FieldError::new(
+                    invalid.push(FieldError::new(
                         format!("windows[{i}]"),
                         format!(
-                            "with the windows stored for the same period, the time-sliced replicas use {} s of the GPU's {} in the hour from {}, which had {} s of it",
+                            "with the windows stored for the same period, they use {} s of the GPU's {} in the hour from {}, which had {} s of it",
                             o.used_seconds.round_dp(6).normalize(),
                             o.what,
                             o.hour,
@@ -829,7 +834,7 @@ async fn check_resent<'b>(
             let names: BTreeSet<&str> = theirs.iter().map(|(_, u, _)| u.as_str()).collect();
             let names = names.into_iter().collect::<Vec<_>>().join(", ");
             for &k in &mine {
-                conflicts.push(FieldError::new(
+                invalid.push(FieldError::new(
                     format!("slices[{k}]"),
                     format!(
                         "with the slices stored for the same period ({names}), the reserved slices of {} take more than the card",
@@ -839,10 +844,12 @@ async fn check_resent<'b>(
             }
         }
     }
-    if conflicts.is_empty() {
-        Ok(fresh.into_iter().map(|(_, w)| w).collect())
-    } else {
+    if !conflicts.is_empty() {
         Err(StoreError::Conflict(conflicts))
+    } else if !invalid.is_empty() {
+        Err(StoreError::Invalid(invalid))
+    } else {
+        Ok(fresh.into_iter().map(|(_, w)| w).collect())
     }
 }
 

@@ -37,6 +37,7 @@ impl From<StoreError> for IngestError {
         match e {
             StoreError::Conflict(fields) => IngestError::Conflict(fields),
             StoreError::Forbidden(fields) => IngestError::Forbidden(fields),
+            StoreError::Invalid(fields) => IngestError::Invalid(fields),
             StoreError::Db(e) => IngestError::Db(e),
         }
     }
@@ -160,6 +161,7 @@ pub async fn ingest(
         Ok(_) => "stored",
         Err(StoreError::Conflict(_)) => "conflict",
         Err(StoreError::Forbidden(_)) => "forbidden",
+        Err(StoreError::Invalid(_)) => "invalid",
         Err(StoreError::Db(_)) => "error",
     };
     metrics::histogram!("slicemeter_ingest_seconds", "result" => result)

@@ -206,7 +206,7 @@ pub struct Overrun<O> {
     pub what: &'static str,
     pub used_seconds: Decimal,
     pub available_seconds: Decimal,
-    /// The time-sliced windows behind it.
+    /// Every window that used the GPU in that hour.
     pub windows: Vec<O>,
 }
 
@@ -227,11 +227,10 @@ pub fn hourly_overruns<O: Copy + PartialEq>(
     if !spans.iter().any(|s| !slices[s.slice].reserved) {
         return Vec::new();
     }
-    #[derive(Default)]
     struct Hour<O> {
         compute: Decimal,
         memory: Decimal,
-        shared: Vec<O>,
+        windows: Vec<O>,
     }
     let mut hours: BTreeMap<DateTime<Utc>, Hour<O>> = BTreeMap::new();
     let mut overflow = Vec::new();
@@ -242,15 +241,15 @@ pub fn hourly_overruns<O: Copy + PartialEq>(
             let h = hours.entry(*hour).or_insert_with(|| Hour {
                 compute: Decimal::ZERO,
                 memory: Decimal::ZERO,
-                shared: Vec::new(),
+                windows: Vec::new(),
             });
+            h.windows.push(s.origin);
             let (c, m) = if u.reserved {
                 (
                     f.held_seconds.checked_mul(u.compute_share),
                     f.held_seconds.checked_mul(u.memory_share),
                 )
             } else {
-                h.shared.push(s.origin);
                 (
                     Some(f.compute_active_seconds),
                     f.memory_byte_seconds.checked_div(gpu_memory),
@@ -272,7 +271,7 @@ pub fn hourly_overruns<O: Copy + PartialEq>(
         let available = seconds(from, to);
         for (what, used) in [("compute", h.compute), ("memory", h.memory)] {
             if used > available + SLACK || overflow.contains(&hour) {
-                let mut windows = h.shared.clone();
+                let mut windows = h.windows.clone();
                 windows.dedup();
                 out.push(Overrun {
                     hour: floor_hour(hour),

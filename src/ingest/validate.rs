@@ -669,7 +669,7 @@ pub fn validate(
                     errors.push(
                         format!("windows[{i}]"),
                         format!(
-                            "the time-sliced windows of {} ({}) use {} s of its {} in the hour from {}, which had {} s of it",
+                            "the windows of {} ({}) use {} s of its {} in the hour from {}, which had {} s of it (time-sliced replicas pay what they use, so together they fit the card)",
                             gpu.uuid,
                             names.join(", "),
                             o.used_seconds.round_dp(6).normalize(),

@@ -286,6 +286,14 @@ async fn write_focus(
             continue;
         }
         for l in lines.iter().filter(|l| l.key.kind == LineKind::IdleSpread) {
+            // What falls to consumers no team claims stays on the platform's account.
+            let mut tags = BTreeMap::from([("slicemeter/team".to_owned(), t.clone())]);
+            let (sub_account_id, sub_account_name) = if t == UNATTRIBUTED {
+                tags.insert("slicemeter/platform".to_owned(), "unattributed".to_owned());
+                ("platform".to_owned(), issuer.name.clone())
+            } else {
+                (t.clone(), t.clone())
+            };
             let row = Row {
                 category: Category::Usage,
                 correction: false,
@@ -304,9 +312,9 @@ async fn write_focus(
                 resource_type: None,
                 sku_id: "idle-capacity".into(),
                 sku_price_id: format!("idle-capacity/v{}", l.key.rate_card),
-                sub_account_id: t.clone(),
-                sub_account_name: t.clone(),
-                tags: BTreeMap::from([("slicemeter/team".to_owned(), t.clone())]),
+                sub_account_id,
+                sub_account_name,
+                tags,
                 gpu_model: None,
                 slice_kind: None,
                 mig_profile: None,

@@ -666,3 +666,81 @@ async fn the_sign_in_page_shows_only_messages_of_its_own() {
     let r = app.get(None, "/ui/signin").await;
     assert!(!r.body.as_str().unwrap().contains("class=\"error\""));
 }
+
+#[tokio::test]
+async fn an_upgrade_freezes_months_issued_before_books_were_kept_and_drops_unattributed_drafts() {
+    let pool = empty_pool().await;
+    for sql in [
+        include_str!("../../migrations/0001_foundation.sql"),
+        include_str!("../../migrations/0002_billing.sql"),
+        include_str!("../../migrations/0003_ui_session.sql"),
+        include_str!("../../migrations/0004_audit.sql"),
+        include_str!("../../migrations/0005_rate_card_span.sql"),
+        include_str!("../../migrations/0006_one_holder_at_a_time.sql"),
+    ] {
+        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    }
+    // September as an older version left it: usage, an issued invoice, a draft for unattributed.
+    sqlx::raw_sql(
+        "select ensure_month_partition('usage_hourly', '2026-09-01');
+         select ensure_month_partition('gpu_hourly', '2026-09-01');
+         insert into team (team_id, display_name) values ('nlp', 'nlp');
+         insert into rate_card (effective_from, currency, minor_units, weight_compute, weight_memory,
+                                factor_mig, factor_whole, factor_mps, factor_vgpu, factor_timeslice,
+                                idle_policy, default_hourly_cost)
+             values ('2026-09-01Z', 'USD', 2, 0.5, 0.5, 1, 1, 0.9, 0.9, 0.75, 'platform', 4);
+         insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
+             values ('GPU-1', 'n1', 'NVIDIA H100 80GB HBM3', 85520809984, 7, 8, false);
+         insert into slice (slice_uuid, gpu_id, kind, compute_share, memory_share, memory_reserved_bytes, reserved)
+             values ('GPU-1', 1, 'whole', 1, 1, 85520809984, true);
+         insert into consumer (fingerprint, namespace, team_id)
+             values (decode(repeat('ab', 32), 'hex'), 'nlp', 'nlp'),
+                    (decode(repeat('cd', 32), 'hex'), 'scratch', 'unattributed');
+         insert into usage_hourly values ('2026-09-01 00:00Z', 1, 1, 3600, 0, 0, 0, 3600, 1);
+         insert into gpu_hourly values ('2026-09-01 00:00Z', 1, 3600);
+         insert into invoice (team_id, period, status, currency, total, number_year, number_seq, issued_at)
+             values ('nlp', '2026-09-01', 'issued', 'USD', 4, 2026, 1, now());
+         insert into invoice (team_id, period, currency, total)
+             values ('unattributed', '2026-09-01', 'USD', 1);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(include_str!("../../migrations/0007_books.sql"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let frozen: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("select frozen_at from book where period = '2026-09-01'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(frozen.is_some(), "September is frozen as it stood");
+    let held: Decimal = sqlx::query_scalar(
+        "select sum(held_seconds) from book_slice_day where period = '2026-09-01'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(held, Decimal::from(3600));
+    let drafts: i64 = sqlx::query_scalar(
+        "select count(*) from invoice where team_id = 'unattributed' and status = 'draft'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(drafts, 0);
+    // Late data for it changes nothing of its books.
+    sqlx::raw_sql(
+        "insert into usage_hourly values ('2026-09-02 00:00Z', 1, 1, 3600, 0, 0, 0, 3600, 1)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let again: Decimal =
+        sqlx::query_scalar("select sum(held_seconds) from period_slice_day('2026-09-01', true)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(again, Decimal::from(3600));
+}

@@ -409,12 +409,46 @@ async fn a_re_sent_period_cannot_add_held_time_to_what_is_stored() {
     whole["gpus"][0]["mig_enabled"] = json!(false);
     whole["slices"] = json!([{"uuid": "GPU-extra-whole", "gpu_uuid": H100, "kind": "whole"}]);
     whole["windows"] = json!([window("GPU-extra-whole", T0, T1, "nlp", "c", 60.0)]);
-    let r = refused(&app, &whole, StatusCode::CONFLICT).await;
+    let r = refused(&app, &whole, StatusCode::UNPROCESSABLE_ENTITY).await;
     assert!(field_names(&r).contains(&"slices[0]".to_owned()), "{r:?}");
     // An exact re-send is still a no-op.
     let again = app.ingest(&app.admin, &first).await;
     assert_eq!(again.body, json!({"inserted": 0, "duplicates": 2}));
     assert_eq!(stored(&app).await, before);
+}
+
+#[tokio::test]
+async fn a_re_sent_period_cannot_reserve_a_card_its_replicas_already_used() {
+    let app = TestApp::spawn().await;
+    let ts = json!([
+        {"uuid": "GPU-W::0", "gpu_uuid": "GPU-W", "kind": "timeslice", "replicas": 2, "replica": 0},
+        {"uuid": "GPU-W::1", "gpu_uuid": "GPU-W", "kind": "timeslice", "replicas": 2, "replica": 1}]);
+    let busy = |slice: &str| {
+        let mut w = held(slice, slice, 60.0);
+        w["compute_active_seconds"] = json!(25.0);
+        w
+    };
+    let stored_batch = whole_batch(ts, vec![busy("GPU-W::0"), busy("GPU-W::1")]);
+    assert_eq!(
+        app.ingest(&app.admin, &stored_batch).await.status,
+        StatusCode::OK
+    );
+    // The same minute again, now as a whole card held all of it: 60 + 25 + 25 s of a 60 s card.
+    let whole = json!([{"uuid": "GPU-W::whole", "gpu_uuid": "GPU-W", "kind": "whole"}]);
+    let r = refused(
+        &app,
+        &whole_batch(whole, vec![held("GPU-W::whole", "c", 60.0)]),
+        StatusCode::UNPROCESSABLE_ENTITY,
+    )
+    .await;
+    // Its compute (and, with the replicas' memory, its memory) is over.
+    assert!(field_names(&r).iter().all(|f| f == "windows[0]"), "{r:?}");
+    assert!(
+        fields(&r)
+            .iter()
+            .any(|(_, m)| m.contains("use 110 s of the GPU's compute")),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
@@ -689,7 +723,12 @@ async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_co
         },
     ));
     let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
-    let client = reqwest::Client::new();
+    // A connection of its own for each case: a failure is then the server dropping that one, never
+    // a kept-alive connection closed between two cases.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let seed: u64 = std::env::var("SLICEMETER_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -136,6 +136,24 @@ async fn drop_stale_databases(admin: &mut PgConnection) {
     }
 }
 
+/// A fresh database with nothing in it, not even the migrations (for testing an upgrade).
+pub async fn empty_pool() -> PgPool {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "sm_t_{}_empty_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut admin = PgConnection::connect_with(&options_for("postgres"))
+        .await
+        .unwrap();
+    sqlx::query(&format!("create database {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    db::connect_with(options_for(&name), 2).await.unwrap()
+}
+
 /// A fresh, migrated database of its own, and its URL.
 pub async fn fresh_pool() -> (PgPool, String) {
     static N: AtomicUsize = AtomicUsize::new(0);
