@@ -1,31 +1,36 @@
 //! slicemeter: chargeback for fractional GPUs. Bills each team for the physical share of the card it
 //! blocks (MIG instances, MPS shares, time-sliced replicas, vGPU fractions, whole GPUs).
+//!
+//! Dependencies point one way: `cli -> http -> {ingest, reports -> billing, teams, fleet, auth ->
+//! audit} -> db -> domain`; `collector -> domain` (it reaches the server over HTTP only); `sim ->
+//! collector` is the simulated fleet behind the collector's `Source` trait; `process` (logs,
+//! metrics, signals) stands alone. `tests/architecture.rs` holds the table and keeps it so.
 
-/// Roles, API tokens and principals.
+/// The audit log: what was changed, by whom, recorded with the change.
+pub mod audit;
+/// API tokens and the dashboard's sessions.
 pub mod auth;
-/// Benchmarks that print figures (`slicemeter bench`).
-pub mod bench;
 /// Rate cards, pricing, monthly statements and invoices.
 pub mod billing;
-/// The node collector: sources, integrator, shipper.
+/// The `slicemeter` subcommands, one module each.
+pub mod cli;
+/// The node collector: sources, integrator, spool, shipper, and the `collect` modes.
 pub mod collector;
-/// PostgreSQL: pool, migrations, partitions, repositories.
+/// PostgreSQL: pool, migrations, partitions, SQL types, the private cluster.
 pub mod db;
-/// The zero-configuration main job (`slicemeter demo`).
-pub mod demo;
-/// Pure domain types: slices, shares, the ingest contract, teams, time, MIG tables.
+/// Pure domain types: slices, shares, the ingest contract, the occupancy window, teams, time.
 pub mod domain;
-/// The HTTP API, its auth extractor and error envelope.
+/// The fleet as it stands: GPUs, slices, holders, and which node reports each GPU.
+pub mod fleet;
+/// The HTTP API, the dashboard and the server.
 pub mod http;
 /// Validation and storage of collector batches.
 pub mod ingest;
-/// A private PostgreSQL cluster for `demo` and the tests.
-pub mod pgcluster;
-/// Reports read from the hourly rollups.
+/// Logs, the Prometheus recorder and shutdown signals, the same in every process.
+pub mod process;
+/// Reports: usage, the monthly report, FOCUS and ERP exports.
 pub mod reports;
-/// `serve`: the server process.
-pub mod server;
 /// The deterministic simulated fleet.
 pub mod sim;
-/// Fast-forward generation of simulated batches.
-pub mod simulate;
+/// Teams and the namespaces they own.
+pub mod teams;

@@ -14,6 +14,9 @@
 //! frozen. Invoices may be issued only after a grace period for late data.
 //!
 //! Pure: the rollup aggregates and rate cards come in, lines and figures go out.
+//!
+//! The file stays whole, with its tests: every line [`bill`] makes feeds the conservation identity,
+//! and the table and property tests that hold it to the cent belong beside the one function.
 
 use std::collections::BTreeMap;
 
@@ -25,7 +28,7 @@ use utoipa::ToSchema;
 use super::pricing::{Charge, PresenceAggregate, UsageAggregate, fleet_cost, price};
 use super::rate_card::{Currency, IdlePolicy, PriceSource, RateCard};
 use crate::domain::slice::SliceKind;
-use crate::domain::team::UNATTRIBUTED;
+use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 
 /// Where a billing period stands.
@@ -111,6 +114,24 @@ pub enum BillingError {
     UnknownRateCard(i64),
 }
 
+/// Where a period's books stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Books {
+    /// No invoice run yet (or none since the last credit note unfroze them).
+    None,
+    /// Written by a run; drafts may be made again.
+    Drafted,
+    /// Issued: read from here, whatever arrives later.
+    Frozen { at: DateTime<Utc> },
+}
+
+impl Books {
+    /// Whether figures of the period are read from the books rather than the rollups.
+    pub fn frozen(self) -> bool {
+        matches!(self, Books::Frozen { .. })
+    }
+}
+
 /// What an invoice line is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -126,6 +147,13 @@ pub enum LineKind {
 }
 
 impl LineKind {
+    pub const ALL: [LineKind; 4] = [
+        LineKind::Usage,
+        LineKind::IdleSpread,
+        LineKind::Correction,
+        LineKind::Credit,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             LineKind::Usage => "usage",
@@ -133,6 +161,13 @@ impl LineKind {
             LineKind::Correction => "correction",
             LineKind::Credit => "credit",
         }
+    }
+}
+
+impl std::str::FromStr for LineKind {
+    type Err = crate::domain::text::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        crate::domain::text::UnknownName::find("line kind", s, &Self::ALL, |k| k.as_str())
     }
 }
 
@@ -245,7 +280,7 @@ pub struct PeriodBill {
     /// Exact charges, one per (team, model, kind, profile, rate card).
     pub charges: Vec<Charge>,
     /// Each team's lines, rounded once.
-    pub lines: BTreeMap<String, Vec<Line>>,
+    pub lines: BTreeMap<TeamId, Vec<Line>>,
     pub conservation: Conservation,
     pub default_priced: Vec<DefaultPriced>,
     /// Rate card versions that priced some hour of the period.
@@ -335,7 +370,7 @@ pub fn bill(
     }
 
     // Usage lines: one per charge, rounded once.
-    let mut lines: BTreeMap<String, Vec<Line>> = BTreeMap::new();
+    let mut lines: BTreeMap<TeamId, Vec<Line>> = BTreeMap::new();
     for c in &charges {
         lines.entry(c.team.clone()).or_default().push(Line {
             key: LineKey {
@@ -367,7 +402,7 @@ pub fn bill(
         let idle = fleet - allocated;
         let charged: Decimal = of_card.iter().map(|c| c.amount).sum();
         if cards[&card_id].idle_policy == IdlePolicy::Spread && charged > Decimal::ZERO {
-            let mut by_team: BTreeMap<&str, Decimal> = BTreeMap::new();
+            let mut by_team: BTreeMap<&TeamId, Decimal> = BTreeMap::new();
             for c in &of_card {
                 *by_team.entry(&c.team).or_default() += c.amount;
             }
@@ -375,7 +410,7 @@ pub fn bill(
             for (team, amount) in by_team {
                 let part = idle * amount / charged;
                 spread_total += part;
-                lines.entry(team.to_owned()).or_default().push(Line {
+                lines.entry(team.clone()).or_default().push(Line {
                     key: LineKey {
                         kind: LineKind::IdleSpread,
                         gpu_model: None,
@@ -415,7 +450,7 @@ pub fn bill(
     let sum_of = |paying: bool| -> Decimal {
         lines
             .iter()
-            .filter(|(team, _)| (team.as_str() != UNATTRIBUTED) == paying)
+            .filter(|(team, _)| team.is_unattributed() != paying)
             .flat_map(|(_, ls)| ls)
             .map(|l| l.amount)
             .sum()
@@ -511,7 +546,7 @@ pub(crate) mod tests {
         .physical_share(&H100);
         (
             UsageAggregate {
-                team: team.into(),
+                team: TeamId::parse(team).unwrap(),
                 model: H100_MODEL.into(),
                 kind: SliceKind::Mig,
                 profile: Some(profile.into()),
@@ -742,7 +777,10 @@ pub(crate) mod tests {
                         let active = held * Decimal::from(busy) / dec!(100) * scale;
                         usage.push((
                             UsageAggregate {
-                                team: ["nlp", "vision", "search", "unattributed"][team].into(),
+                                team: TeamId::parse(
+                                    ["nlp", "vision", "search", "unattributed"][team],
+                                )
+                                .unwrap(),
                                 model: if g % 3 == 2 {
                                     "Tesla T4".into()
                                 } else {

@@ -11,13 +11,14 @@ use rust_decimal::Decimal;
 
 use super::rate_card::{PriceSource, RateCard};
 use crate::domain::slice::SliceKind;
+use crate::domain::team::TeamId;
 use crate::domain::usage::OccupancySums;
 
 /// Occupancy of one (team, GPU model, slice kind, profile) group during the hours one rate card
 /// version was in force.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageAggregate {
-    pub team: String,
+    pub team: TeamId,
     pub model: String,
     pub kind: SliceKind,
     /// MIG profile name; `None` for other kinds.
@@ -31,7 +32,7 @@ pub struct UsageAggregate {
 /// The price of one [`UsageAggregate`], exact.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Charge {
-    pub team: String,
+    pub team: TeamId,
     pub model: String,
     pub kind: SliceKind,
     pub profile: Option<String>,
@@ -161,7 +162,7 @@ mod tests {
         let share = reservation.physical_share(gpu);
         let held = Decimal::from(hours * 3600);
         UsageAggregate {
-            team: "nlp".into(),
+            team: TeamId::parse("nlp").unwrap(),
             model: model.into(),
             kind: reservation.kind(),
             profile: match reservation {
@@ -277,7 +278,7 @@ mod tests {
         let held = dec!(720) * dec!(3600);
         let memory_bytes_seconds = Decimal::from(16u64 << 30) * held;
         let u = UsageAggregate {
-            team: "vision".into(),
+            team: TeamId::parse("vision").unwrap(),
             model: "NVIDIA H100 80GB HBM3".into(),
             kind: SliceKind::Timeslice,
             profile: None,

@@ -5,6 +5,9 @@
 //! (`BigRational`) straight from DESIGN.md's formulas, which shares no code with the production path.
 //!
 //! `PROPTEST_CASES` (default 10,000) and `PROPTEST_RNG_SEED` explore further.
+//!
+//! The file stays whole: the generator, the reference and the comparison are one test, and the
+//! reference is only worth something read line by line beside the formulas it restates.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +23,7 @@ use super::period::{self, Line};
 use super::pricing::{PresenceAggregate, UsageAggregate};
 use super::rate_card::{Currency, IdlePolicy, IsolationFactors, RateCard};
 use crate::domain::slice::{GpuGeometry, Reservation, ShareWeights, SliceKind};
+use crate::domain::team::TeamId;
 use crate::domain::team::UNATTRIBUTED;
 use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
@@ -291,7 +295,7 @@ fn aggregates(f: &Fleet) -> Aggregates {
         .map(|((team, model, kind, profile, card), sums)| {
             (
                 UsageAggregate {
-                    team,
+                    team: TeamId::parse(&team).expect("a team id"),
                     model,
                     kind,
                     profile,
@@ -483,7 +487,7 @@ fn check(f: &Fleet, late: &Fleet) -> Result<(), TestCaseError> {
             let (key, spread) = key_of(l);
             let exact = r
                 .lines
-                .get(&(team.clone(), key.clone(), spread))
+                .get(&(team.to_string(), key.clone(), spread))
                 .cloned()
                 .ok_or_else(|| TestCaseError::fail(format!("line not in reference: {key:?}")))?;
             check_line(l, &exact, places)?;
@@ -512,7 +516,7 @@ fn check(f: &Fleet, late: &Fleet) -> Result<(), TestCaseError> {
 
     // A late batch after the month was issued: corrections bill the difference, once.
     let month: Month = "2026-10".parse().expect("a month");
-    let mut billed: BTreeMap<String, BTreeMap<PricedKey, Billed>> = BTreeMap::new();
+    let mut billed: BTreeMap<TeamId, BTreeMap<PricedKey, Billed>> = BTreeMap::new();
     for (team, lines) in &bill.lines {
         for l in lines {
             let b = billed

@@ -1,8 +1,12 @@
 //! The node collector: a source sampled every `sample_interval`, integrated into occupancy windows,
-//! shipped as batches. `simulate` and `demo` drive the same parts in fast-forward.
+//! shipped as batches. This module has the cadence, the batches and the fast-forward [`Replay`];
+//! `run` has the `collect` command's modes (live, replay, drain, dry run) and the NVML wiring;
+//! `sim::generate` drives the same parts in fast-forward for `simulate` and `demo`. It reaches the
+//! server over HTTP only.
 
 pub mod attribution;
 pub mod integrator;
+pub mod run;
 pub mod shipper;
 pub mod source;
 pub mod spool;
@@ -10,7 +14,6 @@ pub mod spool;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
 
 use crate::domain::batch::{Batch, Period};
 use integrator::{ClosedWindow, Integrator};
@@ -27,7 +30,7 @@ pub struct Cadence {
 }
 
 impl Cadence {
-    fn integrator(&self) -> Integrator {
+    pub fn integrator(&self) -> Integrator {
         let window = self.window.as_millis() as i64;
         // A sample holds for up to two intervals, so one late tick loses nothing.
         let step = 2 * self.sample_interval.as_millis() as i64;
@@ -156,7 +159,7 @@ impl<S: Source> Replay<S> {
 }
 
 /// Fits readings to the card, saying so (figures past the card are a driver's rounding, or a bug).
-fn fitted(fit: &CardFit, readings: &mut [source::Reading]) {
+pub fn fitted(fit: &CardFit, readings: &mut [source::Reading]) {
     let cut = fit.apply(readings);
     if cut > 0 {
         tracing::debug!(
@@ -165,119 +168,4 @@ fn fitted(fit: &CardFit, readings: &mut [source::Reading]) {
         );
         metrics::counter!("slicemeter_collector_readings_fitted_total").increment(cut as u64);
     }
-}
-
-/// Samples a source in real time until `shutdown` fires, sending each closed window's batch to
-/// `out`. On shutdown the open window is closed and sent too.
-pub async fn run_live<S: Source>(
-    mut source: S,
-    cadence: Cadence,
-    out: mpsc::Sender<Batch>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), SourceError> {
-    let inventory = source.inventory()?;
-    let node = source.node().to_owned();
-    tracing::info!(
-        node = %node,
-        gpus = inventory.gpus.len(),
-        slices = inventory.slices.len(),
-        "The collector is sampling."
-    );
-    let fit = CardFit::of(&inventory);
-    let mut integrator = cadence.integrator();
-    let mut tick = tokio::time::interval(cadence.sample_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let closed = tokio::select! {
-            _ = tick.tick() => {
-                let now = Utc::now();
-                let mut readings = source.sample(now)?;
-                fitted(&fit, &mut readings);
-                integrator.push(now.timestamp_millis(), readings)
-            }
-            _ = shutdown.changed() => {
-                let closed = integrator.flush(Utc::now().timestamp_millis());
-                for w in &closed {
-                    if out.send(batch(&node, &inventory, w)).await.is_err() {
-                        break;
-                    }
-                }
-                return Ok(());
-            }
-        };
-        for w in &closed {
-            if out.send(batch(&node, &inventory, w)).await.is_err() {
-                return Ok(());
-            }
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CollectorError {
-    #[error(transparent)]
-    Source(#[from] SourceError),
-    #[error(transparent)]
-    Spool(#[from] spool::SpoolError),
-}
-
-/// Samples `source` live into `spool` while `shipper` ships it, until `stop` fires. The last window is
-/// spooled; the shipper then gets `grace` to send what is left, which otherwise waits in the spool.
-pub async fn run_spooled<S: Source + 'static>(
-    source: S,
-    cadence: Cadence,
-    spool: std::sync::Arc<spool::Spool>,
-    shipper: shipper::Shipper,
-    stop: tokio::sync::watch::Receiver<bool>,
-    grace: Duration,
-) -> Result<(), CollectorError> {
-    let (tx, mut rx) = mpsc::channel::<Batch>(64);
-    let (ship_stop, ship_stopped) = tokio::sync::watch::channel(false);
-    let (finished, finished_rx) = tokio::sync::watch::channel(false);
-    let sampler = tokio::spawn(run_live(source, cadence, tx, stop));
-    let spooler = {
-        let spool = spool.clone();
-        tokio::spawn(async move {
-            while let Some(b) = rx.recv().await {
-                spool.push(&b)?;
-            }
-            Ok::<(), spool::SpoolError>(())
-        })
-    };
-    let mut shipping = tokio::spawn(shipper.run_spool(spool, ship_stopped, finished_rx));
-    let sampled = sampler.await.expect("the sampler does not panic");
-    let spooled = spooler.await.expect("the spooler does not panic");
-    finished.send(true).ok();
-    let shipped = match tokio::time::timeout(grace, &mut shipping).await {
-        Ok(r) => r.expect("the shipper does not panic"),
-        Err(_) => {
-            ship_stop.send(true).ok();
-            shipping.await.expect("the shipper does not panic")
-        }
-    };
-    sampled?;
-    spooled?;
-    shipped?;
-    Ok(())
-}
-
-/// Replays `source` over `[from, to)` in fast-forward into `spool`, batch by batch, on this thread.
-pub fn replay_into_spool<S: Source>(
-    source: S,
-    cadence: Cadence,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    spool: &spool::Spool,
-) -> Result<u64, CollectorError> {
-    let mut replay = Replay::new(source, cadence, from, to)?;
-    let mut windows = 0;
-    let mut until = from;
-    while !replay.is_done() {
-        until = (until + chrono::Duration::hours(1)).min(to);
-        for b in replay.advance(until)? {
-            windows += b.windows.len() as u64;
-            spool.push(&b)?;
-        }
-    }
-    Ok(windows)
 }

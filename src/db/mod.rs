@@ -1,17 +1,9 @@
-//! PostgreSQL: the pool, the embedded migrations, monthly partitions, and the repositories (the only
-//! place sqlx queries live).
+//! PostgreSQL: the pool, the embedded migrations, monthly partitions, the SQL mapping of text-valued
+//! types (`types`) and the private cluster `demo` and the tests start (`cluster`). It imports nothing
+//! of the features above it; each feature keeps its own SQL in its `store.rs`.
 
-pub mod audit;
-pub mod billing;
-pub mod books;
-pub mod exports;
-pub mod fleet;
-pub mod ingest;
-pub mod invoices;
-pub mod reports;
-pub mod teams;
-pub mod tokens;
-pub mod ui;
+pub mod cluster;
+pub mod types;
 
 use std::collections::HashSet;
 use std::str::FromStr;

@@ -211,9 +211,16 @@ impl ShareWeights {
         Ok(ShareWeights { compute, memory })
     }
 
+    /// `w_compute * compute + w_memory * memory`: the one place the weights are applied, whether to a
+    /// slice's shares (its physical share) or to share-weighted sums of seconds (GPU-equivalent
+    /// seconds, `usage::OccupancySums`). Pricing, reports, FOCUS and the dashboard all come here.
+    pub fn weigh(&self, compute: Decimal, memory: Decimal) -> Decimal {
+        self.compute * compute + self.memory * memory
+    }
+
     /// `share(s) = w_compute * compute_share + w_memory * memory_share` for a reserved slice.
     pub fn reserved_share(&self, share: &PhysicalShare) -> Decimal {
-        self.compute * share.compute + self.memory * share.memory
+        self.weigh(share.compute, share.memory)
     }
 }
 

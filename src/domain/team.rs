@@ -1,7 +1,9 @@
 //! Teams: who pays. Consumers map to teams by an explicit `team` label, else by namespace, else to
 //! `unattributed`, which stays visible in every report.
 
+use std::borrow::Borrow;
 use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +40,31 @@ impl TeamId {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether this is `unattributed`, which is never invoiced.
+    pub fn is_unattributed(&self) -> bool {
+        self.0 == UNATTRIBUTED
+    }
+}
+
+impl FromStr for TeamId {
+    type Err = TeamIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TeamId::parse(s)
+    }
+}
+
+/// A team id compares, orders and hashes as its text, so maps keyed by team are looked up by `&str`.
+impl Borrow<str> for TeamId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for TeamId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
     }
 }
 

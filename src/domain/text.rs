@@ -44,6 +44,34 @@ pub fn spreadsheet_safe(cell: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A name that is not one of a type's names (a status, a kind) read from outside.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{value:?} is not a known {what}: expected one of {expected}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: String,
+}
+
+impl UnknownName {
+    /// The one of `all` named `s`.
+    pub fn find<T: Copy>(
+        what: &'static str,
+        s: &str,
+        all: &[T],
+        name: impl Fn(T) -> &'static str,
+    ) -> Result<T, UnknownName> {
+        all.iter()
+            .copied()
+            .find(|t| name(*t) == s)
+            .ok_or_else(|| UnknownName {
+                what,
+                value: s.to_owned(),
+                expected: all.iter().map(|t| name(*t)).collect::<Vec<_>>().join(", "),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

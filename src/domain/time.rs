@@ -10,6 +10,30 @@ pub fn floor_hour(t: DateTime<Utc>) -> DateTime<Utc> {
         .expect("every instant has an hour start")
 }
 
+/// Seconds from `start` to `end`, to the microsecond (the ingest contract's finest time).
+pub fn seconds_between(start: DateTime<Utc>, end: DateTime<Utc>) -> rust_decimal::Decimal {
+    rust_decimal::Decimal::new((end - start).num_microseconds().unwrap_or(i64::MAX), 6).normalize()
+}
+
+/// Seconds of `[start, end)` in each hour it touches, to the microsecond: GPU presence per hour.
+pub fn seconds_by_hour(
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Vec<(DateTime<Utc>, rust_decimal::Decimal)> {
+    let mut out = Vec::new();
+    let mut from = start;
+    while from < end {
+        let next = (floor_hour(from) + Duration::hours(1)).min(end);
+        let us = (next - from).num_microseconds().unwrap_or(0);
+        out.push((
+            floor_hour(from),
+            rust_decimal::Decimal::new(us, 6).normalize(),
+        ));
+        from = next;
+    }
+    out
+}
+
 /// The first day of the UTC month that holds `t`.
 pub fn month_of(t: DateTime<Utc>) -> NaiveDate {
     NaiveDate::from_ymd_opt(t.year(), t.month(), 1).expect("first of the month exists")
@@ -52,9 +76,32 @@ pub fn floor_to(t: DateTime<Utc>, step: Duration) -> DateTime<Utc> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rust_decimal_macros::dec;
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn presence_seconds_are_counted_per_hour() {
+        assert_eq!(
+            seconds_by_hour(t("2026-10-01T09:30:00Z"), t("2026-10-01T11:15:00Z")),
+            vec![
+                (t("2026-10-01T09:00:00Z"), dec!(1800)),
+                (t("2026-10-01T10:00:00Z"), dec!(3600)),
+                (t("2026-10-01T11:00:00Z"), dec!(900)),
+            ]
+        );
+        assert_eq!(
+            seconds_by_hour(
+                t("2026-10-01T09:59:59.9995Z"),
+                t("2026-10-01T10:00:00.0005Z")
+            ),
+            vec![
+                (t("2026-10-01T09:00:00Z"), dec!(0.0005)),
+                (t("2026-10-01T10:00:00Z"), dec!(0.0005)),
+            ]
+        );
     }
 
     #[test]

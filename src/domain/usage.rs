@@ -1,10 +1,12 @@
 //! Sums of occupancy and the share formula applied to them. DESIGN.md's share is linear in a slice's
 //! compute and memory shares, so sums of `held_seconds x share` over any set of rollup rows are all
-//! reports and pricing need; the weights are applied last, here and nowhere else.
+//! reports and pricing need; the weights are applied last (`ShareWeights::weigh`). A query's row
+//! becomes sums through [`occupancy_sums!`] and one slice's figures through
+//! [`OccupancySums::of_slice`], each the only way to.
 
 use rust_decimal::Decimal;
 
-use super::slice::ShareWeights;
+use super::slice::{PhysicalShare, ShareWeights};
 
 /// Rollup sums over a set of (hour, slice, consumer) rows. Seconds throughout; `*_compute` and
 /// `*_memory` terms are multiplied by each slice's compute or memory share (for a time-sliced replica
@@ -25,7 +27,63 @@ pub struct OccupancySums {
     pub windows: i64,
 }
 
+/// The [`OccupancySums`] of a query row whose columns carry the sums' names: `held_seconds`,
+/// `held_compute`, `held_memory`, `known_seconds`, `known_compute`, `active_seconds`,
+/// `active_compute`, `memory_gib_seconds`, `memory_used` and `windows`.
+#[macro_export]
+macro_rules! occupancy_sums {
+    ($row:expr) => {
+        $crate::domain::usage::OccupancySums {
+            held_seconds: $row.held_seconds,
+            held_compute: $row.held_compute,
+            held_memory: $row.held_memory,
+            known_seconds: $row.known_seconds,
+            known_compute: $row.known_compute,
+            active_seconds: $row.active_seconds,
+            active_compute: $row.active_compute,
+            memory_gib_seconds: $row.memory_gib_seconds,
+            memory_used: $row.memory_used,
+            windows: $row.windows,
+        }
+    };
+}
+
+/// What one slice held and used over some time, before its shares are applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SliceSeconds {
+    pub held_seconds: Decimal,
+    /// Held seconds whose compute activity was measured.
+    pub known_seconds: Decimal,
+    pub active_seconds: Decimal,
+    pub memory_byte_seconds: Decimal,
+    pub windows: i64,
+}
+
+const GIB: Decimal = Decimal::from_parts(1 << 30, 0, 0, false, 0);
+
 impl OccupancySums {
+    /// One slice's figures with its shares applied: seconds times its compute or memory share, and
+    /// memory over what it reserves.
+    pub fn of_slice(s: &SliceSeconds, share: &PhysicalShare) -> OccupancySums {
+        let reserved = Decimal::from(share.memory_reserved_bytes);
+        OccupancySums {
+            held_seconds: s.held_seconds,
+            held_compute: s.held_seconds * share.compute,
+            held_memory: s.held_seconds * share.memory,
+            known_seconds: s.known_seconds,
+            known_compute: s.known_seconds * share.compute,
+            active_seconds: s.active_seconds,
+            active_compute: s.active_seconds * share.compute,
+            memory_gib_seconds: s.memory_byte_seconds / GIB,
+            memory_used: if reserved > Decimal::ZERO {
+                s.memory_byte_seconds * share.memory / reserved
+            } else {
+                Decimal::ZERO
+            },
+            windows: s.windows,
+        }
+    }
+
     pub fn add(&mut self, o: &OccupancySums) {
         self.held_seconds += o.held_seconds;
         self.held_compute += o.held_compute;
@@ -43,9 +101,9 @@ impl OccupancySums {
     /// time-sliced replica reserves nothing and blocks what it measurably used.
     pub fn held_equivalent(&self, reserved: bool, w: &ShareWeights) -> Decimal {
         if reserved {
-            w.compute * self.held_compute + w.memory * self.held_memory
+            w.weigh(self.held_compute, self.held_memory)
         } else {
-            w.compute * self.active_compute + w.memory * self.memory_used
+            w.weigh(self.active_compute, self.memory_used)
         }
     }
 
@@ -63,7 +121,7 @@ impl OccupancySums {
         } else {
             Decimal::ZERO
         };
-        Some(w.compute * compute + w.memory * self.memory_used)
+        Some(w.weigh(compute, self.memory_used))
     }
 }
 

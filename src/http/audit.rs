@@ -9,28 +9,19 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
-use crate::auth::{Principal, Role};
-use crate::db::audit::{self, AuditEntry};
-use crate::ingest::FieldError;
+use super::state::AppState;
+use crate::audit::{
+    AuditAction,
+    store::{self as audit, AuditEntry},
+};
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(list_audit))
 }
-
-const ACTIONS: [&str; 9] = [
-    "rate_card.publish",
-    "rate_card.withdraw",
-    "gpu.move",
-    "invoice.run",
-    "invoice.issue",
-    "invoice.credit",
-    "team.put",
-    "token.create",
-    "token.revoke",
-];
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -87,14 +78,18 @@ async fn list_audit(
         || to.map(|t| t - Duration::days(30)),
         |v| instant("from", v, &mut errors),
     );
-    if let Some(a) = &p.action
-        && !ACTIONS.contains(&a.as_str())
-    {
-        errors.push(FieldError::new(
-            "action",
-            format!("{a:?} is not one of {}", ACTIONS.join(", ")),
-        ));
-    }
+    let action = match p.action.as_deref().map(|a| (a, a.parse::<AuditAction>())) {
+        None => None,
+        Some((_, Ok(a))) => Some(a),
+        Some((a, Err(()))) => {
+            let all: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
+            errors.push(FieldError::new(
+                "action",
+                format!("{a:?} is not one of {}", all.join(", ")),
+            ));
+            None
+        }
+    };
     let limit = match p.limit.as_deref().map(str::parse::<i64>) {
         None => Some(100),
         Some(Ok(n)) if (1..=1000).contains(&n) => Some(n),
@@ -110,6 +105,6 @@ async fn list_audit(
         ));
     };
     Ok(Json(
-        audit::list(&state.pool, from, to, p.action.as_deref(), limit).await?,
+        audit::list(&state.pool, from, to, action, limit).await?,
     ))
 }

@@ -5,10 +5,10 @@ use axum::http::header;
 use axum::http::request::Parts;
 use chrono::Utc;
 
-use super::AppState;
 use super::error::ApiError;
-use crate::auth::{Principal, Role};
-use crate::db::tokens;
+use super::state::AppState;
+use crate::auth::store as tokens;
+use crate::domain::access::{Principal, Role};
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
@@ -18,25 +18,25 @@ impl FromRequestParts<AppState> for Principal {
             .headers
             .get(header::AUTHORIZATION)
             .ok_or_else(|| {
-                ApiError::Unauthorized(
-                    "this endpoint needs a token: send Authorization: Bearer <token>".into(),
+                ApiError::unauthorized(
+                    "this endpoint needs a token: send Authorization: Bearer <token>",
                 )
             })?
             .to_str()
-            .map_err(|_| ApiError::Unauthorized("the Authorization header is not text".into()))?;
+            .map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?;
         let token = value
             .strip_prefix("Bearer ")
             .or_else(|| value.strip_prefix("bearer "))
             .ok_or_else(|| {
-                ApiError::Unauthorized("the Authorization header must be Bearer <token>".into())
+                ApiError::unauthorized("the Authorization header must be Bearer <token>")
             })?
             .trim();
         match tokens::authenticate(&state.pool, token, Utc::now()).await? {
             Ok(principal) => Ok(principal),
             Err(why) => {
                 tracing::info!(?why, "A request presented an invalid token.");
-                Err(ApiError::Unauthorized(
-                    "the token is invalid, revoked or expired".into(),
+                Err(ApiError::unauthorized(
+                    "the token is invalid, revoked or expired",
                 ))
             }
         }
@@ -48,7 +48,7 @@ pub fn require(principal: &Principal, roles: &[Role]) -> Result<(), ApiError> {
     if roles.contains(&principal.role()) {
         Ok(())
     } else {
-        Err(ApiError::Forbidden(format!(
+        Err(ApiError::forbidden(format!(
             "a {} token may not use this endpoint; it needs the role {}",
             principal.role(),
             roles

@@ -10,12 +10,12 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
-use super::error::{ApiError, ErrorBody};
-use crate::auth::{Principal, Role};
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::state::AppState;
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
 use crate::domain::time::Month;
-use crate::ingest::FieldError;
 use crate::reports::exports::{self, ExportError};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -28,13 +28,10 @@ impl From<ExportError> for ApiError {
     fn from(e: ExportError) -> Self {
         match e {
             ExportError::Billing(e) => e.into(),
+            ExportError::Unpriced(e) => ApiError::conflict(ErrorCode::CannotBill, &e),
             ExportError::Db(e) => e.into(),
-            ExportError::Csv(e) => ApiError::Internal(e.to_string()),
-            other => ApiError::Conflict {
-                code: "cannot_export",
-                message: other.to_string(),
-                fields: vec![],
-            },
+            ExportError::Csv(e) => ApiError::internal(e),
+            other => ApiError::conflict(ErrorCode::CannotExport, &other),
         }
     }
 }

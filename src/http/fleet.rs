@@ -9,14 +9,14 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
+use super::state::AppState;
 use super::teams::ApiJson;
-use crate::auth::{Principal, Role};
-use crate::db;
-use crate::db::audit::Actor;
-use crate::ingest::FieldError;
+use crate::domain::access::Actor;
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
+use crate::fleet::{self, store as fleet_store};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -70,9 +70,9 @@ async fn move_gpu(
             )],
         ));
     }
-    let row = db::fleet::move_gpu(&state.pool, &uuid, &body.node, &Actor::of(&principal))
+    let row = fleet::move_gpu(&state.pool, &uuid, &body.node, &Actor::of(&principal))
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("there is no GPU {uuid:?}")))?;
+        .ok_or_else(|| ApiError::not_found(format!("there is no GPU {uuid:?}")))?;
     tracing::info!(gpu = %row.gpu_uuid, node = %row.node, by = principal.token_id(), "A GPU was moved to another node.");
     Ok(Json(GpuRegistration {
         uuid: row.gpu_uuid,
@@ -134,7 +134,7 @@ async fn get_fleet(
     principal: Principal,
 ) -> Result<Json<Fleet>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let rows = db::fleet::slices(&state.pool, Utc::now()).await?;
+    let rows = fleet_store::slices(&state.pool, Utc::now()).await?;
     let mut gpus: Vec<FleetGpu> = Vec::new();
     for r in rows {
         if gpus.last().is_none_or(|g| g.uuid != r.gpu_uuid) {

@@ -6,8 +6,8 @@ use axum::response::IntoResponse;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody};
+use super::state::AppState;
 use crate::db;
 
 pub fn router() -> OpenApiRouter<AppState> {

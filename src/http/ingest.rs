@@ -8,11 +8,11 @@ use chrono::Utc;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::error::{ApiError, ErrorBody};
-use crate::auth::Principal;
+use super::state::AppState;
+use crate::domain::access::Principal;
 use crate::domain::batch::{Batch, IngestOutcome};
-use crate::ingest::{self, IngestError};
+use crate::ingest::{IngestError, decode::decode, service as ingest};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(post_ingest))
@@ -45,15 +45,15 @@ async fn post_ingest(
         .check(principal.token_id(), std::time::Instant::now())
     {
         metrics::counter!("slicemeter_ingest_rate_limited_total").increment(1);
-        return Err(ApiError::TooManyRequests {
-            message: format!(
+        return Err(ApiError::too_many_requests(
+            format!(
                 "too many batches from this token: at most {} a second (bursts of {}); retry in {} s",
                 state.ingest_limiter.rate(),
                 state.ingest_limiter.burst(),
                 wait.as_secs_f64().ceil().max(1.0)
             ),
-            retry_after: wait,
-        });
+            wait,
+        ));
     }
     let limit = state.config.body_limit;
     let bytes = axum::body::to_bytes(body, limit)
@@ -69,9 +69,9 @@ async fn post_ingest(
             ));
         }
     };
-    let batch = ingest::decode(&bytes, gzip, limit)?;
+    let batch = decode(&bytes, gzip, limit)?;
     if !principal.may_ingest_for(&batch.node) {
-        return Err(ApiError::Forbidden(match &principal {
+        return Err(ApiError::forbidden(match &principal {
             Principal::Collector { node, .. } => format!(
                 "this collector token reports for node {node:?}, not {:?}",
                 batch.node

@@ -9,18 +9,18 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::state::AppState;
 use super::teams::ApiJson;
-use crate::auth::{Principal, Role};
-use crate::billing::invoice::{self, Invoice};
-use crate::billing::{self, RunSummary};
-use crate::db::audit::Actor;
-use crate::db::invoices::{self as repo, InvoiceError};
+use crate::billing::invoice::{self, Invoice, InvoiceError, store as repo};
+use crate::billing::rate_card::RateCardConflict;
+use crate::billing::service::{self as billing, RunSummary};
+use crate::domain::access::Actor;
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::ingest::FieldError;
 use chrono::Utc;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -35,21 +35,22 @@ pub fn router() -> OpenApiRouter<AppState> {
 
 impl From<billing::Error> for ApiError {
     fn from(e: billing::Error) -> Self {
-        let conflict = |code, e: &dyn std::fmt::Display| ApiError::Conflict {
-            code,
-            message: e.to_string(),
-            fields: vec![],
-        };
         match e {
-            billing::Error::Billing(e) => conflict("cannot_bill", &e),
-            billing::Error::Invoice(InvoiceError::NotFound(id)) => {
-                ApiError::NotFound(InvoiceError::NotFound(id).to_string())
+            billing::Error::Billing(e) => ApiError::conflict(ErrorCode::CannotBill, &e),
+            billing::Error::Invoice(e @ InvoiceError::NotFound(_)) => {
+                ApiError::not_found(e.to_string())
             }
-            billing::Error::Invoice(InvoiceError::Db(e)) | billing::Error::Db(e) => e.into(),
-            billing::Error::Invoice(e) => conflict("invoice_state", &e),
-            e @ (billing::Error::NoDrafts(_)
+            billing::Error::RateCard(e @ RateCardConflict::NotFound(_)) => {
+                ApiError::not_found(e.to_string())
+            }
+            billing::Error::RateCard(e) => ApiError::conflict(ErrorCode::RateCardConflict, &e),
+            billing::Error::Db(e) => e.into(),
+            e @ (billing::Error::Invoice(_)
+            | billing::Error::NoDrafts(_)
             | billing::Error::NoBooks(_)
-            | billing::Error::StaleCorrections { .. }) => conflict("invoice_state", &e),
+            | billing::Error::StaleCorrections { .. }) => {
+                ApiError::conflict(ErrorCode::InvoiceState, &e)
+            }
         }
     }
 }
@@ -136,8 +137,8 @@ async fn list_invoices(
     }
     let team = match (principal.team_scope(), team) {
         (Some(own), Some(asked)) if own != &asked => {
-            return Err(ApiError::Forbidden(
-                "a team lead sees only their own team's invoices".into(),
+            return Err(ApiError::forbidden(
+                "a team lead sees only their own team's invoices",
             ));
         }
         (Some(own), _) => Some(own.clone()),
@@ -180,12 +181,12 @@ pub(crate) async fn invoice_response(
     let id = invoice_id(raw)?;
     let invoice = repo::get(&state.pool, id)
         .await?
-        .filter(|i| principal.team_scope().is_none_or(|t| t.as_str() == i.team))
-        .ok_or_else(|| ApiError::NotFound(format!("there is no invoice {id}")))?;
+        .filter(|i| principal.team_scope().is_none_or(|t| *t == i.team))
+        .ok_or_else(|| ApiError::not_found(format!("there is no invoice {id}")))?;
     if !csv {
         return Ok(Json(invoice).into_response());
     }
-    let body = invoice::to_csv(&invoice).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let body = invoice::to_csv(&invoice).map_err(ApiError::internal)?;
     let name = format!(
         "slicemeter-invoice-{}-{}-{}.csv",
         invoice
@@ -271,7 +272,7 @@ async fn issue_invoice(
 /// An invoice id from a path: anything that is not one names no invoice.
 fn invoice_id(raw: &str) -> Result<i64, ApiError> {
     raw.parse()
-        .map_err(|_| ApiError::NotFound(format!("there is no invoice {raw}")))
+        .map_err(|_| ApiError::not_found(format!("there is no invoice {raw}")))
 }
 
 /// Voids an issued invoice by issuing a credit note that reverses it; returns the credit note.

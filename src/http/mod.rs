@@ -1,5 +1,6 @@
 //! The HTTP API (DESIGN.md, "HTTP API"): one router per resource, each route registered with its
-//! OpenAPI annotation through `utoipa-axum` so that a route and its documentation cannot drift.
+//! OpenAPI annotation through `utoipa-axum` so that a route and its documentation cannot drift; the
+//! dashboard (`ui`); and the server that runs them (`server`). This module only assembles them.
 
 mod audit;
 pub mod auth;
@@ -12,102 +13,19 @@ mod invoices;
 pub mod limits;
 mod rate_cards;
 mod reports;
+pub mod server;
+pub mod state;
 mod teams;
 mod ui;
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
-
 use axum::Router;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use sqlx::PgPool;
 use tower_http::trace::TraceLayer;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::db::Partitions;
-use crate::ingest::Limits;
-use crate::reports::exports::ExportConfig;
 use error::ApiError;
-
-/// What the server is configured with.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// The largest request body accepted, before and after gzip.
-    pub body_limit: usize,
-    pub ingest: Limits,
-    pub request_timeout: Duration,
-    pub exports: Arc<ExportConfig>,
-    /// Ingest requests per second per token (0: unlimited), and the burst allowed.
-    pub ingest_rate: f64,
-    pub ingest_burst: f64,
-    pub billing: crate::billing::BillingConfig,
-    /// A connection that has not sent a whole header block in this long is closed.
-    pub header_read_timeout: Duration,
-    /// A connection on which no byte has moved for this long is closed (longer than the request
-    /// timeout, so that a slow request is not cut).
-    pub idle_timeout: Duration,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            body_limit: 16 << 20,
-            ingest: Limits::default(),
-            request_timeout: Duration::from_secs(60),
-            exports: Arc::new(ExportConfig::default()),
-            ingest_rate: 20.0,
-            ingest_burst: 40.0,
-            billing: crate::billing::BillingConfig::default(),
-            header_read_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(75),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct AppState {
-    pub pool: PgPool,
-    pub partitions: Arc<Partitions>,
-    pub config: Arc<ServerConfig>,
-    pub metrics: PrometheusHandle,
-    pub ingest_limiter: Arc<limits::RateLimiter>,
-}
-
-impl AppState {
-    pub fn new(pool: PgPool, config: ServerConfig) -> Self {
-        AppState {
-            pool,
-            partitions: Arc::new(Partitions::default()),
-            ingest_limiter: Arc::new(limits::RateLimiter::new(
-                config.ingest_rate,
-                config.ingest_burst,
-            )),
-            config: Arc::new(config),
-            metrics: metrics_handle(),
-        }
-    }
-}
-
-/// The process-wide Prometheus recorder; installed once, whatever the number of routers.
-pub fn metrics_handle() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let recorder = PrometheusBuilder::new()
-                .set_buckets(&[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ])
-                .expect("bucket list is not empty")
-                .build_recorder();
-            let handle = recorder.handle();
-            // Another recorder may already be installed (a host program); ours then only renders.
-            let _ = metrics::set_global_recorder(recorder);
-            handle
-        })
-        .clone()
-}
+use state::AppState;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -158,31 +76,37 @@ fn api() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document the code describes (`slicemeter openapi`, `GET /openapi.json`).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api().split_for_parts().1
+    routes_and_document().1
+}
+
+fn routes_and_document() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
+    let (routes, mut doc) = api().split_for_parts();
+    error::describe_codes(&mut doc);
+    (routes, doc)
 }
 
 /// The whole application: API, operations endpoints and the OpenAPI document.
 pub fn router(state: AppState) -> Router {
-    let (routes, doc) = api().split_for_parts();
+    let (routes, doc) = routes_and_document();
     let timeout = state.config.request_timeout;
     // Swagger UI's assets are vendored into the binary: no download at build, no CDN at run time.
     routes
         .merge(utoipa_swagger_ui::SwaggerUi::new("/docs").url("/openapi.json", doc))
         .merge(ui::router())
-        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
         .with_state(state)
         .layer(
             tower::ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(
-                    move |_: tower::BoxError| async move { ApiError::Timeout(timeout) },
+                    move |_: tower::BoxError| async move { ApiError::timeout(timeout) },
                 ))
                 .timeout(timeout),
         )
         // A bug must cost the client a 500 with the error envelope, never a dropped connection.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             |_: Box<dyn std::any::Any + Send>| {
-                axum::response::IntoResponse::into_response(ApiError::Internal(
-                    "a request handler panicked".into(),
+                axum::response::IntoResponse::into_response(ApiError::internal(
+                    "a request handler panicked",
                 ))
             },
         ))

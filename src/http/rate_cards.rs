@@ -12,34 +12,21 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
+use super::state::AppState;
 use super::teams::ApiJson;
-use crate::auth::{Principal, Role};
+use crate::billing::rate_card::store as rate_cards;
 use crate::billing::rate_card::{IdlePolicy, IsolationFactors, RateCard, RateCardInput};
-use crate::db::audit::Actor;
-use crate::db::billing::{self, RateCardConflict};
+use crate::billing::service as billing;
+use crate::domain::access::Actor;
+use crate::domain::access::{Principal, Role};
 use crate::domain::slice::ShareWeights;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_rate_cards, create_rate_card))
         .routes(routes!(withdraw_rate_card))
-}
-
-impl From<RateCardConflict> for ApiError {
-    fn from(e: RateCardConflict) -> Self {
-        match e {
-            RateCardConflict::Db(e) => e.into(),
-            RateCardConflict::NotFound(_) => ApiError::NotFound(e.to_string()),
-            other => ApiError::Conflict {
-                code: "rate_card_conflict",
-                message: other.to_string(),
-                fields: vec![],
-            },
-        }
-    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -87,7 +74,7 @@ async fn list_rate_cards(
     principal: Principal,
 ) -> Result<Json<Vec<RateCardView>>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let cards: Vec<RateCard> = billing::rate_cards(&state.pool)
+    let cards: Vec<RateCard> = rate_cards::rate_cards(&state.pool)
         .await?
         .into_values()
         .collect();
@@ -121,7 +108,7 @@ async fn create_rate_card(
     let mut card = input
         .validate(Utc::now())
         .map_err(|fields| ApiError::invalid_fields("the rate card is invalid", fields))?;
-    card.id = billing::insert_rate_card(&state.pool, &card, &Actor::of(&principal)).await?;
+    card.id = billing::publish_rate_card(&state.pool, &card, &Actor::of(&principal)).await?;
     tracing::info!(version = card.id, from = %card.effective_from, by = principal.token_id(), "A rate card version was published.");
     Ok((StatusCode::CREATED, Json(view(&card, None))))
 }
@@ -145,7 +132,7 @@ async fn withdraw_rate_card(
     require(&principal, &[Role::Admin, Role::Finance])?;
     let id: i64 = version
         .parse()
-        .map_err(|_| ApiError::NotFound(format!("there is no rate card version {version}")))?;
+        .map_err(|_| ApiError::not_found(format!("there is no rate card version {version}")))?;
     let card =
         billing::withdraw_rate_card(&state.pool, id, Utc::now(), &Actor::of(&principal)).await?;
     tracing::info!(version = id, from = %card.effective_from, by = principal.token_id(), "A rate card version not yet in force was withdrawn.");

@@ -8,17 +8,17 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
 use super::error::{ApiError, ErrorBody};
-use crate::auth::{Principal, Role};
-use crate::billing::{self, report::MonthlyReport};
-use crate::db;
+use super::state::AppState;
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
 use crate::domain::slice::ShareWeights;
-use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::domain::time::{floor_hour, start_of};
-use crate::ingest::FieldError;
+use crate::reports::monthly::MonthlyReport;
+use crate::reports::service as reports;
+use crate::reports::store as report_store;
 use crate::reports::usage::{self, GroupBy, Step, UsageReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -51,13 +51,7 @@ async fn monthly_report(
         ApiError::invalid_fields("the period is invalid", vec![FieldError::new("period", e)])
     })?;
     Ok(Json(
-        billing::monthly_report(
-            &state.pool,
-            month,
-            Utc::now(),
-            principal.team_scope().map(TeamId::as_str),
-        )
-        .await?,
+        reports::monthly_report(&state.pool, month, Utc::now(), principal.team_scope()).await?,
     ))
 }
 
@@ -184,7 +178,7 @@ async fn usage_report(
             errors,
         ));
     };
-    let sums = db::reports::usage_sums(
+    let sums = report_store::usage_sums(
         &state.pool,
         from,
         to,

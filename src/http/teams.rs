@@ -7,14 +7,15 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
 use super::auth::require;
-use super::error::{ApiError, ErrorBody};
-use crate::auth::{Principal, Role};
-use crate::db::audit::Actor;
-use crate::db::teams::{self, TeamError, TeamRow, TeamUpdate};
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::state::AppState;
+use crate::domain::access::Actor;
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
 use crate::domain::team::{TeamId, UNATTRIBUTED};
-use crate::ingest::FieldError;
+use crate::teams::store::{self as team_store, TeamRow};
+use crate::teams::{self, TeamError, TeamUpdate};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -30,11 +31,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        let malformed = |message: String| ApiError::BadRequest {
-            code: "malformed_body",
-            message,
-            fields: Vec::new(),
-        };
+        let malformed = |message: String| ApiError::new(ErrorCode::MalformedBody, message);
         let axum::Json(value) = axum::Json::<serde_json::Value>::from_request(req, state).await?;
         if !value.is_object() {
             return Err(malformed("the body must be a JSON object".into()));
@@ -138,7 +135,7 @@ async fn list_teams(
     principal: Principal,
 ) -> Result<Json<Vec<Team>>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
-    let rows = teams::list(&state.pool, principal.team_scope()).await?;
+    let rows = team_store::list(&state.pool, principal.team_scope()).await?;
     Ok(Json(rows.into_iter().map(Team::from).collect()))
 }
 
@@ -226,11 +223,7 @@ async fn put_team(
     )
     .await
     .map_err(|e| match e {
-        TeamError::NamespaceTaken { .. } => ApiError::Conflict {
-            code: "namespace_taken",
-            message: e.to_string(),
-            fields: vec![],
-        },
+        TeamError::NamespaceTaken { .. } => ApiError::conflict(ErrorCode::NamespaceTaken, &e),
         TeamError::Db(e) => e.into(),
     })?;
     tracing::info!(team = %team, by = principal.token_id(), reattributed, "A team was updated.");

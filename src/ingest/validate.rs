@@ -2,6 +2,10 @@
 //! contract and its bounds (`domain::batch::bounds`), or a list naming every bad record and field.
 //! Nothing here touches the database, and no figure a collector sends can make it panic: every
 //! product and sum of untrusted figures is checked.
+//!
+//! The file stays whole: [`validate`] is one pass that names every bad field at once, and each check
+//! needs what the ones before it found (the GPU a slice is cut from, the slice a window names, the
+//! consumer it is held by); split, the batch would be walked several times and the checks drift.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
@@ -9,36 +13,17 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Duration, Timelike, Utc};
 use rust_decimal::Decimal;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
-use super::occupancy::{self, HolderClash, SliceUse, Span};
-use super::rollup::{Figures, split_by_hour};
+use super::rules::{self, HolderClash, SliceUse};
 use crate::domain::batch::{Batch, ConsumerReport, SliceReport, bounds, is_node_name};
+use crate::domain::fields::FieldError;
 use crate::domain::profiles::{self, Instance};
 use crate::domain::slice::{GpuGeometry, PhysicalShare, Reservation, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::text;
-
-/// One bad field of a request: where it is (`windows[17].held_seconds`) and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct FieldError {
-    /// A path into the request body: a record by its index, then the field.
-    #[schema(example = "windows[17].compute_active_seconds")]
-    pub field: String,
-    #[schema(example = "compute_active_seconds (75) exceeds held_seconds (60)")]
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+use crate::domain::time::seconds_between;
+use crate::domain::window::Window;
 
 /// Limits a batch must keep.
 #[derive(Debug, Clone, Copy)]
@@ -98,22 +83,6 @@ pub struct ValidConsumer {
     pub team_label: Option<TeamId>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ValidWindow {
-    /// Index into [`ValidBatch::slices`].
-    pub slice: usize,
-    /// Index into [`ValidBatch::consumers`].
-    pub consumer: usize,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    pub held_seconds: Decimal,
-    pub memory_byte_seconds: Decimal,
-    pub memory_peak_bytes: i64,
-    pub compute_active_seconds: Option<Decimal>,
-    /// Its figures split by hour, as the rollup adds them.
-    pub pieces: Vec<(DateTime<Utc>, Figures)>,
-}
-
 #[derive(Debug, Clone)]
 pub struct ValidBatch {
     pub node: String,
@@ -122,7 +91,7 @@ pub struct ValidBatch {
     pub gpus: Vec<ValidGpu>,
     pub slices: Vec<ValidSlice>,
     pub consumers: Vec<ValidConsumer>,
-    pub windows: Vec<ValidWindow>,
+    pub windows: Vec<Window>,
 }
 
 /// At most this many field errors are listed; a batch that bad is bad throughout.
@@ -160,11 +129,6 @@ fn decimal(f: f64) -> Option<Decimal> {
         return None;
     }
     Decimal::from_str(&f.to_string()).ok()
-}
-
-/// Seconds from `start` to `end`, to the microsecond.
-pub fn seconds_between(start: DateTime<Utc>, end: DateTime<Utc>) -> Decimal {
-    Decimal::new((end - start).num_microseconds().unwrap_or(i64::MAX), 6).normalize()
 }
 
 /// A timestamp the contract takes: whole microseconds, no leap second, from 2000 on.
@@ -411,7 +375,7 @@ pub fn validate(
     // A card is reserved at most once: MIG, whole, vGPU fractions, MPS threads and pinned memory.
     for (g, gpu) in gpus.iter().enumerate() {
         let on_gpu: Vec<usize> = (0..slices.len()).filter(|&k| slices[k].gpu == g).collect();
-        let reserved = occupancy::reserved(
+        let reserved = rules::reserved(
             &gpu.geometry,
             on_gpu.iter().map(|&k| &slices[k].reservation),
         );
@@ -569,17 +533,6 @@ pub fn validate(
         let Some(compute) = compute.map_or(Some(None), |c| c.map(Some)) else {
             continue;
         };
-        let Some(pieces) = split_by_hour(
-            w.start,
-            w.end,
-            Figures::of_window(held, memory, w.memory_peak_bytes, compute),
-        ) else {
-            errors.push(
-                at("memory_byte_seconds"),
-                "the window's figures are too large to add up exactly",
-            );
-            continue;
-        };
         let consumer = match consumer_index.get(&w.consumer) {
             Some(&c) => c,
             None => {
@@ -600,35 +553,30 @@ pub fn validate(
             );
             continue;
         }
-        windows.push((
-            i,
-            ValidWindow {
-                slice,
-                consumer,
-                start: w.start,
-                end: w.end,
-                held_seconds: held,
-                memory_byte_seconds: memory,
-                memory_peak_bytes: w.memory_peak_bytes,
-                compute_active_seconds: compute,
-                pieces,
-            },
-        ));
+        let window = Window {
+            slice,
+            consumer,
+            start: w.start,
+            end: w.end,
+            held_seconds: held,
+            memory_byte_seconds: memory,
+            memory_peak_bytes: w.memory_peak_bytes,
+            compute_active_seconds: compute,
+            hours: Vec::new(),
+        };
+        let Some(window) = window.hourly() else {
+            errors.push(
+                at("memory_byte_seconds"),
+                "the window's figures are too large to add up exactly",
+            );
+            continue;
+        };
+        windows.push((i, window));
     }
 
     // One holder at a time, and no more of a card used in an hour than it had.
-    let spans: Vec<Span<'_, usize>> = windows
-        .iter()
-        .map(|(i, w)| Span {
-            origin: *i,
-            slice: w.slice,
-            start: w.start,
-            end: w.end,
-            held_seconds: w.held_seconds,
-            pieces: &w.pieces,
-        })
-        .collect();
-    for clash in occupancy::holder_clashes(&spans) {
+    let placed: Vec<(usize, &Window)> = windows.iter().map(|(i, w)| (*i, w)).collect();
+    for clash in rules::holder_clashes(&placed) {
         match clash {
             HolderClash::Overlap { earlier, later } => errors.push(
                 format!("windows[{later}].start"),
@@ -657,12 +605,12 @@ pub fn validate(
     if period_ok {
         let uses: Vec<SliceUse> = slices.iter().map(|s| s.usage(&gpus[s.gpu])).collect();
         for (g, gpu) in gpus.iter().enumerate() {
-            let on_gpu: Vec<Span<'_, usize>> = spans
+            let on_gpu: Vec<(usize, &Window)> = placed
                 .iter()
                 .copied()
-                .filter(|s| slices[s.slice].gpu == g)
+                .filter(|(_, w)| slices[w.slice].gpu == g)
                 .collect();
-            for o in occupancy::hourly_overruns(start, end, &uses, &on_gpu) {
+            for o in rules::hourly_overruns(start, end, &uses, &on_gpu) {
                 let names: Vec<String> =
                     o.windows.iter().map(|i| format!("windows[{i}]")).collect();
                 for i in &o.windows {

@@ -11,23 +11,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
 use super::erp::{self, Document, JournalError, Layout, Platform};
-use super::focus::{self, CarryRounder, Category, Issuer, Row};
+use super::focus::{
+    self, CarryRounder, Category, Issuer, LineGroup, Row, platform_row, sku_id, usage_row,
+};
+use super::slices::Unpriced;
+use super::store;
+use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::{LineKind, PeriodBill};
-use crate::billing::pricing::{UsageAggregate, price};
-use crate::billing::rate_card::{IdlePolicy, RateCard};
-use crate::billing::{self, invoice::Invoice};
-use crate::db::{self, exports::SliceDay};
-use crate::domain::slice::SliceKind;
-use crate::domain::team::{TeamId, UNATTRIBUTED};
+use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
+use crate::billing::service::{self as billing, Error as BillingError};
+use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::domain::usage::OccupancySums;
 
 /// Who the exports name as issuer and where the platform's journal credit goes.
 #[derive(Debug, Clone)]
@@ -53,7 +54,9 @@ impl Default for ExportConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error(transparent)]
-    Billing(#[from] billing::Error),
+    Billing(#[from] BillingError),
+    #[error(transparent)]
+    Unpriced(#[from] Unpriced),
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Journal(Vec<JournalError>),
     #[error(
@@ -152,11 +155,11 @@ pub async fn focus(
     config: Arc<ExportConfig>,
 ) -> Result<impl Stream<Item = Chunk> + Send + 'static, ExportError> {
     let (bill, books) = billing::period_bill(pool, month).await?;
-    let cards = db::billing::rate_cards(pool).await?;
-    let mut invoices = Vec::new();
-    for i in db::invoices::list(pool, Some(month), team.as_ref()).await? {
-        if i.kind == "invoice" && i.status != "void" {
-            invoices.extend(db::invoices::get(pool, i.id).await?);
+    let cards = rate_cards::rate_cards(pool).await?;
+    let mut documents = Vec::new();
+    for i in invoices::list(pool, Some(month), team.as_ref()).await? {
+        if i.kind == InvoiceKind::Invoice && i.status != InvoiceStatus::Void {
+            documents.extend(invoices::get(pool, i.id).await?);
         }
     }
     let plan = FocusPlan {
@@ -165,7 +168,7 @@ pub async fn focus(
         bill,
         frozen: books.frozen(),
         cards,
-        invoices,
+        invoices: documents,
         config,
     };
     let (tx, rx) = mpsc::channel::<Piece>(4);
@@ -177,9 +180,6 @@ pub async fn focus(
     });
     Ok(checked_stream(rx))
 }
-
-/// The invoice line a usage row belongs to.
-type LineGroup = (String, String, String, Option<String>, i64);
 
 async fn write_focus(
     pool: &PgPool,
@@ -229,10 +229,7 @@ async fn write_focus(
             let key = (
                 t.clone(),
                 l.key.gpu_model.clone().unwrap_or_default(),
-                l.key
-                    .slice_kind
-                    .map(|k| k.as_str().to_owned())
-                    .unwrap_or_default(),
+                l.key.slice_kind,
                 l.key.profile.clone(),
                 l.key.rate_card,
             );
@@ -243,7 +240,7 @@ async fn write_focus(
     let mut allocated: BTreeMap<(String, i64, DateTime<Utc>), (Decimal, Decimal)> = BTreeMap::new();
 
     let mut conn = pool.acquire().await?;
-    let mut rows = db::exports::slice_days(&mut conn, month, frozen, team.as_ref());
+    let mut rows = store::slice_days(&mut conn, month, frozen, team.as_ref());
     let mut pending: Option<(LineGroup, Row, Decimal)> = None;
     let mut rounder = CarryRounder::new();
     loop {
@@ -282,17 +279,17 @@ async fn write_focus(
 
     // Idle capacity spread to teams, one row per team and rate card for the month.
     for (t, lines) in &bill.lines {
-        if team.as_ref().is_some_and(|own| own.as_str() != t) {
+        if team.as_ref().is_some_and(|own| own != t) {
             continue;
         }
         for l in lines.iter().filter(|l| l.key.kind == LineKind::IdleSpread) {
             // What falls to consumers no team claims stays on the platform's account.
-            let mut tags = BTreeMap::from([("slicemeter/team".to_owned(), t.clone())]);
-            let (sub_account_id, sub_account_name) = if t == UNATTRIBUTED {
-                tags.insert("slicemeter/platform".to_owned(), "unattributed".to_owned());
+            let mut tags = BTreeMap::from([("slicemeter/team".to_owned(), t.to_string())]);
+            let (sub_account_id, sub_account_name) = if t.is_unattributed() {
+                tags.insert("slicemeter/platform".to_owned(), t.to_string());
                 ("platform".to_owned(), issuer.name.clone())
             } else {
-                (t.clone(), t.clone())
+                (t.to_string(), t.to_string())
             };
             let row = Row {
                 category: Category::Usage,
@@ -331,13 +328,13 @@ async fn write_focus(
 
     // Corrections the month's invoices carry for earlier periods.
     for i in &invoices {
-        for l in i.lines.iter().filter(|l| l.line_kind == "correction") {
+        for l in i
+            .lines
+            .iter()
+            .filter(|l| l.line_kind == LineKind::Correction)
+        {
             let corrected = l.corrects_period.unwrap_or(month);
-            let sku = sku_id(
-                l.gpu_model.as_deref(),
-                l.slice_kind.as_deref(),
-                l.profile.as_deref(),
-            );
+            let sku = sku_id(l.gpu_model.as_deref(), l.slice_kind, l.profile.as_deref());
             let row = Row {
                 category: Category::Usage,
                 correction: true,
@@ -353,20 +350,17 @@ async fn write_focus(
                 pricing_hours: Some(l.gpu_equivalent_hours),
                 resource_id: None,
                 resource_name: None,
-                resource_type: l
-                    .slice_kind
-                    .as_deref()
-                    .map(|k| focus::resource_type(k).to_owned()),
+                resource_type: l.slice_kind.map(|k| focus::resource_type(k).to_owned()),
                 sku_price_id: format!("{sku}/v{}", l.rate_card.unwrap_or_default()),
                 sku_id: sku,
-                sub_account_id: i.team.clone(),
-                sub_account_name: i.team.clone(),
+                sub_account_id: i.team.to_string(),
+                sub_account_name: i.team.to_string(),
                 tags: BTreeMap::from([
-                    ("slicemeter/team".to_owned(), i.team.clone()),
+                    ("slicemeter/team".to_owned(), i.team.to_string()),
                     ("slicemeter/corrects".to_owned(), corrected.to_string()),
                 ]),
                 gpu_model: l.gpu_model.clone(),
-                slice_kind: l.slice_kind.clone(),
+                slice_kind: l.slice_kind.map(|k| k.as_str().to_owned()),
                 mig_profile: l.profile.clone(),
                 physical_share: None,
                 isolation_factor: None,
@@ -381,7 +375,7 @@ async fn write_focus(
 
     if team.is_none() {
         let mut conn = pool.acquire().await?;
-        let days = db::exports::model_days(&mut conn, month, frozen).await?;
+        let days = store::model_days(&mut conn, month, frozen).await?;
         drop(conn);
         let spread_cards: Vec<i64> = bill
             .lines
@@ -474,190 +468,6 @@ async fn write_focus(
     Ok(())
 }
 
-fn sku_id(model: Option<&str>, kind: Option<&str>, profile: Option<&str>) -> String {
-    [model, kind, profile]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
-/// A team's usage row for one slice-day, its exact amount, and the invoice line it belongs to.
-/// Consumers no team claims are on the platform's account: their rows carry `platform` as the
-/// sub-account, their cost never invoiced.
-fn usage_row(
-    d: &SliceDay,
-    cards: &BTreeMap<i64, RateCard>,
-    invoice_numbers: &BTreeMap<&str, &str>,
-    issuer: &Issuer,
-) -> Result<(LineGroup, Row, Decimal), ExportError> {
-    let card_id = d.rate_card.ok_or_else(|| {
-        billing::Error::Billing(crate::billing::period::BillingError::NoRateCard(
-            d.day.to_rfc3339(),
-        ))
-    })?;
-    let card = cards.get(&card_id).ok_or_else(|| {
-        sqlx::Error::Decode(format!("rate card version {card_id} is not published").into())
-    })?;
-    let kind: SliceKind = d
-        .kind
-        .parse()
-        .map_err(|e: crate::domain::slice::UnknownSliceKind| sqlx::Error::Decode(e.into()))?;
-    let memory_used =
-        d.memory_byte_seconds * d.memory_share / Decimal::from(d.memory_reserved_bytes);
-    let sums = OccupancySums {
-        held_seconds: d.held_seconds,
-        held_compute: d.held_seconds * d.compute_share,
-        held_memory: d.held_seconds * d.memory_share,
-        known_seconds: d.known_seconds,
-        known_compute: d.known_seconds * d.compute_share,
-        active_seconds: d.active_seconds,
-        active_compute: d.active_seconds * d.compute_share,
-        memory_gib_seconds: d.memory_byte_seconds / Decimal::from(1u64 << 30),
-        memory_used,
-        windows: d.windows,
-    };
-    let charge = price(
-        &UsageAggregate {
-            team: d.team.clone(),
-            model: d.model.clone(),
-            kind,
-            profile: d.profile.clone(),
-            rate_card: card_id,
-            slices: 1,
-            sums,
-        },
-        card,
-    );
-    let share = if kind.is_reserved() {
-        Some(card.weights.compute * d.compute_share + card.weights.memory * d.memory_share)
-    } else {
-        None
-    };
-    let sku = sku_id(Some(&d.model), Some(&d.kind), d.profile.as_deref());
-    let mut tags = BTreeMap::from([
-        ("slicemeter/team".to_owned(), d.team.clone()),
-        ("slicemeter/node".to_owned(), d.node.clone()),
-    ]);
-    if let Some(cc) = &d.cost_center {
-        tags.insert("slicemeter/cost-center".to_owned(), cc.clone());
-    }
-    let unattributed = d.team == UNATTRIBUTED;
-    let (sub_account_id, sub_account_name) = if unattributed {
-        tags.insert("slicemeter/platform".to_owned(), "unattributed".to_owned());
-        ("platform".to_owned(), issuer.name.clone())
-    } else {
-        (d.team.clone(), d.team_name.clone())
-    };
-    let (hourly, _) = card.hourly_cost(&d.model);
-    let row = Row {
-        category: Category::Usage,
-        correction: false,
-        description: format!(
-            "{} held by {} on {}",
-            match (&d.profile, kind) {
-                (Some(p), SliceKind::Mig) => format!("MIG {p}"),
-                _ => focus::resource_type(&d.kind).to_owned(),
-            },
-            if unattributed {
-                "consumers no team claims"
-            } else {
-                &d.team
-            },
-            d.model
-        ),
-        charge_start: d.day,
-        charge_end: d.day + Duration::days(1),
-        billed: Decimal::ZERO,
-        list_cost: charge.allocated,
-        list_unit_price: Some(hourly),
-        contracted_cost: charge.amount,
-        contracted_unit_price: Some(charge.unit_price),
-        consumed_hours: Some(charge.slice_hours),
-        pricing_hours: Some(charge.gpu_equivalent_hours),
-        resource_id: Some(d.slice_uuid.clone()),
-        resource_name: Some(format!("{} {}", d.node, d.slice_uuid)),
-        resource_type: Some(focus::resource_type(&d.kind).to_owned()),
-        sku_price_id: format!("{sku}/v{card_id}"),
-        sku_id: sku,
-        sub_account_id,
-        sub_account_name,
-        tags,
-        gpu_model: Some(d.model.clone()),
-        slice_kind: Some(d.kind.clone()),
-        mig_profile: d.profile.clone(),
-        physical_share: share,
-        isolation_factor: Some(card.factors.of(kind)),
-        rate_card: Some(card_id),
-        invoice_number: invoice_numbers
-            .get(d.team.as_str())
-            .filter(|_| !unattributed)
-            .map(|n| (*n).to_owned()),
-    };
-    let group = (
-        d.team.clone(),
-        d.model.clone(),
-        d.kind.clone(),
-        d.profile.clone(),
-        card_id,
-    );
-    Ok((group, row, charge.amount))
-}
-
-/// One of the platform's rows: `what` is `unallocated`, `sharing-discount` or `rounding`.
-fn platform_row(
-    month: Month,
-    day: DateTime<Utc>,
-    model: &str,
-    card: &RateCard,
-    what: &str,
-    exact: Decimal,
-    issuer: &Issuer,
-) -> Row {
-    let description = match what {
-        "unallocated" => {
-            format!("Unallocated capacity of {model}: the share of its GPUs no slice held")
-        }
-        _ => {
-            format!("Sharing discount on {model}: the (1 - isolation factor) part of shared slices")
-        }
-    };
-    let sku = if model.is_empty() {
-        what.to_owned()
-    } else {
-        format!("{model}/{what}")
-    };
-    Row {
-        category: Category::Usage,
-        correction: false,
-        description,
-        charge_start: day,
-        charge_end: (day + Duration::days(1)).min(month.end()),
-        billed: Decimal::ZERO,
-        list_cost: exact,
-        list_unit_price: None,
-        contracted_cost: exact,
-        contracted_unit_price: None,
-        consumed_hours: None,
-        pricing_hours: None,
-        resource_id: None,
-        resource_name: None,
-        resource_type: Some("GPU".into()),
-        sku_price_id: format!("{sku}/v{}", card.id),
-        sku_id: sku,
-        sub_account_id: "platform".into(),
-        sub_account_name: issuer.name.clone(),
-        tags: BTreeMap::from([("slicemeter/platform".to_owned(), what.to_owned())]),
-        gpu_model: (!model.is_empty()).then(|| model.to_owned()),
-        slice_kind: None,
-        mig_profile: None,
-        physical_share: None,
-        isolation_factor: None,
-        rate_card: Some(card.id),
-        invoice_number: None,
-    }
-}
-
 /// The ERP journal of `month`'s issued invoices and credit notes, as CSV.
 pub async fn erp(
     pool: &PgPool,
@@ -665,11 +475,11 @@ pub async fn erp(
     config: &ExportConfig,
 ) -> Result<Vec<u8>, ExportError> {
     let mut conn = pool.acquire().await?;
-    let docs = db::exports::period_documents(&mut conn, month.first_day()).await?;
+    let docs = store::period_documents(&mut conn, month.first_day()).await?;
     drop(conn);
     let drafts: Vec<&str> = docs
         .iter()
-        .filter(|d| d.status == "draft")
+        .filter(|d| d.status == InvoiceStatus::Draft)
         .map(|d| d.team.as_str())
         .collect();
     if !drafts.is_empty() {
@@ -685,7 +495,7 @@ pub async fn erp(
         .into_iter()
         .map(|d| Document {
             number: d.number.unwrap_or_default(),
-            team: d.team,
+            team: d.team.to_string(),
             team_name: d.team_name,
             cost_center: d.cost_center,
             gl_account: d.gl_account,

@@ -1,13 +1,17 @@
 //! FOCUS 1.0 cost and usage rows (FinOps Foundation, <https://focus.finops.org>): every column the
-//! specification defines for 1.0, in its order, then slicemeter's own `x_` columns. Pure: rows in,
-//! CSV records out.
+//! specification defines for 1.0, in its order, then slicemeter's own `x_` columns; and the rows of
+//! a slice-day, of the platform's capacity and of rounding. Pure: figures in, rows and CSV records
+//! out; `exports` streams them.
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
 
-use crate::billing::rate_card::Currency;
+use super::slices::{SliceDay, Unpriced};
+use crate::billing::rate_card::{Currency, RateCard};
+use crate::domain::slice::SliceKind;
+use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
 
@@ -233,13 +237,13 @@ impl Row {
 }
 
 /// The resource type FOCUS rows name for a slice kind.
-pub fn resource_type(kind: &str) -> &'static str {
+pub fn resource_type(kind: SliceKind) -> &'static str {
     match kind {
-        "mig" => "MIG instance",
-        "mps" => "MPS share",
-        "timeslice" => "Time-sliced replica",
-        "vgpu" => "vGPU",
-        _ => "GPU",
+        SliceKind::Mig => "MIG instance",
+        SliceKind::Mps => "MPS share",
+        SliceKind::Timeslice => "Time-sliced replica",
+        SliceKind::Vgpu => "vGPU",
+        SliceKind::Whole => "GPU",
     }
 }
 
@@ -280,6 +284,156 @@ impl CarryRounder {
 impl Default for CarryRounder {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The invoice line a usage row belongs to.
+pub type LineGroup = (TeamId, String, Option<SliceKind>, Option<String>, i64);
+
+pub fn sku_id(model: Option<&str>, kind: Option<SliceKind>, profile: Option<&str>) -> String {
+    [model, kind.map(SliceKind::as_str), profile]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A team's usage row for one slice-day, its exact amount, and the invoice line it belongs to.
+/// Consumers no team claims are on the platform's account: their rows carry `platform` as the
+/// sub-account, their cost never invoiced.
+pub fn usage_row(
+    d: &SliceDay,
+    cards: &BTreeMap<i64, RateCard>,
+    invoice_numbers: &BTreeMap<&str, &str>,
+    issuer: &Issuer,
+) -> Result<(LineGroup, Row, Decimal), Unpriced> {
+    let card = d.card(cards)?;
+    let charge = d.charge(cards)?;
+    let share = d
+        .kind
+        .is_reserved()
+        .then(|| card.weights.reserved_share(&d.share()));
+    let sku = sku_id(Some(&d.model), Some(d.kind), d.profile.as_deref());
+    let mut tags = BTreeMap::from([
+        ("slicemeter/team".to_owned(), d.team.to_string()),
+        ("slicemeter/node".to_owned(), d.node.clone()),
+    ]);
+    if let Some(cc) = &d.cost_center {
+        tags.insert("slicemeter/cost-center".to_owned(), cc.clone());
+    }
+    let unattributed = d.team.is_unattributed();
+    let (sub_account_id, sub_account_name) = if unattributed {
+        tags.insert("slicemeter/platform".to_owned(), d.team.to_string());
+        ("platform".to_owned(), issuer.name.clone())
+    } else {
+        (d.team.to_string(), d.team_name.clone())
+    };
+    let (hourly, _) = card.hourly_cost(&d.model);
+    let row = Row {
+        category: Category::Usage,
+        correction: false,
+        description: format!(
+            "{} held by {} on {}",
+            match (&d.profile, d.kind) {
+                (Some(p), SliceKind::Mig) => format!("MIG {p}"),
+                _ => resource_type(d.kind).to_owned(),
+            },
+            if unattributed {
+                "consumers no team claims"
+            } else {
+                d.team.as_str()
+            },
+            d.model
+        ),
+        charge_start: d.day,
+        charge_end: d.day + Duration::days(1),
+        billed: Decimal::ZERO,
+        list_cost: charge.allocated,
+        list_unit_price: Some(hourly),
+        contracted_cost: charge.amount,
+        contracted_unit_price: Some(charge.unit_price),
+        consumed_hours: Some(charge.slice_hours),
+        pricing_hours: Some(charge.gpu_equivalent_hours),
+        resource_id: Some(d.slice_uuid.clone()),
+        resource_name: Some(format!("{} {}", d.node, d.slice_uuid)),
+        resource_type: Some(resource_type(d.kind).to_owned()),
+        sku_price_id: format!("{sku}/v{}", card.id),
+        sku_id: sku,
+        sub_account_id,
+        sub_account_name,
+        tags,
+        gpu_model: Some(d.model.clone()),
+        slice_kind: Some(d.kind.as_str().to_owned()),
+        mig_profile: d.profile.clone(),
+        physical_share: share,
+        isolation_factor: Some(card.factors.of(d.kind)),
+        rate_card: Some(card.id),
+        invoice_number: invoice_numbers
+            .get(d.team.as_str())
+            .filter(|_| !unattributed)
+            .map(|n| (*n).to_owned()),
+    };
+    let group = (
+        d.team.clone(),
+        d.model.clone(),
+        Some(d.kind),
+        d.profile.clone(),
+        card.id,
+    );
+    Ok((group, row, charge.amount))
+}
+
+/// One of the platform's rows: `what` is `unallocated`, `sharing-discount` or `rounding`.
+pub fn platform_row(
+    month: Month,
+    day: DateTime<Utc>,
+    model: &str,
+    card: &RateCard,
+    what: &str,
+    exact: Decimal,
+    issuer: &Issuer,
+) -> Row {
+    let description = match what {
+        "unallocated" => {
+            format!("Unallocated capacity of {model}: the share of its GPUs no slice held")
+        }
+        _ => {
+            format!("Sharing discount on {model}: the (1 - isolation factor) part of shared slices")
+        }
+    };
+    let sku = if model.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{model}/{what}")
+    };
+    Row {
+        category: Category::Usage,
+        correction: false,
+        description,
+        charge_start: day,
+        charge_end: (day + Duration::days(1)).min(month.end()),
+        billed: Decimal::ZERO,
+        list_cost: exact,
+        list_unit_price: None,
+        contracted_cost: exact,
+        contracted_unit_price: None,
+        consumed_hours: None,
+        pricing_hours: None,
+        resource_id: None,
+        resource_name: None,
+        resource_type: Some("GPU".into()),
+        sku_price_id: format!("{sku}/v{}", card.id),
+        sku_id: sku,
+        sub_account_id: "platform".into(),
+        sub_account_name: issuer.name.clone(),
+        tags: BTreeMap::from([("slicemeter/platform".to_owned(), what.to_owned())]),
+        gpu_model: (!model.is_empty()).then(|| model.to_owned()),
+        slice_kind: None,
+        mig_profile: None,
+        physical_share: None,
+        isolation_factor: None,
+        rate_card: Some(card.id),
+        invoice_number: None,
     }
 }
 

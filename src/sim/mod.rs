@@ -2,8 +2,11 @@
 //! layouts, time-sliced, MPS-shared, vGPU-split or whole; teams over namespaces; and workloads with
 //! daily cycles, bursts, training that fills memory and slices held idle for days. Every figure is a
 //! pure function of (seed, slice, time), so fast-forward and live sampling agree and the same seed
-//! gives the same bytes.
+//! gives the same bytes. `source` is one node of it as a collector `Source`; `generate` drives the
+//! collector's parts over it in fast-forward (`simulate`, `demo`'s back-fill, the benchmarks).
 
+pub mod generate;
+pub mod source;
 pub mod workload;
 
 use std::collections::BTreeMap;
@@ -11,7 +14,6 @@ use std::sync::Arc;
 
 use crate::domain::batch::{ConsumerReport, GpuReport, SliceReport};
 use crate::domain::profiles;
-pub use workload::Workload;
 
 /// SplitMix64's finaliser: a fast, well-mixed hash of one word.
 pub fn mix(mut z: u64) -> u64 {

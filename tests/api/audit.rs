@@ -3,8 +3,8 @@
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
-use slicemeter::http::ServerConfig;
+use slicemeter::domain::access::Role;
+use slicemeter::http::state::ServerConfig;
 
 use crate::billing::{draft_of, issue, rate_card, run, worked_example};
 use crate::support::*;
@@ -48,9 +48,13 @@ async fn every_change_money_depends_on_is_audited_and_the_log_cannot_be_rewritte
     assert_eq!(note.status, StatusCode::OK, "{note:?}");
     let revoked = app.token(Role::Collector, None, Some("gpu-node-09")).await;
     let revoked_id: i64 = revoked.split('_').nth(1).unwrap().parse().unwrap();
-    slicemeter::db::tokens::revoke(&app.pool, revoked_id, &slicemeter::db::audit::Actor::CLI)
-        .await
-        .unwrap();
+    slicemeter::auth::store::revoke(
+        &app.pool,
+        revoked_id,
+        &slicemeter::domain::access::Actor::CLI,
+    )
+    .await
+    .unwrap();
 
     let log = app.get(Some(&finance), "/v1/audit?limit=1000").await;
     assert_eq!(log.status, StatusCode::OK, "{log:?}");

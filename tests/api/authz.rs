@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
+use slicemeter::domain::access::Role;
 
 use crate::billing::{draft_of, issue, rate_card};
 use crate::support::*;
@@ -114,14 +114,14 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
     let id: i64 = revoked.split('_').nth(1).unwrap().parse().unwrap();
     let out = app.cli(&["token", "revoke", &id.to_string()]);
     assert!(out.status.success(), "{out:?}");
-    let (_, expired) = slicemeter::db::tokens::create(
+    let (_, expired) = slicemeter::auth::store::create(
         &app.pool,
         Role::Admin,
         None,
         None,
         Some("expired"),
         Some(chrono::Utc::now() - chrono::Duration::seconds(1)),
-        &slicemeter::db::audit::Actor::CLI,
+        &slicemeter::domain::access::Actor::CLI,
     )
     .await
     .unwrap();
@@ -404,14 +404,14 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
 #[tokio::test]
 async fn a_token_expires_at_its_instant_and_is_refused_from_then_on() {
     let app = TestApp::spawn().await;
-    let (_, token) = slicemeter::db::tokens::create(
+    let (_, token) = slicemeter::auth::store::create(
         &app.pool,
         Role::Finance,
         None,
         None,
         Some("short-lived"),
         Some(chrono::Utc::now() + chrono::Duration::seconds(2)),
-        &slicemeter::db::audit::Actor::CLI,
+        &slicemeter::domain::access::Actor::CLI,
     )
     .await
     .unwrap();

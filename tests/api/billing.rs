@@ -5,7 +5,7 @@ use std::str::FromStr;
 use axum::http::StatusCode;
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
+use slicemeter::domain::access::Role;
 
 use crate::support::*;
 

@@ -5,8 +5,8 @@
 use axum::http::StatusCode;
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
-use slicemeter::http::ServerConfig;
+use slicemeter::domain::access::Role;
+use slicemeter::http::state::ServerConfig;
 
 use crate::billing::{d, dec, draft_of, rate_card, run, worked_example};
 use crate::support::*;
@@ -143,7 +143,7 @@ async fn an_issued_month_stays_byte_identical_and_late_data_is_billed_once_next_
 async fn a_month_is_drafted_only_once_it_has_ended_and_issued_only_after_its_grace() {
     let app = TestApp::with_config(ServerConfig {
         ingest_rate: 0.0,
-        billing: slicemeter::billing::BillingConfig {
+        billing: slicemeter::billing::service::BillingConfig {
             issue_grace: chrono::Duration::days(3650),
         },
         ..ServerConfig::default()
@@ -409,17 +409,8 @@ async fn a_focus_export_cut_off_half_way_ends_in_an_error_not_a_clean_end() {
     .unwrap();
     let r = issue_all(&app, "2026-09").await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(slicemeter::server::serve(
-        app.pool.clone(),
-        listener,
-        ServerConfig::default(),
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
+    let served = app.serve(ServerConfig::default()).await;
+    let base = &served.base;
     let mut response = reqwest::Client::new()
         .get(format!("{base}/v1/exports/focus?period=2026-09"))
         .bearer_auth(&app.admin)
@@ -455,8 +446,7 @@ async fn a_focus_export_cut_off_half_way_ends_in_an_error_not_a_clean_end() {
         ended, "an error",
         "after {bytes} bytes the client was told the file was whole"
     );
-    stop.send(true).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }
 
 #[tokio::test]
@@ -553,24 +543,6 @@ async fn cells_a_spreadsheet_would_run_are_quoted_in_every_csv_and_numbers_stay_
     }
 }
 
-async fn serve_with(
-    app: &TestApp,
-    config: ServerConfig,
-) -> (String, tokio::sync::watch::Sender<bool>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(slicemeter::server::serve(
-        app.pool.clone(),
-        listener,
-        config,
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
-    (addr, stop)
-}
-
 /// Reads until the server closes the connection; what it sent, and how long that took.
 async fn until_closed(stream: &mut tokio::net::TcpStream) -> (String, std::time::Duration) {
     use tokio::io::AsyncReadExt;
@@ -595,16 +567,15 @@ async fn until_closed(stream: &mut tokio::net::TcpStream) -> (String, std::time:
 async fn a_client_that_trickles_its_headers_or_stalls_its_body_is_cut_off() {
     use tokio::io::AsyncWriteExt;
     let app = TestApp::spawn().await;
-    let (addr, stop) = serve_with(
-        &app,
-        ServerConfig {
+    let served = app
+        .serve(ServerConfig {
             header_read_timeout: std::time::Duration::from_secs(1),
             idle_timeout: std::time::Duration::from_secs(2),
             request_timeout: std::time::Duration::from_secs(1),
             ..ServerConfig::default()
-        },
-    )
-    .await;
+        })
+        .await;
+    let addr = &served.addr;
     // Half a header block, then nothing.
     let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();
     half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
@@ -637,7 +608,7 @@ async fn a_client_that_trickles_its_headers_or_stalls_its_body_is_cut_off() {
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
-    stop.send(true).unwrap();
+    served.stop().await;
 }
 
 #[tokio::test]

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use slicemeter::auth::Role;
-use slicemeter::http::ServerConfig;
+use slicemeter::domain::access::Role;
+use slicemeter::http::state::ServerConfig;
 
 use crate::support::*;
 
@@ -60,17 +60,8 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
     let finance = app.token(Role::Finance, None, None).await;
     let lead = app.token(Role::TeamLead, Some(&lead_team), None).await;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(slicemeter::server::serve(
-        app.pool.clone(),
-        listener,
-        ServerConfig::default(),
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
+    let served = app.serve(ServerConfig::default()).await;
+    let base = &served.base;
 
     let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
@@ -79,7 +70,7 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
     let out = tokio::process::Command::new("node")
         .arg("dashboard.test.mjs")
         .current_dir(browser_dir())
-        .env("BASE_URL", &base)
+        .env("BASE_URL", base)
         .env("MONTH", "2026-09")
         .env("FINANCE_TOKEN", &finance)
         .env("LEAD_TOKEN", &lead)
@@ -88,8 +79,7 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
         .output()
         .await
         .expect("node runs");
-    stop.send(true).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the browser test failed:\n{text}");

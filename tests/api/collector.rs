@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use slicemeter::auth::Role;
-use slicemeter::http::ServerConfig;
+use slicemeter::domain::access::Role;
+use slicemeter::http::state::ServerConfig;
 
 use crate::support::*;
 
@@ -49,15 +49,7 @@ async fn a_collector_started_before_its_server_retries_until_its_windows_are_sto
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(slicemeter::server::serve(
-        app.pool.clone(),
-        listener,
-        ServerConfig::default(),
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
+    let served = Served::on(&app, listener, ServerConfig::default());
     tokio::time::sleep(Duration::from_secs(4)).await;
     kill(Pid::from_raw(collector.id() as i32), Signal::SIGINT).unwrap();
     let status = tokio::task::spawn_blocking(move || collector.wait())
@@ -65,8 +57,7 @@ async fn a_collector_started_before_its_server_retries_until_its_windows_are_sto
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status}");
-    stop.send(true).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
 
     // Every second since the collector started is a batch: the ones that waited for the server too.
     let periods = app
@@ -92,4 +83,107 @@ async fn a_collector_started_before_its_server_retries_until_its_windows_are_sto
     // All of node 2's GPUs, and nobody else's.
     assert_eq!(app.count("select count(distinct node) from gpu").await, 1);
     assert_eq!(app.count("select count(*) from gpu").await, 4);
+}
+
+/// The sum of every series of `name` in a Prometheus text page (`None`: no such series).
+fn metric(page: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = page
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// Polls the collector's `/metrics` until `done` holds for the page, for at most 30 s.
+async fn metrics_until(addr: &str, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = reqwest::get(format!("http://{addr}/metrics")).await {
+            assert_eq!(r.status(), 200);
+            let page = r.text().await.unwrap();
+            if done(&page) {
+                return page;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the collector's metrics never showed {what}:\n{page}"
+            );
+        } else {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the collector never served /metrics on {addr}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_collector_serves_its_spool_and_shipping_counters_on_its_metrics_address() {
+    let app = TestApp::spawn().await;
+    let token = app.token(Role::Collector, None, Some("gpu-node-03")).await;
+    let spool = tempfile::tempdir().unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (server_addr, metrics_addr) = (free(), free().to_string());
+    let collector = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+        .args(["collect", "--source", "sim", "--node", "gpu-node-03"])
+        .args(["--seed", "3", "--gpus", "12"])
+        .args(["--sample-interval", "100ms", "--window", "1s"])
+        .args(["--metrics-listen", &metrics_addr])
+        .arg("--spool-dir")
+        .arg(spool.path())
+        .arg("--server")
+        .arg(format!("http://{server_addr}"))
+        .env("SLICEMETER_TOKEN", &token)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = Pid::from_raw(collector.id() as i32);
+    // The server is not up yet: batches wait in the spool, and the page says so.
+    let page = metrics_until(&metrics_addr, "two spooled batches and a retry", |p| {
+        metric(p, "slicemeter_collector_spool_batches").is_some_and(|n| n >= 2.0)
+            && metric(p, "slicemeter_collector_retries_total").is_some_and(|n| n >= 1.0)
+    })
+    .await;
+    assert!(metric(&page, "slicemeter_collector_spool_bytes").unwrap() > 0.0);
+    assert_eq!(
+        metric(&page, "slicemeter_collector_windows_shipped_total").unwrap_or(0.0),
+        0.0
+    );
+    assert_eq!(app.count("select count(*) from occupancy").await, 0);
+
+    // Once the server is up the spool empties, and what was shipped is what the server stored.
+    let listener = tokio::net::TcpListener::bind(server_addr).await.unwrap();
+    let served = Served::on(&app, listener, ServerConfig::default());
+    let page = metrics_until(&metrics_addr, "an empty spool after shipping", |p| {
+        metric(p, "slicemeter_collector_spool_batches") == Some(0.0)
+            && metric(p, "slicemeter_collector_windows_shipped_total").is_some_and(|n| n > 0.0)
+    })
+    .await;
+    let shipped = metric(&page, "slicemeter_collector_windows_shipped_total").unwrap();
+    assert_eq!(metric(&page, "slicemeter_collector_spool_bytes"), Some(0.0));
+    kill(pid, Signal::SIGINT).unwrap();
+    let mut collector = collector;
+    let status = tokio::task::spawn_blocking(move || collector.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    // The page was read before the last batches went out: at least that many windows are stored.
+    let stored = app.count("select count(*) from occupancy").await as f64;
+    assert!(
+        stored >= shipped,
+        "{shipped} windows shipped, {stored} stored"
+    );
+    served.stop().await;
 }

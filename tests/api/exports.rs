@@ -6,8 +6,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use rust_decimal::Decimal;
 use serde_json::json;
-use slicemeter::auth::Role;
 use slicemeter::collector::Cadence;
+use slicemeter::domain::access::Role;
 use slicemeter::sim::SimFleet;
 
 use crate::billing::{d, dec, draft_of, issue, rate_card, run, worked_example};
@@ -154,7 +154,7 @@ pub async fn simulated_month(app: &TestApp) {
     };
     let mut batches = Vec::new();
     let from: chrono::DateTime<chrono::Utc> = "2026-08-31T00:00:00Z".parse().unwrap();
-    slicemeter::simulate::generate(
+    slicemeter::sim::generate::generate(
         &fleet,
         from,
         from + chrono::Duration::days(31),

@@ -9,11 +9,11 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use rust_decimal::Decimal;
-use slicemeter::auth::Role;
-use slicemeter::collector::source::sim::SimSource;
 use slicemeter::collector::{Cadence, Replay};
-use slicemeter::pgcluster::PrivateCluster;
+use slicemeter::db::cluster::PrivateCluster;
+use slicemeter::domain::access::Role;
 use slicemeter::sim::SimFleet;
+use slicemeter::sim::source::SimSource;
 use sqlx::PgPool;
 
 use crate::support::*;
@@ -295,20 +295,20 @@ async fn a_postgresql_restart_during_a_stream_loses_and_doubles_nothing() {
     .await
     .unwrap()
     .unwrap();
-    slicemeter::pgcluster::ensure_database(&cluster.0.url("postgres"), "faults")
+    slicemeter::db::cluster::ensure_database(&cluster.0.url("postgres"), "faults")
         .await
         .unwrap();
     let url = cluster.0.url("faults");
     let pool = slicemeter::db::connect(&url, 2).await.unwrap();
     slicemeter::db::migrate(&pool).await.unwrap();
-    let (_, token) = slicemeter::db::tokens::create(
+    let (_, token) = slicemeter::auth::store::create(
         &pool,
         Role::Collector,
         None,
         Some(NODE),
         None,
         None,
-        &slicemeter::db::audit::Actor::CLI,
+        &slicemeter::domain::access::Actor::CLI,
     )
     .await
     .unwrap();

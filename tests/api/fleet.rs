@@ -1,7 +1,7 @@
 //! `GET /v1/fleet` and the operations endpoints.
 
 use axum::http::StatusCode;
-use slicemeter::auth::Role;
+use slicemeter::domain::access::Role;
 
 use crate::support::*;
 

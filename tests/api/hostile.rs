@@ -6,7 +6,7 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
+use slicemeter::domain::access::Role;
 
 use crate::support::*;
 
@@ -708,20 +708,13 @@ fn hostile_text(json: &str, pick: u64) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_connection() {
     let app = TestApp::spawn().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(slicemeter::server::serve(
-        app.pool.clone(),
-        listener,
-        slicemeter::http::ServerConfig {
+    let served = app
+        .serve(slicemeter::http::state::ServerConfig {
             ingest_rate: 0.0,
-            ..slicemeter::http::ServerConfig::default()
-        },
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
+            ..slicemeter::http::state::ServerConfig::default()
+        })
+        .await;
+    let base = &served.base;
     let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
     // A connection of its own for each case: a failure is then the server dropping that one, never
     // a kept-alive connection closed between two cases.
@@ -772,7 +765,7 @@ async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_co
         let reply = match sent {
             Ok(reply) => reply,
             Err(e) => panic!(
-                "case {case} (seed {seed}): the connection failed: {e}\n{}",
+                "case {case} (seed {seed}): the connection failed: {e:?}\n{}",
                 &body[..body.len().min(2000)]
             ),
         };
@@ -800,6 +793,5 @@ async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_co
     assert!(statuses.get(&200).copied().unwrap_or(0) > 0, "{statuses:?}");
     assert!(statuses.keys().any(|s| *s >= 400), "{statuses:?}");
     eprintln!("statuses over {cases} hostile batches: {statuses:?}");
-    stop.send(true).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }

@@ -5,8 +5,8 @@ use std::io::Write;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
-use slicemeter::http::ServerConfig;
+use slicemeter::domain::access::Role;
+use slicemeter::http::state::ServerConfig;
 
 use crate::support::*;
 
@@ -266,7 +266,7 @@ async fn ingest_without_a_valid_token_is_unauthorized() {
     let token = app.token(Role::Collector, None, Some("gpu-node-01")).await;
     let id: i64 = token.split('_').nth(1).unwrap().parse().unwrap();
     assert!(
-        slicemeter::db::tokens::revoke(&app.pool, id, &slicemeter::db::audit::Actor::CLI)
+        slicemeter::auth::store::revoke(&app.pool, id, &slicemeter::domain::access::Actor::CLI)
             .await
             .unwrap()
     );

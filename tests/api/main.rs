@@ -11,6 +11,7 @@ mod faults;
 mod fleet;
 mod hostile;
 mod ingest;
+mod ingest_props;
 mod kubelet;
 mod nvml;
 mod openapi;

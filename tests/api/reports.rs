@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use rust_decimal::Decimal;
-use slicemeter::auth::Role;
 use slicemeter::collector::Cadence;
+use slicemeter::domain::access::Role;
 use slicemeter::domain::slice::{GpuGeometry, Reservation};
 use slicemeter::sim::SimFleet;
 use sqlx::Row;
@@ -28,7 +28,7 @@ async fn simulated(app: &TestApp, seed: u64, gpus: usize, from: &str, hours: i64
         batch_period: Duration::from_secs(3600),
     };
     let mut batches = Vec::new();
-    slicemeter::simulate::generate(
+    slicemeter::sim::generate::generate(
         &fleet,
         from,
         from + chrono::Duration::hours(hours),

@@ -10,11 +10,14 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
 use slicemeter::db;
+use slicemeter::db::cluster::PrivateCluster;
+use slicemeter::domain::access::Role;
 use slicemeter::domain::team::TeamId;
-use slicemeter::http::{self, AppState, ServerConfig};
-use slicemeter::pgcluster::PrivateCluster;
+use slicemeter::http::{
+    self,
+    state::{AppState, ServerConfig},
+};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use tower::ServiceExt;
@@ -211,14 +214,14 @@ impl TestApp {
     pub async fn with_config(config: ServerConfig) -> TestApp {
         let (pool, database_url) = fresh_pool().await;
         let router = http::router(AppState::new(pool.clone(), config));
-        let (_, admin) = db::tokens::create(
+        let (_, admin) = slicemeter::auth::store::create(
             &pool,
             Role::Admin,
             None,
             None,
             Some("test admin"),
             None,
-            &db::audit::Actor::CLI,
+            &slicemeter::domain::access::Actor::CLI,
         )
         .await
         .unwrap();
@@ -242,14 +245,14 @@ impl TestApp {
             .unwrap();
         }
         let team = team.map(|t| TeamId::parse(t).unwrap());
-        db::tokens::create(
+        slicemeter::auth::store::create(
             &self.pool,
             role,
             team.as_ref(),
             node,
             None,
             None,
-            &db::audit::Actor::CLI,
+            &slicemeter::domain::access::Actor::CLI,
         )
         .await
         .unwrap()
@@ -395,4 +398,51 @@ pub fn minute_windows(n: usize) -> (String, String, Vec<Value>) {
         (t0 + chrono::Duration::minutes(minutes as i64)).to_rfc3339(),
         windows,
     )
+}
+
+/// The real server (`http::server::serve`, with its timeouts) on a loopback port, for tests that
+/// need a socket: a browser, a child process, a client that misbehaves on the wire.
+pub struct Served {
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+    /// `127.0.0.1:<port>`
+    pub addr: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    /// Serves `app`'s database on `listener` until [`Served::stop`].
+    pub fn on(app: &TestApp, listener: tokio::net::TcpListener, config: ServerConfig) -> Served {
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(slicemeter::http::server::serve(
+            app.pool.clone(),
+            listener,
+            config,
+            async move {
+                let _ = stopped.changed().await;
+            },
+        ));
+        Served {
+            base: format!("http://{addr}"),
+            addr,
+            stop,
+            server,
+        }
+    }
+
+    /// Stops accepting, lets in-flight requests finish, and fails the test if serving failed.
+    pub async fn stop(self) {
+        self.stop.send(true).unwrap();
+        self.server.await.unwrap().unwrap();
+    }
+}
+
+impl TestApp {
+    /// Serves this app's database on a fresh loopback port.
+    pub async fn serve(&self, config: ServerConfig) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Served::on(self, listener, config)
+    }
 }

@@ -2,7 +2,7 @@
 
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use slicemeter::auth::Role;
+use slicemeter::domain::access::Role;
 
 use crate::support::*;
 

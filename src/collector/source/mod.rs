@@ -1,7 +1,7 @@
-//! Where readings come from: the simulator here, NVML on real GPUs; both behind [`Source`].
+//! Where readings come from, behind [`Source`]: NVML on real GPUs (`nvml`), or the simulator
+//! (`sim::source`, which implements the same trait).
 
 pub mod nvml;
-pub mod sim;
 
 use std::sync::Arc;
 

@@ -1,0 +1,74 @@
+//! `billing`: a simulated month of a fleet; the time to run every team's invoices against, in the
+//! same run, one `SELECT ... GROUP BY team` over the same rollups (reading the data once).
+
+use std::time::Instant;
+
+use chrono::Utc;
+use slicemeter::billing::service as billing;
+use slicemeter::domain::access::Actor;
+use slicemeter::domain::time::Month;
+
+use crate::common::{in_scratch_schema, load_month};
+
+#[derive(Debug, clap::Args)]
+pub struct BillingBenchArgs {
+    /// The database to work in (a scratch schema is created and dropped); without one, a private PostgreSQL is started for the run.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// GPUs in the simulated fleet.
+    #[arg(long, default_value_t = 1000)]
+    pub gpus: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// A size that runs in seconds (8 GPUs): CI runs it so that the benchmark cannot rot.
+    #[arg(long)]
+    pub smoke: bool,
+}
+
+pub async fn billing(args: BillingBenchArgs) -> anyhow::Result<()> {
+    in_scratch_schema(args.database_url.as_deref(), 8, |pool, _| run(&args, pool)).await
+}
+
+async fn run(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
+    let month = Month::of(Utc::now()).minus(1);
+    let gpus = if args.smoke { 8 } else { args.gpus };
+    let rollup_rows = load_month(&pool, gpus, args.seed, month).await?;
+
+    // The floor first, then the invoice run; each twice, the second timed, so both read warm caches.
+    let floor = || async {
+        sqlx::query(
+            "select c.team_id, sum(u.held_seconds * s.compute_share), sum(u.held_seconds * s.memory_share)
+             from usage_hourly u join slice s using (slice_id) join consumer c using (consumer_id)
+             where u.hour >= $1 and u.hour < $2 group by c.team_id",
+        )
+        .bind(month.start())
+        .bind(month.end())
+        .fetch_all(&pool)
+        .await
+    };
+    floor().await?;
+    let t = Instant::now();
+    let teams = floor().await?.len();
+    let floor_time = t.elapsed();
+    billing::run_drafts(&pool, month, chrono::Utc::now(), &Actor::CLI).await?;
+    let t = Instant::now();
+    let run = billing::run_drafts(&pool, month, chrono::Utc::now(), &Actor::CLI).await?;
+    let run_time = t.elapsed();
+    let lines: usize = run.drafts.iter().map(|i| i.lines.len()).sum();
+    anyhow::ensure!(!run.drafts.is_empty(), "the invoice run made no drafts");
+    println!("rollup rows                   {rollup_rows}");
+    println!(
+        "invoice run (all teams)       {:>8.3} s  ({} drafts, {lines} lines)",
+        run_time.as_secs_f64(),
+        run.drafts.len()
+    );
+    println!(
+        "SELECT sum() GROUP BY team    {:>8.3} s  ({teams} teams)",
+        floor_time.as_secs_f64()
+    );
+    println!(
+        "ratio run / floor             {:>8.2}",
+        run_time.as_secs_f64() / floor_time.as_secs_f64()
+    );
+    Ok(())
+}

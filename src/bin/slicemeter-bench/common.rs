@@ -1,0 +1,141 @@
+//! What the benchmarks share: a scratch schema per run, a month of a simulated fleet loaded through
+//! ingest, percentiles, and peak memory of a process.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use slicemeter::billing::rate_card::RateCardInput;
+use slicemeter::billing::service as billing;
+use slicemeter::cli::demo::register_teams;
+use slicemeter::collector::Cadence;
+use slicemeter::db;
+use slicemeter::db::cluster::PrivateCluster;
+use slicemeter::domain::access::Actor;
+use slicemeter::domain::time::Month;
+use slicemeter::ingest::service as ingest;
+use slicemeter::ingest::validate::Limits;
+use slicemeter::sim::{SimFleet, generate};
+use sqlx::postgres::PgConnectOptions;
+
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Runs `body` on a pool confined to a scratch schema, which is dropped afterwards. `body` also
+/// gets a connection URL confined to that schema, for a process of its own. Without a `url`, a
+/// private PostgreSQL is started for the run (as `demo` does) and stopped after it.
+pub async fn in_scratch_schema<F, Fut>(
+    url: Option<&str>,
+    connections: u32,
+    body: F,
+) -> anyhow::Result<()>
+where
+    F: FnOnce(sqlx::PgPool, String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let Some(url) = url else {
+        let root = PrivateCluster::default_root("bench");
+        eprintln!(
+            "DATABASE_URL is unset: starting a private PostgreSQL in {} ...",
+            root.display()
+        );
+        let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&root)).await??;
+        let result = Box::pin(in_scratch_schema(
+            Some(&cluster.url("postgres")),
+            connections,
+            body,
+        ))
+        .await;
+        tokio::task::spawn_blocking(move || cluster.stop()).await??;
+        return result;
+    };
+    let schema = format!("slicemeter_bench_{}", std::process::id());
+    let admin = db::connect(url, 2).await?;
+    sqlx::query(&format!("create schema {schema}"))
+        .execute(&admin)
+        .await?;
+    let options = PgConnectOptions::from_str(url)?.options([("search_path", schema.as_str())]);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+    let result = async {
+        let pool = db::connect_with(options, connections).await?;
+        db::migrate(&pool).await?;
+        body(pool, scoped).await
+    }
+    .await;
+    sqlx::query(&format!("drop schema {schema} cascade"))
+        .execute(&admin)
+        .await
+        .context("dropping the scratch schema")?;
+    result
+}
+
+/// Loads `month` of a simulated fleet of `gpus` GPUs (teams, hourly windows sampled every five
+/// minutes, a day a batch) straight through ingest, with the example rate card in force. Returns
+/// the number of rollup rows.
+pub async fn load_month(
+    pool: &sqlx::PgPool,
+    gpus: usize,
+    seed: u64,
+    month: Month,
+) -> anyhow::Result<i64> {
+    let mut card: RateCardInput =
+        toml::from_str(include_str!("../../../deploy/rate-card.example.toml"))?;
+    card.effective_from = month.start();
+    let card = card
+        .validate(chrono::Utc::now())
+        .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
+    billing::publish_rate_card(pool, &card, &Actor::CLI).await?;
+    let fleet = SimFleet::generate(seed, gpus);
+    register_teams(pool, &fleet).await?;
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(300),
+        window: Duration::from_secs(3600),
+        batch_period: Duration::from_secs(86_400),
+    };
+    let started = Instant::now();
+    let partitions = db::Partitions::default();
+    let limits = Limits::default();
+    let bar = generate::progress(
+        generate::expected_batches(&fleet, month.start(), month.end(), cadence.batch_period),
+        "loading a month",
+    );
+    let totals =
+        generate::generate_and_ingest(fleet, month.start(), month.end(), cadence, 2, bar, |b| {
+            let (pool, partitions, limits) = (pool, &partitions, &limits);
+            async move { ingest::ingest(pool, partitions, b, Utc::now(), limits).await }
+        })
+        .await?;
+    sqlx::query("analyze").execute(pool).await?;
+    let rollup_rows: i64 = sqlx::query_scalar("select count(*) from usage_hourly")
+        .fetch_one(pool)
+        .await?;
+    eprintln!(
+        "loaded {gpus} GPUs, {month}: {} windows, {rollup_rows} rollup rows, in {:.1} s",
+        totals.inserted,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(rollup_rows)
+}
+
+/// Peak resident memory of a running process (VmHWM), in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+pub fn tempfile_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("slicemeter-bench-{}-{name}", std::process::id()))
+}

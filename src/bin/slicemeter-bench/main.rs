@@ -1,0 +1,45 @@
+//! `slicemeter-bench`: benchmarks that print figures, each against a baseline measured in the same
+//! run, each in a scratch schema dropped at the end. A binary of its own, not part of the product's;
+//! every benchmark has a `--smoke` size that CI runs, so that none can rot.
+
+mod billing;
+mod common;
+mod export;
+mod ingest;
+mod load;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "slicemeter-bench", about = "slicemeter's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// HTTP ingest of simulated batches against a plain COPY of the same rows, in one run.
+    Ingest(ingest::IngestBenchArgs),
+    /// An invoice run over a simulated month against one GROUP BY over the same rollups.
+    Billing(billing::BillingBenchArgs),
+    /// Peak memory and time of a month's FOCUS export, for fleets of several sizes.
+    Export(export::ExportBenchArgs),
+    /// Many simulated collectors against one server on loopback, after a one-collector baseline.
+    Load(load::LoadBenchArgs),
+    /// The process `export` measures (not for people).
+    #[command(hide = true)]
+    FocusChild(export::FocusChildArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    slicemeter::process::init_tracing();
+    match Cli::parse().command {
+        Command::Ingest(args) => ingest::ingest(args).await,
+        Command::Billing(args) => billing::billing(args).await,
+        Command::Export(args) => export::export(args).await,
+        Command::Load(args) => load::load(args).await,
+        Command::FocusChild(args) => export::focus_child(args).await,
+    }
+}

@@ -1,0 +1,79 @@
+//! `slicemeter export`: a month's FOCUS rows or ERP journal lines, as CSV.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use super::args::{DbArgs, ExportArgs, output};
+use crate::db;
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
+use crate::reports::exports;
+
+#[derive(Subcommand)]
+pub enum ExportCommand {
+    /// FOCUS 1.0 rows of a month.
+    Focus {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        period: Month,
+        /// Only this team's rows.
+        #[arg(long)]
+        team: Option<String>,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        exports: ExportArgs,
+    },
+    /// Balanced journal lines of a month's issued invoices.
+    Erp {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        period: Month,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        exports: ExportArgs,
+    },
+}
+
+pub async fn run(command: ExportCommand) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    match command {
+        ExportCommand::Focus {
+            db,
+            period,
+            team,
+            out,
+            exports,
+        } => {
+            let pool = db::connect(&db.database_url, 4).await?;
+            let team = team.as_deref().map(TeamId::parse).transpose()?;
+            let mut stream = Box::pin(
+                exports::focus(&pool, period, team, std::sync::Arc::new(exports.config()?)).await?,
+            );
+            let mut sink = output(out.as_ref())?;
+            while let Some(chunk) = stream.next().await {
+                sink.write_all(&chunk?)?;
+            }
+            sink.flush()?;
+        }
+        ExportCommand::Erp {
+            db,
+            period,
+            out,
+            exports,
+        } => {
+            let pool = db::connect(&db.database_url, 2).await?;
+            let csv = exports::erp(&pool, period, &exports.config()?).await?;
+            let mut sink = output(out.as_ref())?;
+            sink.write_all(&csv)?;
+            sink.flush()?;
+        }
+    }
+    Ok(())
+}

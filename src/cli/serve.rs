@@ -1,0 +1,107 @@
+//! `slicemeter serve`: the API server.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::args::{DbArgs, ExportArgs};
+use crate::billing::service::BillingConfig;
+use crate::db;
+use crate::http::server;
+use crate::http::state::ServerConfig;
+use crate::ingest::validate::Limits;
+use crate::process;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Address to listen on.
+    #[arg(long, env = "SLICEMETER_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Largest request body, compressed or not, in bytes.
+    #[arg(long, env = "SLICEMETER_BODY_LIMIT", default_value_t = 16 << 20)]
+    pub body_limit: usize,
+    /// How far in the future a batch's period may end.
+    #[arg(long, env = "SLICEMETER_MAX_FUTURE_SKEW", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub max_future_skew: Duration,
+    /// Longest period one batch may report on.
+    #[arg(long, env = "SLICEMETER_MAX_PERIOD", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub max_period: Duration,
+    /// Most windows in one batch.
+    #[arg(long, env = "SLICEMETER_MAX_WINDOWS", default_value_t = 100_000)]
+    pub max_windows: usize,
+    /// Requests running longer are answered 503.
+    #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub request_timeout: Duration,
+    /// Connections in the database pool.
+    #[arg(long, env = "SLICEMETER_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+    /// Ingest requests a second one token may make (0: no limit); more get 429 with Retry-After.
+    #[arg(long, env = "SLICEMETER_INGEST_RATE", default_value_t = 20.0)]
+    pub ingest_rate: f64,
+    /// Ingest requests one token may make at once.
+    #[arg(long, env = "SLICEMETER_INGEST_BURST", default_value_t = 40.0)]
+    pub ingest_burst: f64,
+    /// How long after a month ends its invoices wait for late data before they can be issued.
+    #[arg(long, env = "SLICEMETER_ISSUE_GRACE", default_value = "1d", value_parser = humantime::parse_duration)]
+    pub issue_grace: Duration,
+    /// A connection that has not sent a whole header block in this long is closed.
+    #[arg(long, env = "SLICEMETER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte has moved for this long is closed (more than --request-timeout).
+    #[arg(long, env = "SLICEMETER_IDLE_TIMEOUT", default_value = "75s", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    #[command(flatten)]
+    pub exports: ExportArgs,
+}
+
+impl ServeArgs {
+    pub fn config(&self) -> anyhow::Result<ServerConfig> {
+        if self.idle_timeout <= self.request_timeout || self.header_read_timeout.is_zero() {
+            bail!(
+                "--idle-timeout must be longer than --request-timeout (a slow request would be cut), and --header-read-timeout above zero"
+            );
+        }
+        let most = crate::domain::batch::bounds::MAX_PERIOD_SECONDS as u64;
+        if self.max_period.as_secs() > most {
+            bail!(
+                "--max-period is at most {} (7 days): the bounds that keep every sum exact assume it",
+                humantime::format_duration(Duration::from_secs(most))
+            );
+        }
+        Ok(ServerConfig {
+            body_limit: self.body_limit,
+            ingest: Limits {
+                max_future_skew: chrono::Duration::from_std(self.max_future_skew)?,
+                max_period: chrono::Duration::from_std(self.max_period)?,
+                max_windows: self.max_windows,
+            },
+            request_timeout: self.request_timeout,
+            exports: std::sync::Arc::new(self.exports.config()?),
+            ingest_rate: self.ingest_rate,
+            ingest_burst: self.ingest_burst,
+            billing: BillingConfig {
+                issue_grace: chrono::Duration::from_std(self.issue_grace)?,
+            },
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+        })
+    }
+}
+
+/// Serves the API until Ctrl-C or SIGTERM (migrations applied first).
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    let pool = db::connect(&args.db.database_url, args.db_max_connections)
+        .await
+        .context("connecting to the database")?;
+    db::migrate(&pool).await.context("applying migrations")?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    tracing::info!(address = %listener.local_addr()?, "slicemeter is serving.");
+    server::serve(pool, listener, config, process::shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The fleet's rows: GPUs, their slices and who held each slice in the last hour; a GPU's node.
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use sqlx::{PgConnection, PgPool};
+
+#[derive(Debug, Clone)]
+pub struct FleetSliceRow {
+    pub gpu_uuid: String,
+    pub node: String,
+    pub model: String,
+    pub memory_bytes: i64,
+    pub mig_enabled: bool,
+    pub last_present: Option<DateTime<Utc>>,
+    pub slice_uuid: Option<String>,
+    pub kind: Option<String>,
+    pub profile: Option<String>,
+    pub compute_share: Option<Decimal>,
+    pub memory_share: Option<Decimal>,
+    pub holder_team: Option<String>,
+    pub holder_namespace: Option<String>,
+    pub holder_pod: Option<String>,
+    pub holder_user: Option<String>,
+}
+
+/// One row per slice (or per GPU without slices), with the slice's most recent holder in the
+/// rollups of the last hour, if any.
+pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceRow>, sqlx::Error> {
+    sqlx::query_as!(
+        FleetSliceRow,
+        r#"with holder as (
+               select distinct on (u.slice_id) u.slice_id, u.consumer_id from usage_hourly u
+               where u.hour >= date_trunc('hour', $1::timestamptz, 'UTC') - interval '1 hour' and u.hour <= $1
+               order by u.slice_id, u.hour desc, u.held_seconds desc),
+           present as (
+               select h.gpu_id, max(h.hour) + interval '1 hour' as until from gpu_hourly h
+               where h.hour >= $1::timestamptz - interval '31 days' group by h.gpu_id)
+           select g.gpu_uuid, g.node, g.model, g.memory_bytes, g.mig_enabled,
+                  p.until as "last_present?",
+                  s.slice_uuid as "slice_uuid?", s.kind as "kind?", s.profile,
+                  s.compute_share as "compute_share?", s.memory_share as "memory_share?",
+                  c.team_id as "holder_team?", c.namespace as holder_namespace,
+                  c.pod as holder_pod, c.unix_user as holder_user
+           from gpu g
+           left join present p on p.gpu_id = g.gpu_id
+           left join slice s on s.gpu_id = g.gpu_id
+           left join holder h on h.slice_id = s.slice_id
+           left join consumer c on c.consumer_id = h.consumer_id
+           order by g.node, g.gpu_uuid, s.slice_uuid"#,
+        now
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The end of the latest period any GPU was reported present.
+pub async fn last_presence(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar!("select max(period_end) from gpu_presence")
+        .fetch_one(pool)
+        .await
+}
+
+/// A GPU's registration: which node may report it.
+#[derive(Debug, Clone)]
+pub struct GpuRow {
+    pub gpu_uuid: String,
+    pub node: String,
+    pub model: String,
+    pub memory_bytes: i64,
+    pub mig_enabled: bool,
+}
+
+/// Locks a GPU's row until the transaction ends; the node it belongs to, `None` if there is no such
+/// GPU.
+pub async fn lock_gpu(conn: &mut PgConnection, uuid: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar!("select node from gpu where gpu_uuid = $1 for update", uuid)
+        .fetch_optional(&mut *conn)
+        .await
+}
+
+pub async fn set_node(
+    conn: &mut PgConnection,
+    uuid: &str,
+    node: &str,
+) -> Result<GpuRow, sqlx::Error> {
+    sqlx::query_as!(
+        GpuRow,
+        "update gpu set node = $2 where gpu_uuid = $1
+         returning gpu_uuid, node, model, memory_bytes, mig_enabled",
+        uuid,
+        node
+    )
+    .fetch_one(&mut *conn)
+    .await
+}

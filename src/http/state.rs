@@ -1,0 +1,73 @@
+//! What every handler shares: the server's configuration, the pool, the partitions known, the
+//! metrics handle and the ingest rate limiter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+
+use super::limits;
+use crate::billing::service::BillingConfig;
+use crate::db::Partitions;
+use crate::ingest::validate::Limits;
+use crate::reports::exports::ExportConfig;
+
+/// What the server is configured with.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The largest request body accepted, before and after gzip.
+    pub body_limit: usize,
+    pub ingest: Limits,
+    pub request_timeout: Duration,
+    pub exports: Arc<ExportConfig>,
+    /// Ingest requests per second per token (0: unlimited), and the burst allowed.
+    pub ingest_rate: f64,
+    pub ingest_burst: f64,
+    pub billing: BillingConfig,
+    /// A connection that has not sent a whole header block in this long is closed.
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte has moved for this long is closed (longer than the request
+    /// timeout, so that a slow request is not cut).
+    pub idle_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            body_limit: 16 << 20,
+            ingest: Limits::default(),
+            request_timeout: Duration::from_secs(60),
+            exports: Arc::new(ExportConfig::default()),
+            ingest_rate: 20.0,
+            ingest_burst: 40.0,
+            billing: BillingConfig::default(),
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub partitions: Arc<Partitions>,
+    pub config: Arc<ServerConfig>,
+    pub metrics: PrometheusHandle,
+    pub ingest_limiter: Arc<limits::RateLimiter>,
+}
+
+impl AppState {
+    pub fn new(pool: PgPool, config: ServerConfig) -> Self {
+        AppState {
+            pool,
+            partitions: Arc::new(Partitions::default()),
+            ingest_limiter: Arc::new(limits::RateLimiter::new(
+                config.ingest_rate,
+                config.ingest_burst,
+            )),
+            config: Arc::new(config),
+            metrics: crate::process::metrics_handle(),
+        }
+    }
+}

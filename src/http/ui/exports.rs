@@ -1,0 +1,43 @@
+//! The dashboard's export links: a month's FOCUS rows or ERP journal, as the API streams them to the
+//! same token.
+
+use axum::extract::{Query, State};
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::layout::{UiError, Viewer};
+use crate::domain::time::Month;
+use crate::http::error::ApiError;
+use crate::http::exports;
+use crate::http::state::AppState;
+
+#[derive(Deserialize)]
+pub struct PeriodQuery {
+    period: String,
+}
+
+impl PeriodQuery {
+    fn month(&self) -> Result<Month, UiError> {
+        self.period
+            .parse()
+            .map_err(|e: String| UiError::Api(ApiError::bad_request(e)))
+    }
+}
+
+pub async fn focus_export(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Query(q): Query<PeriodQuery>,
+) -> Result<Response, UiError> {
+    let month = q.month()?;
+    Ok(exports::focus_response(&state, &viewer, month).await?)
+}
+
+pub async fn erp_export(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Query(q): Query<PeriodQuery>,
+) -> Result<Response, UiError> {
+    let month = q.month()?;
+    Ok(exports::erp_response(&state, &viewer, month).await?)
+}

@@ -1,0 +1,390 @@
+//! The fleet page (finance, admin): the month's cost and where it went, allocation against use day
+//! by day, the GPUs and their slices now, and the month's invoices. Figures come from the same
+//! services as the API's, so the page and `/v1/reports/monthly` agree to the cent; numbers carry
+//! `data-field` attributes so that tests can read them.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use maud::{Markup, html};
+use rust_decimal::Decimal;
+
+use super::charts::{self, Bar, GpuBar, Palette, Segment, Series, SliceMark};
+use super::format::{money, number, percent};
+use super::layout::{
+    MonthQuery, UiError, Viewer, currency_of, done_message, empty_state, f, invoice_table,
+    month_form, page, state_text,
+};
+use crate::billing::invoice::{Invoice, InvoiceStatus, store as invoices};
+use crate::billing::period::PeriodState;
+use crate::billing::rate_card::{Currency, store as rate_cards};
+use crate::domain::access::Principal;
+use crate::domain::slice::ShareWeights;
+use crate::domain::time::Month;
+use crate::fleet::store::{self as fleet_store, FleetSliceRow};
+use crate::http::state::AppState;
+use crate::reports::monthly::MonthlyReport;
+use crate::reports::service as reports;
+use crate::reports::store as report_store;
+use crate::reports::usage::{self, GroupBy, Step};
+use crate::teams::store as team_store;
+
+pub async fn fleet(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Query(q): Query<MonthQuery>,
+) -> Result<Response, UiError> {
+    if !matches!(viewer, Principal::Admin { .. } | Principal::Finance { .. }) {
+        return Err(UiError::Forbidden(
+            "The fleet page is for finance and admins; your sign-in shows your own team.".into(),
+        ));
+    }
+    let month = q.month()?;
+    let report = reports::monthly_report(&state.pool, month, Utc::now(), None).await;
+    let cards = rate_cards::rate_cards(&state.pool).await?;
+    let invoices = invoices::list(&state.pool, Some(month), None).await?;
+    let done = done_message(&q, month, &invoices);
+    let body = match report {
+        Err(e) => html! {
+            h1 { "Fleet " (month) }
+            (month_form("/ui/fleet", month))
+            p class="error" role="alert" { (e.to_string()) }
+        },
+        Ok(report) => {
+            let currency = currency_of(&report, &cards);
+            let sums = report_store::usage_sums(
+                &state.pool,
+                month.start(),
+                month.end(),
+                GroupBy::Team,
+                Step::Day,
+                None,
+            )
+            .await?;
+            let weights = cards.values().last().map(|c| c.weights).unwrap_or_default();
+            let daily = usage::build(
+                month.start(),
+                month.end(),
+                GroupBy::Team,
+                Step::Day,
+                weights,
+                &sums,
+            );
+            let capacity =
+                report_store::capacity_by_day(&state.pool, month.start(), month.end()).await?;
+            let fleet = fleet_store::slices(&state.pool, Utc::now()).await?;
+            let teams = team_store::list(&state.pool, None).await?;
+            let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
+            fleet_body(
+                month,
+                &report,
+                &currency,
+                &daily,
+                &capacity,
+                &fleet,
+                &invoices,
+                &palette,
+                done.as_deref(),
+            )
+        }
+    };
+    Ok(page(&format!("Fleet {month}"), Some(&viewer), body).into_response())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fleet_body(
+    month: Month,
+    report: &MonthlyReport,
+    currency: &Currency,
+    daily: &usage::UsageReport,
+    capacity: &[(chrono::DateTime<Utc>, Decimal)],
+    fleet: &[FleetSliceRow],
+    invoices: &[Invoice],
+    palette: &Palette,
+    done: Option<&str>,
+) -> Markup {
+    let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
+    let c = report.conservation.as_ref();
+    let drafts = invoices
+        .iter()
+        .filter(|i| i.status == InvoiceStatus::Draft)
+        .count();
+    html! {
+        h1 { "Fleet " (month) }
+        (month_form("/ui/fleet", month))
+        p { span class="state" data-field="state" { (state_text(report.state)) } }
+        @if let Some(n) = done { p class="notice" role="status" { (n) } }
+        @if let Some(c) = c {
+            section aria-labelledby="conservation-h" {
+                h2 id="conservation-h" { "Where the fleet's cost went" }
+                div class="cards" {
+                    @for (label, field, value) in [
+                        ("Fleet cost", "fleet_cost", c.fleet_cost),
+                        ("Team charges", "team_charges", c.team_charges),
+                        ("Unattributed", "unattributed", c.unattributed),
+                        ("Unallocated", "unallocated", c.unallocated),
+                        ("Sharing discount", "sharing_discount", c.sharing_discount),
+                        ("Rounding residual", "rounding_residual", c.rounding_residual),
+                    ] {
+                        div class="card" {
+                            div class="label" { (label) }
+                            div class="value" data-field=(field) { (m(value)) }
+                        }
+                    }
+                }
+                p { "Fleet cost = team charges + unattributed + unallocated + sharing discount + rounding residual, to the cent." }
+                (charts::stacked("conservation", "Fleet cost by destination",
+                    &format!("Of {} of fleet cost in {month}: team charges {}, unattributed {}, unallocated {}, sharing discount {}, rounding {}.",
+                        m(c.fleet_cost), m(c.team_charges), m(c.unattributed), m(c.unallocated), m(c.sharing_discount), m(c.rounding_residual)),
+                    &[
+                        Segment { label: "Team charges".into(), value: f(c.team_charges), hover: m(c.team_charges), colour: "#1f77b4" },
+                        Segment { label: "Unattributed".into(), value: f(c.unattributed), hover: m(c.unattributed), colour: "#9467bd" },
+                        Segment { label: "Unallocated".into(), value: f(c.unallocated), hover: m(c.unallocated), colour: "#bbbbbb" },
+                        Segment { label: "Sharing discount".into(), value: f(c.sharing_discount), hover: m(c.sharing_discount), colour: "#2ca02c" },
+                        Segment { label: "Rounding residual".into(), value: f(c.rounding_residual.abs()), hover: m(c.rounding_residual), colour: "#d95f02" },
+                    ]))
+            }
+        }
+        section aria-labelledby="teams-h" {
+            h2 id="teams-h" { "Cost by team" }
+            @if report.teams.is_empty() {
+                (empty_state())
+            } @else {
+                (charts::bars("team-cost", &format!("Cost by team, {month}"),
+                    "One bar per team: what its invoice lines for the month add up to.",
+                    &currency.code,
+                    &report.teams.iter().map(|t| Bar {
+                        label: t.team.to_string(), value: f(t.cost), hover: format!("{}: {}", t.team, m(t.cost)),
+                        colour: palette.colour(t.team.as_str()),
+                    }).collect::<Vec<_>>()))
+                div class="scroll" {
+                    table {
+                        caption { "Teams in " (month) }
+                        thead { tr {
+                            th scope="col" { "Team" }
+                            th scope="col" class="num" { "Cost" }
+                            th scope="col" class="num" { "GPU-equivalent hours" }
+                            th scope="col" class="num" { "Slice-hours" }
+                            th scope="col" class="num" { "Efficiency" }
+                            th scope="col" class="num" { "Idle cost" }
+                        } }
+                        tbody {
+                            @for t in &report.teams {
+                                tr data-team=(t.team) {
+                                    th scope="row" { a href=(format!("/ui/team/{}?month={month}", t.team)) { (t.team) } }
+                                    td class="num" data-field="cost" { (m(t.cost)) }
+                                    td class="num" data-field="gpu_equivalent_hours" { (number(t.gpu_equivalent_hours, 2)) }
+                                    td class="num" data-field="slice_hours" { (number(t.slice_hours, 2)) }
+                                    td class="num" data-field="efficiency" { (percent(t.efficiency)) }
+                                    td class="num" data-field="idle_cost" { (t.idle_cost.map_or("unknown".to_owned(), m)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(u) = &report.unattributed {
+            section aria-labelledby="unattributed-h" {
+                h2 id="unattributed-h" { "Held by consumers no team claims" }
+                p {
+                    strong data-field="unattributed_cost" { (m(u.month.cost)) }
+                    " of GPU slices were held by consumers no team claims: the platform carries it, and nobody is invoiced for it. "
+                    "Give their namespace to a team (" code { "PUT /v1/teams/{team}" } ") or label their pods with "
+                    code { "team" } "; later months then bill that team."
+                }
+                @if !u.consumers.is_empty() {
+                    div class="scroll" {
+                        table {
+                            caption { "Consumers no team claims now, most held first" }
+                            thead { tr {
+                                th scope="col" { "Namespace" } th scope="col" { "Pod" } th scope="col" { "Container" }
+                                th scope="col" { "Unix user" } th scope="col" { "Job" } th scope="col" class="num" { "Slice-hours" }
+                            } }
+                            tbody {
+                                @for c in &u.consumers {
+                                    tr data-unattributed="" {
+                                        td { (c.namespace.as_deref().unwrap_or("—")) }
+                                        td { (c.pod.as_deref().unwrap_or("—")) }
+                                        td { (c.container.as_deref().unwrap_or("—")) }
+                                        td { (c.unix_user.as_deref().unwrap_or("—")) }
+                                        td { (c.job_id.as_deref().unwrap_or("—")) }
+                                        td class="num" { (number(c.slice_hours, 1)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if !report.pending_corrections.is_empty() {
+            section aria-labelledby="pending-h" {
+                h2 id="pending-h" { "Pending corrections" }
+                p { "Data that arrived after " (month) " was issued. Its invoices stay as they are; these amounts are billed once, as correction lines on the next open period's invoices." }
+                div class="scroll" {
+                    table {
+                        caption { "Corrections waiting, by team" }
+                        thead { tr { th scope="col" { "Team" } th scope="col" { "Line" } th scope="col" class="num" { "Slice-hours" } th scope="col" class="num" { "Amount" } } }
+                        tbody {
+                            @for p in &report.pending_corrections {
+                                @for l in &p.lines {
+                                    tr data-pending=(p.team) {
+                                        td { (p.team) }
+                                        td { (l.description) }
+                                        td class="num" { (number(l.slice_hours, 2)) }
+                                        td class="num" data-field="pending_amount" { (m(l.amount)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section aria-labelledby="util-h" {
+            h2 id="util-h" { "Allocation versus utilization" }
+            (allocation_chart(month, daily, capacity))
+        }
+        section aria-labelledby="map-h" {
+            h2 id="map-h" { "GPU map (last hour)" }
+            (gpu_map(fleet, palette))
+        }
+        section aria-labelledby="invoices-h" {
+            h2 id="invoices-h" { "Invoices for " (month) }
+            @if report.state == PeriodState::Open {
+                p class="empty" { (month) " has not ended: drafts can be made from " (month.end().format("%Y-%m-%d %H:%M UTC")) "." }
+            } @else {
+                form method="post" action="/ui/invoices/run" class="inline" {
+                    input type="hidden" name="month" value=(month.to_string());
+                    button type="submit" { "Make drafts for " (month) }
+                }
+                @if drafts > 0 {
+                    " "
+                    a class="button" href=(format!("/ui/invoices/issue?month={month}")) { "Issue all " (drafts) " drafts…" }
+                }
+            }
+            (invoice_table(invoices, currency, true))
+            p {
+                "Exports: "
+                a href=(format!("/ui/exports/focus?period={month}")) download { "FOCUS 1.0 CSV" }
+                " · "
+                a href=(format!("/ui/exports/erp?period={month}")) download { "ERP journal CSV" }
+                " (every invoice of the month issued first)"
+            }
+        }
+    }
+}
+
+fn allocation_chart(
+    month: Month,
+    daily: &usage::UsageReport,
+    capacity: &[(chrono::DateTime<Utc>, Decimal)],
+) -> Markup {
+    if capacity.is_empty() {
+        return html! { p class="empty" { "No GPU reported in this month." } };
+    }
+    let mut held: BTreeMap<chrono::DateTime<Utc>, Decimal> = BTreeMap::new();
+    let mut used: BTreeMap<chrono::DateTime<Utc>, Decimal> = BTreeMap::new();
+    for r in &daily.rows {
+        *held.entry(r.bucket).or_default() += r.figures.gpu_equivalent_hours;
+        *used.entry(r.bucket).or_default() +=
+            r.figures.used_gpu_equivalent_hours.unwrap_or_default();
+    }
+    let days: Vec<String> = capacity
+        .iter()
+        .map(|(d, _)| d.format("%m-%d").to_string())
+        .collect();
+    let series = |name: &str, colour: &'static str, values: Vec<Decimal>| Series {
+        name: name.to_owned(),
+        colour,
+        hovers: capacity
+            .iter()
+            .zip(&values)
+            .map(|((d, _), v)| format!("{} {name}: {} GPU-hours", d.date_naive(), number(*v, 1)))
+            .collect(),
+        values: values.iter().map(|v| f(*v)).collect(),
+    };
+    let cap: Vec<Decimal> = capacity.iter().map(|(_, h)| *h).collect();
+    let alloc: Vec<Decimal> = capacity
+        .iter()
+        .map(|(d, _)| held.get(d).copied().unwrap_or_default())
+        .collect();
+    let busy: Vec<Decimal> = capacity
+        .iter()
+        .map(|(d, _)| used.get(d).copied().unwrap_or_default())
+        .collect();
+    let total_cap: Decimal = cap.iter().sum();
+    let total_alloc: Decimal = alloc.iter().sum();
+    let total_busy: Decimal = busy.iter().sum();
+    let share = |x: Decimal| (total_cap > Decimal::ZERO).then(|| x / total_cap);
+    html! {
+        p data-field="utilization-summary" {
+            "Of " (number(total_cap, 0)) " GPU-hours in " (month) ", "
+            strong { (percent(share(total_alloc))) " were allocated" }
+            " (blocked by a slice) and "
+            strong { (percent(share(total_busy))) " were busy" } "."
+        }
+        (charts::lines("allocation", &format!("Allocation and utilization per day, {month}"),
+            "GPU-hours present, allocated to slices, and actually busy, day by day.",
+            "GPU-hours", &days,
+            &[series("present", "#666666", cap), series("allocated", "#1f77b4", alloc), series("busy", "#d95f02", busy)]))
+    }
+}
+
+fn gpu_map(rows: &[FleetSliceRow], palette: &Palette) -> Markup {
+    if rows.is_empty() {
+        return empty_state();
+    }
+    let w = ShareWeights::default();
+    let mut gpus: Vec<GpuBar> = Vec::new();
+    let mut last = None;
+    for r in rows {
+        if last.as_deref() != Some(r.gpu_uuid.as_str()) {
+            gpus.push(GpuBar {
+                label: format!("{} · {}", r.node, r.model.trim_start_matches("NVIDIA ")),
+                slices: Vec::new(),
+            });
+            last = Some(r.gpu_uuid.clone());
+        }
+        let (Some(kind), Some(cs), Some(ms)) = (&r.kind, r.compute_share, r.memory_share) else {
+            continue;
+        };
+        // Time-sliced replicas reserve nothing: below they share their GPU's bar equally.
+        let share = if kind != "timeslice" {
+            f(w.weigh(cs, ms))
+        } else {
+            0.0
+        };
+        let what = match (kind.as_str(), &r.profile) {
+            ("mig", Some(p)) => format!("MIG {p}"),
+            (k, _) => k.to_owned(),
+        };
+        let gpu = gpus.last_mut().expect("pushed above");
+        gpu.slices.push(SliceMark {
+            share,
+            team: r.holder_team.clone(),
+            hover: match &r.holder_team {
+                Some(t) => format!(
+                    "{what}: held by {t}{}",
+                    r.holder_pod
+                        .as_deref()
+                        .map(|p| format!(" ({p})"))
+                        .unwrap_or_default()
+                ),
+                None => format!("{what}: free"),
+            },
+        });
+    }
+    for g in &mut gpus {
+        let unreserved = g.slices.iter().filter(|s| s.share == 0.0).count();
+        if unreserved > 0 {
+            for s in g.slices.iter_mut().filter(|s| s.share == 0.0) {
+                s.share = 1.0 / unreserved as f64;
+            }
+        }
+    }
+    charts::gpu_map("gpu-map", &gpus, palette)
+}

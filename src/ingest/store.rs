@@ -1,0 +1,695 @@
+//! Ingest's SQL, run inside the one transaction `service` owns per batch: registering a batch's GPUs,
+//! slices and consumers, the GPUs' presence, reading what a re-sent period already holds, the
+//! windows themselves (`COPY`, falling back to a staged `INSERT ... ON CONFLICT DO NOTHING` only when
+//! a window is already stored) and the hourly rollups of what was new. The rules that decide what
+//! these rows mean are `registry`'s and `resent`'s.
+//!
+//! The file stays whole: these are the statements of one transaction, in the order `service` runs
+//! them, each reading what the one before wrote, over the same tables and their row mappings.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use super::registry::{RegisteredGpu, RegisteredSlice, StoredPeriod};
+use super::resent::StoredWindow;
+use super::rules::SliceUse;
+use super::validate::{ValidBatch, ValidConsumer};
+use crate::domain::slice::Reservation;
+use crate::domain::time::seconds_by_hour;
+use crate::domain::window::{Rollup, Window};
+
+const UNIQUE_VIOLATION: &str = "23505";
+
+/// Serialises batches that report the same GPU, so that the presence overlap check below cannot race.
+/// Locks are taken in one global order (sorted keys, locked in array order) so batches never deadlock.
+pub async fn lock_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<(), sqlx::Error> {
+    let mut keys: Vec<i64> = b.gpus.iter().map(|g| lock_key(&g.uuid)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    sqlx::query!(
+        r#"select pg_advisory_xact_lock(k) as "locked"
+           from unnest($1::int8[]) with ordinality as t(k, i) order by i"#,
+        &keys
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// A GPU's advisory-lock key: the first eight bytes of the SHA-256 of its uuid.
+fn lock_key(uuid: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(uuid.as_bytes());
+    i64::from_be_bytes(digest[..8].try_into().expect("eight bytes"))
+}
+
+/// Registers the batch's new GPUs (to the batch's node) and reads the registration of every one.
+pub async fn register_gpus(
+    tx: &mut PgConnection,
+    b: &ValidBatch,
+) -> Result<Vec<RegisteredGpu>, sqlx::Error> {
+    let uuids: Vec<String> = b.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let models: Vec<String> = b.gpus.iter().map(|g| g.model.clone()).collect();
+    let memory: Vec<i64> = b
+        .gpus
+        .iter()
+        .map(|g| g.geometry.memory_bytes as i64)
+        .collect();
+    let compute: Vec<i16> = b
+        .gpus
+        .iter()
+        .map(|g| i16::from(g.geometry.compute_slices))
+        .collect();
+    let memory_slices: Vec<i16> = b
+        .gpus
+        .iter()
+        .map(|g| i16::from(g.geometry.memory_slices))
+        .collect();
+    let mig: Vec<bool> = b.gpus.iter().map(|g| g.mig_enabled).collect();
+    sqlx::query!(
+        "insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
+         select u, $2, m, b, c, s, g
+         from unnest($1::text[], $3::text[], $4::int8[], $5::int2[], $6::int2[], $7::bool[]) as x(u, m, b, c, s, g)
+         on conflict (gpu_uuid) do nothing",
+        &uuids,
+        b.node,
+        &models,
+        &memory,
+        &compute,
+        &memory_slices,
+        &mig
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query_as!(
+        RegisteredGpu,
+        "select gpu_id, gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled
+         from gpu where gpu_uuid = any($1)",
+        &uuids
+    )
+    .fetch_all(&mut *tx)
+    .await
+}
+
+pub async fn set_mig_mode(
+    tx: &mut PgConnection,
+    gpu_id: i32,
+    mig: bool,
+) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "update gpu set mig_enabled = $2 where gpu_id = $1",
+        gpu_id,
+        mig
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// The stored columns of a reservation, in the order of the `slice` table.
+struct ReservationColumns {
+    profile: Option<String>,
+    profile_id: Option<i32>,
+    compute_slices: Option<i16>,
+    memory_slices: Option<i16>,
+    memory_bytes: Option<i64>,
+    active_thread_percentage: Option<i16>,
+    pinned_memory_bytes: Option<i64>,
+    fraction: Option<Decimal>,
+    replicas: Option<i16>,
+    replica: Option<i16>,
+}
+
+impl ReservationColumns {
+    fn of(r: &Reservation) -> Self {
+        let mut c = ReservationColumns {
+            profile: None,
+            profile_id: None,
+            compute_slices: None,
+            memory_slices: None,
+            memory_bytes: None,
+            active_thread_percentage: None,
+            pinned_memory_bytes: None,
+            fraction: None,
+            replicas: None,
+            replica: None,
+        };
+        match r {
+            Reservation::Mig {
+                profile,
+                profile_id,
+                compute_slices,
+                memory_slices,
+                memory_bytes,
+            } => {
+                c.profile = Some(profile.clone());
+                c.profile_id = profile_id.map(|id| id as i32);
+                c.compute_slices = Some(i16::from(*compute_slices));
+                c.memory_slices = Some(i16::from(*memory_slices));
+                c.memory_bytes = Some(*memory_bytes as i64);
+            }
+            Reservation::Mps {
+                active_thread_percentage,
+                pinned_memory_bytes,
+            } => {
+                c.active_thread_percentage = Some(i16::from(*active_thread_percentage));
+                c.pinned_memory_bytes = Some(*pinned_memory_bytes as i64);
+            }
+            Reservation::Vgpu { fraction } => c.fraction = Some(*fraction),
+            Reservation::Timeslice { replicas, replica } => {
+                c.replicas = Some(*replicas as i16);
+                c.replica = Some(*replica as i16);
+            }
+            Reservation::Whole => {}
+        }
+        c
+    }
+}
+
+/// A reservation as stored in the `slice` table, back in its domain type.
+#[allow(clippy::too_many_arguments)]
+fn reservation_of(
+    kind: &str,
+    profile: Option<String>,
+    compute_slices: Option<i16>,
+    memory_slices: Option<i16>,
+    memory_bytes: Option<i64>,
+    threads: Option<i16>,
+    pinned: Option<i64>,
+    fraction: Option<Decimal>,
+    replicas: Option<i16>,
+    replica: Option<i16>,
+) -> Option<Reservation> {
+    Some(match kind {
+        "mig" => Reservation::Mig {
+            profile: profile?,
+            profile_id: None,
+            compute_slices: u8::try_from(compute_slices?).ok()?,
+            memory_slices: u8::try_from(memory_slices?).ok()?,
+            memory_bytes: u64::try_from(memory_bytes?).ok()?,
+        },
+        "mps" => Reservation::Mps {
+            active_thread_percentage: u8::try_from(threads?).ok()?,
+            pinned_memory_bytes: u64::try_from(pinned?).ok()?,
+        },
+        "vgpu" => Reservation::Vgpu {
+            fraction: fraction?,
+        },
+        "timeslice" => Reservation::Timeslice {
+            replicas: u16::try_from(replicas?).ok()?,
+            replica: u16::try_from(replica?).ok()?,
+        },
+        "whole" => Reservation::Whole,
+        _ => return None,
+    })
+}
+
+/// Registers the batch's new slices and reads the registration of every one.
+pub async fn register_slices(
+    tx: &mut PgConnection,
+    b: &ValidBatch,
+    gpu_ids: &[i32],
+) -> Result<Vec<RegisteredSlice>, sqlx::Error> {
+    let n = b.slices.len();
+    let mut uuids = Vec::with_capacity(n);
+    let mut gpus = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut cols: Vec<ReservationColumns> = Vec::with_capacity(n);
+    let mut compute_share = Vec::with_capacity(n);
+    let mut memory_share = Vec::with_capacity(n);
+    let mut reserved_bytes = Vec::with_capacity(n);
+    let mut reserved = Vec::with_capacity(n);
+    for s in &b.slices {
+        uuids.push(s.uuid.clone());
+        gpus.push(gpu_ids[s.gpu]);
+        kinds.push(s.reservation.kind().as_str().to_owned());
+        cols.push(ReservationColumns::of(&s.reservation));
+        compute_share.push(s.share.compute);
+        memory_share.push(s.share.memory);
+        reserved_bytes.push(s.share.memory_reserved_bytes as i64);
+        reserved.push(s.share.kind.is_reserved());
+    }
+    let profile: Vec<Option<String>> = cols.iter().map(|c| c.profile.clone()).collect();
+    let profile_id: Vec<Option<i32>> = cols.iter().map(|c| c.profile_id).collect();
+    let compute_slices: Vec<Option<i16>> = cols.iter().map(|c| c.compute_slices).collect();
+    let memory_slices: Vec<Option<i16>> = cols.iter().map(|c| c.memory_slices).collect();
+    let memory_bytes: Vec<Option<i64>> = cols.iter().map(|c| c.memory_bytes).collect();
+    let threads: Vec<Option<i16>> = cols.iter().map(|c| c.active_thread_percentage).collect();
+    let pinned: Vec<Option<i64>> = cols.iter().map(|c| c.pinned_memory_bytes).collect();
+    let fraction: Vec<Option<Decimal>> = cols.iter().map(|c| c.fraction).collect();
+    let replicas: Vec<Option<i16>> = cols.iter().map(|c| c.replicas).collect();
+    let replica: Vec<Option<i16>> = cols.iter().map(|c| c.replica).collect();
+    sqlx::query!(
+        "insert into slice (slice_uuid, gpu_id, kind, profile, profile_id, compute_slices, memory_slices,
+                            memory_bytes, active_thread_percentage, pinned_memory_bytes, fraction, replicas,
+                            replica, compute_share, memory_share, memory_reserved_bytes, reserved)
+         select * from unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int4[], $6::int2[],
+                              $7::int2[], $8::int8[], $9::int2[], $10::int8[], $11::numeric[], $12::int2[],
+                              $13::int2[], $14::numeric[], $15::numeric[], $16::int8[], $17::bool[])
+         on conflict (slice_uuid) do nothing",
+        &uuids,
+        &gpus,
+        &kinds,
+        &profile as &[Option<String>],
+        &profile_id as &[Option<i32>],
+        &compute_slices as &[Option<i16>],
+        &memory_slices as &[Option<i16>],
+        &memory_bytes as &[Option<i64>],
+        &threads as &[Option<i16>],
+        &pinned as &[Option<i64>],
+        &fraction as &[Option<Decimal>],
+        &replicas as &[Option<i16>],
+        &replica as &[Option<i16>],
+        &compute_share,
+        &memory_share,
+        &reserved_bytes,
+        &reserved
+    )
+    .execute(&mut *tx)
+    .await?;
+    let stored = sqlx::query!(
+        "select slice_id, slice_uuid, gpu_id, kind, profile, compute_slices, memory_slices, memory_bytes,
+                active_thread_percentage, pinned_memory_bytes, fraction, replicas, replica
+         from slice where slice_uuid = any($1)",
+        &uuids
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(stored
+        .into_iter()
+        .map(|r| RegisteredSlice {
+            reservation: reservation_of(
+                &r.kind,
+                r.profile,
+                r.compute_slices,
+                r.memory_slices,
+                r.memory_bytes,
+                r.active_thread_percentage,
+                r.pinned_memory_bytes,
+                r.fraction,
+                r.replicas,
+                r.replica,
+            ),
+            slice_id: r.slice_id,
+            slice_uuid: r.slice_uuid,
+            gpu_id: r.gpu_id,
+        })
+        .collect())
+}
+
+/// Registers new consumers (and the teams their `team` labels name) and returns every batch
+/// consumer's id, in batch order. A new consumer is attributed to its labelled team, else to the team
+/// that owns its namespace, else to `unattributed`.
+pub async fn register_consumers(
+    tx: &mut PgConnection,
+    b: &ValidBatch,
+) -> Result<Vec<i64>, sqlx::Error> {
+    // Rows other batches may insert at the same time are inserted in sorted order, so that two
+    // batches never wait on each other's rows in opposite orders.
+    let mut labelled: Vec<String> = b
+        .consumers
+        .iter()
+        .filter_map(|c| c.team_label.as_ref().map(|t| t.as_str().to_owned()))
+        .collect();
+    labelled.sort_unstable();
+    labelled.dedup();
+    if !labelled.is_empty() {
+        sqlx::query!(
+            "insert into team (team_id, display_name) select t, t from unnest($1::text[]) t
+             on conflict (team_id) do nothing",
+            &labelled
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    let n = b.consumers.len();
+    let mut order: Vec<&ValidConsumer> = b.consumers.iter().collect();
+    order.sort_unstable_by_key(|c| c.fingerprint);
+    let mut fingerprints = Vec::with_capacity(n);
+    let mut namespace = Vec::with_capacity(n);
+    let mut pod = Vec::with_capacity(n);
+    let mut container = Vec::with_capacity(n);
+    let mut unix_user = Vec::with_capacity(n);
+    let mut job_id = Vec::with_capacity(n);
+    let mut claim = Vec::with_capacity(n);
+    let mut labels = Vec::with_capacity(n);
+    let mut team_label = Vec::with_capacity(n);
+    for c in order {
+        let r = &c.report;
+        fingerprints.push(c.fingerprint.to_vec());
+        namespace.push(r.namespace.clone());
+        pod.push(r.pod.clone());
+        container.push(r.container.clone());
+        unix_user.push(r.unix_user.clone());
+        job_id.push(r.job_id.clone());
+        claim.push(
+            r.dra_claim
+                .as_ref()
+                .map(|d| serde_json::to_value(d).expect("a claim serialises")),
+        );
+        labels.push(serde_json::to_value(&r.labels).expect("labels serialise"));
+        team_label.push(c.team_label.as_ref().map(|t| t.as_str().to_owned()));
+    }
+    sqlx::query!(
+        "insert into consumer (fingerprint, namespace, pod, container, unix_user, job_id, dra_claim,
+                               labels, team_label, team_id)
+         select f, ns, p, c, u, j, d, l, t,
+                coalesce(t, (select tn.team_id from team_namespace tn where tn.namespace = x.ns),
+                         'unattributed')
+         from unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                     $7::jsonb[], $8::jsonb[], $9::text[]) as x(f, ns, p, c, u, j, d, l, t)
+         on conflict (fingerprint) do nothing",
+        &fingerprints,
+        &namespace as &[Option<String>],
+        &pod as &[Option<String>],
+        &container as &[Option<String>],
+        &unix_user as &[Option<String>],
+        &job_id as &[Option<String>],
+        &claim as &[Option<serde_json::Value>],
+        &labels,
+        &team_label as &[Option<String>],
+    )
+    .execute(&mut *tx)
+    .await?;
+    let stored = sqlx::query!(
+        "select consumer_id, fingerprint from consumer where fingerprint = any($1)",
+        &fingerprints
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let by_fingerprint: HashMap<&[u8], i64> = stored
+        .iter()
+        .map(|r| (r.fingerprint.as_slice(), r.consumer_id))
+        .collect();
+    b.consumers
+        .iter()
+        .map(|c| {
+            by_fingerprint
+                .get(&c.fingerprint[..])
+                .copied()
+                .ok_or(sqlx::Error::RowNotFound)
+        })
+        .collect()
+}
+
+/// The latest stored period of each of `gpu_ids` that overlaps `[start, end)`.
+pub async fn overlapping_periods(
+    tx: &mut PgConnection,
+    gpu_ids: &[i32],
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Result<Vec<StoredPeriod>, sqlx::Error> {
+    sqlx::query_as!(
+        StoredPeriod,
+        r#"select n.gpu_id as "gpu_id!", p.period_start as start, p.period_end as end
+           from unnest($1::int4[]) as n(gpu_id)
+           cross join lateral (
+               select period_start, period_end from gpu_presence g
+               where g.gpu_id = n.gpu_id and g.period_start < $3
+               order by g.period_start desc limit 1) p
+           where p.period_end > $2"#,
+        gpu_ids,
+        start,
+        end
+    )
+    .fetch_all(&mut *tx)
+    .await
+}
+
+/// Records that `gpus` existed for the batch's period: a presence row each, and their seconds in
+/// each hour it touches.
+pub async fn record_presence(
+    tx: &mut PgConnection,
+    b: &ValidBatch,
+    gpus: &[i32],
+) -> Result<(), sqlx::Error> {
+    if gpus.is_empty() {
+        return Ok(());
+    }
+    sqlx::query!(
+        "insert into gpu_presence (gpu_id, period_start, period_end, node)
+         select g, $2, $3, $4 from unnest($1::int4[]) g",
+        gpus,
+        b.period_start,
+        b.period_end,
+        b.node
+    )
+    .execute(&mut *tx)
+    .await?;
+    let mut hours = Vec::new();
+    let mut ids = Vec::new();
+    let mut seconds = Vec::new();
+    for (hour, s) in seconds_by_hour(b.period_start, b.period_end) {
+        for &g in gpus {
+            hours.push(hour);
+            ids.push(g);
+            seconds.push(s);
+        }
+    }
+    sqlx::query!(
+        "insert into gpu_hourly (hour, gpu_id, present_seconds)
+         select * from unnest($1::timestamptz[], $2::int4[], $3::numeric[])
+         on conflict (hour, gpu_id) do update
+             set present_seconds = gpu_hourly.present_seconds + excluded.present_seconds",
+        &hours,
+        &ids,
+        &seconds
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// The windows stored for `[start, end)` on `gpus`, with their slices.
+pub async fn stored_windows(
+    tx: &mut PgConnection,
+    gpus: &[i32],
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Result<Vec<StoredWindow>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"select o.slice_id, o.consumer_id, o.window_start, o.window_end, o.held_seconds,
+                  o.memory_byte_seconds, o.memory_peak_bytes, o.compute_active_seconds,
+                  s.slice_uuid, s.gpu_id, s.kind, s.compute_share, s.memory_share, s.reserved,
+                  s.profile, s.compute_slices, s.memory_slices, s.memory_bytes as slice_memory_bytes,
+                  s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
+                  g.memory_bytes as gpu_memory_bytes,
+                  coalesce(c.namespace || '/' || c.pod, c.pod, c.namespace, c.unix_user, c.job_id,
+                           'a DRA claim') as "holder!"
+           from slice s
+           join gpu g on g.gpu_id = s.gpu_id
+           join occupancy o on o.slice_id = s.slice_id
+           join consumer c on c.consumer_id = o.consumer_id
+           where s.gpu_id = any($1) and o.window_start >= $2 and o.window_start < $3
+           order by o.slice_id, o.window_start, o.consumer_id"#,
+        gpus,
+        start,
+        end
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| StoredWindow {
+            slice_id: r.slice_id,
+            consumer_id: r.consumer_id,
+            window: Window {
+                slice: 0,
+                consumer: 0,
+                start: r.window_start,
+                end: r.window_end,
+                held_seconds: r.held_seconds,
+                memory_byte_seconds: r.memory_byte_seconds,
+                memory_peak_bytes: r.memory_peak_bytes,
+                compute_active_seconds: r.compute_active_seconds,
+                hours: Vec::new(),
+            },
+            slice: SliceUse {
+                reserved: r.reserved,
+                compute_share: r.compute_share,
+                memory_share: r.memory_share,
+                gpu_memory_bytes: u64::try_from(r.gpu_memory_bytes).unwrap_or(0),
+            },
+            reservation: reservation_of(
+                &r.kind,
+                r.profile,
+                r.compute_slices,
+                r.memory_slices,
+                r.slice_memory_bytes,
+                r.active_thread_percentage,
+                r.pinned_memory_bytes,
+                r.fraction,
+                r.replicas,
+                r.replica,
+            ),
+            slice_uuid: r.slice_uuid,
+            gpu_id: r.gpu_id,
+            holder: r.holder,
+        })
+        .collect())
+}
+
+fn timestamp(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+/// The windows as `COPY` text rows.
+fn copy_rows(windows: &[&Window], slice_ids: &[i32], consumer_ids: &[i64]) -> Vec<u8> {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(windows.len() * 120);
+    for w in windows {
+        let compute = w
+            .compute_active_seconds
+            .map_or_else(|| "\\N".to_owned(), |c| c.to_string());
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            slice_ids[w.slice],
+            consumer_ids[w.consumer],
+            timestamp(w.start),
+            timestamp(w.end),
+            w.held_seconds,
+            w.memory_byte_seconds,
+            w.memory_peak_bytes,
+            compute
+        )
+        .expect("writing to a String");
+    }
+    out.into_bytes()
+}
+
+const COPY_COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
+                            memory_byte_seconds, memory_peak_bytes, compute_active_seconds)";
+
+/// Stores the windows and returns those that were new. The fast path `COPY`s straight into the
+/// table; only when that meets a stored window does it stage the rows and insert the new ones.
+pub async fn insert_windows<'b>(
+    tx: &mut PgConnection,
+    windows: &[&'b Window],
+    slice_ids: &[i32],
+    consumer_ids: &[i64],
+) -> Result<Vec<&'b Window>, sqlx::Error> {
+    if windows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = copy_rows(windows, slice_ids, consumer_ids);
+    sqlx::query("savepoint copy_windows")
+        .execute(&mut *tx)
+        .await?;
+    let fast = copy_in(
+        tx,
+        &format!("copy occupancy {COPY_COLUMNS} from stdin"),
+        &rows,
+    )
+    .await;
+    match fast {
+        Ok(_) => {
+            sqlx::query("release savepoint copy_windows")
+                .execute(&mut *tx)
+                .await?;
+            return Ok(windows.to_vec());
+        }
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
+            sqlx::query("rollback to savepoint copy_windows")
+                .execute(&mut *tx)
+                .await?;
+        }
+        Err(e) => return Err(e),
+    }
+    // The staging table exists only in this transaction, so these two statements are not checked
+    // at compile time.
+    sqlx::query(
+        "create temp table occupancy_stage (like occupancy including defaults) on commit drop",
+    )
+    .execute(&mut *tx)
+    .await?;
+    copy_in(
+        tx,
+        &format!("copy occupancy_stage {COPY_COLUMNS} from stdin"),
+        &rows,
+    )
+    .await?;
+    let new: Vec<(i32, i64, DateTime<Utc>)> = sqlx::query_as(
+        "insert into occupancy select * from occupancy_stage on conflict do nothing
+         returning slice_id, consumer_id, window_start",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let index: HashMap<(i32, i64, DateTime<Utc>), &Window> = windows
+        .iter()
+        .map(|w| ((slice_ids[w.slice], consumer_ids[w.consumer], w.start), *w))
+        .collect();
+    Ok(new
+        .iter()
+        .filter_map(|key| index.get(key).copied())
+        .collect())
+}
+
+async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<u64, sqlx::Error> {
+    let mut copy = tx.copy_in_raw(statement).await?;
+    if let Err(e) = copy.send(rows).await {
+        copy.abort("slicemeter: sending rows failed").await.ok();
+        return Err(e);
+    }
+    copy.finish().await
+}
+
+/// Adds the hourly sums of new windows, keyed by (slice id, consumer id), to the hourly rollup.
+pub async fn add_to_rollup(
+    tx: &mut PgConnection,
+    rollup: Rollup<(i32, i64)>,
+) -> Result<(), sqlx::Error> {
+    if rollup.rows.is_empty() {
+        return Ok(());
+    }
+    let n = rollup.rows.len();
+    let mut hour = Vec::with_capacity(n);
+    let mut slice = Vec::with_capacity(n);
+    let mut consumer = Vec::with_capacity(n);
+    let mut held = Vec::with_capacity(n);
+    let mut memory = Vec::with_capacity(n);
+    let mut peak = Vec::with_capacity(n);
+    let mut active = Vec::with_capacity(n);
+    let mut known = Vec::with_capacity(n);
+    let mut count = Vec::with_capacity(n);
+    for ((h, (s, c)), f) in rollup.rows {
+        hour.push(h);
+        slice.push(s);
+        consumer.push(c);
+        held.push(f.held_seconds);
+        memory.push(f.memory_byte_seconds);
+        peak.push(f.memory_peak_bytes);
+        active.push(f.compute_active_seconds);
+        known.push(f.compute_known_seconds);
+        count.push(f.window_count);
+    }
+    sqlx::query!(
+        "insert into usage_hourly (hour, slice_id, consumer_id, held_seconds, memory_byte_seconds,
+                                   memory_peak_bytes, compute_active_seconds, compute_known_seconds,
+                                   window_count)
+         select * from unnest($1::timestamptz[], $2::int4[], $3::int8[], $4::numeric[], $5::numeric[],
+                              $6::int8[], $7::numeric[], $8::numeric[], $9::int4[])
+         on conflict (hour, slice_id, consumer_id) do update set
+             held_seconds = usage_hourly.held_seconds + excluded.held_seconds,
+             memory_byte_seconds = usage_hourly.memory_byte_seconds + excluded.memory_byte_seconds,
+             memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
+             compute_active_seconds = usage_hourly.compute_active_seconds + excluded.compute_active_seconds,
+             compute_known_seconds = usage_hourly.compute_known_seconds + excluded.compute_known_seconds,
+             window_count = usage_hourly.window_count + excluded.window_count",
+        &hour,
+        &slice,
+        &consumer,
+        &held,
+        &memory,
+        &peak,
+        &active,
+        &known,
+        &count
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! Reports' SQL. It reads the hourly rollups, or an issued period's books, never the raw windows:
+//! usage sums per group and bucket, consumers no team claims, per-slice days (`slices::SliceDay`),
+//! per-model days of presence, a period's documents for the ERP journal, and daily capacity.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use futures_util::Stream;
+use rust_decimal::Decimal;
+use sqlx::{PgConnection, PgPool};
+
+use super::monthly::UnattributedConsumer;
+use super::slices::SliceDay;
+use super::usage::{GroupBy, Step, UsageSums};
+use crate::billing::invoice::{InvoiceKind, InvoiceStatus};
+use crate::domain::slice::SliceKind;
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
+
+/// Sums of the rollups per (bucket, group key, reserved), the terms DESIGN.md's share formula is
+/// linear in, weighted by each slice's compute and memory share. `reports::usage` applies the weights.
+pub async fn usage_sums(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: GroupBy,
+    step: Step,
+    team: Option<&TeamId>,
+) -> Result<Vec<UsageSums>, sqlx::Error> {
+    let rows = sqlx::query!(
+        // Sum per (bucket, slice, team) first, additions only; weigh by the slices' shares after.
+        r#"with per_slice as (
+               select date_trunc($3, u.hour, 'UTC') as bucket, u.slice_id, c.team_id,
+                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
+                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
+                      sum(u.window_count)::int8 as windows
+               from usage_hourly u
+               join consumer c using (consumer_id)
+               where u.hour >= $1 and u.hour < $2 and ($5::text is null or c.team_id = $5)
+               group by 1, 2, 3)
+           select p.bucket as "bucket!",
+                  (case $4::text when 'team' then p.team_id
+                                 when 'gpu_model' then g.model
+                                 when 'kind' then s.kind
+                                 when 'profile' then coalesce(s.profile, s.kind)
+                                 when 'node' then g.node end) as "key!",
+                  s.reserved as "reserved!",
+                  round(sum(p.held), 9) as "held_seconds!",
+                  round(sum(p.held * s.compute_share), 9) as "held_compute!",
+                  round(sum(p.held * s.memory_share), 9) as "held_memory!",
+                  round(sum(p.known), 9) as "known_seconds!",
+                  round(sum(p.known * s.compute_share), 9) as "known_compute!",
+                  round(sum(p.active), 9) as "active_seconds!",
+                  round(sum(p.active * s.compute_share), 9) as "active_compute!",
+                  round(sum(p.memory) / 1073741824, 9) as "memory_gib_seconds!",
+                  round(sum(p.memory * s.memory_share / s.memory_reserved_bytes), 9) as "memory_used!",
+                  sum(p.windows)::int8 as "windows!"
+           from per_slice p
+           join slice s using (slice_id)
+           join gpu g using (gpu_id)
+           group by 1, 2, 3
+           order by 1, 2, 3"#,
+        from,
+        to,
+        step.as_str(),
+        group_by.as_str(),
+        team.map(TeamId::as_str)
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| UsageSums {
+            bucket: r.bucket,
+            key: r.key,
+            reserved: r.reserved,
+            sums: crate::occupancy_sums!(r),
+        })
+        .collect())
+}
+
+/// The consumers no team claims now that held slices in `[from, to)`, most held first.
+pub async fn unattributed_consumers(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<UnattributedConsumer>, sqlx::Error> {
+    sqlx::query_as!(
+        UnattributedConsumer,
+        r#"select c.namespace, c.pod, c.container, c.unix_user, c.job_id,
+                  round(sum(u.held_seconds) / 3600, 6) as "slice_hours!"
+           from usage_hourly u join consumer c using (consumer_id)
+           where c.team_id = 'unattributed' and u.hour >= $1 and u.hour < $2
+           group by c.consumer_id
+           order by 6 desc, c.consumer_id
+           limit 50"#,
+        from,
+        to
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Usage rows of `month`, from its books or the rollups (`from_book`), optionally of one team,
+/// ordered by invoice line (team, model, kind, profile, rate card) then slice and day, streamed:
+/// memory does not grow with the fleet.
+pub fn slice_days<'c>(
+    conn: &'c mut PgConnection,
+    month: Month,
+    from_book: bool,
+    team: Option<&'c TeamId>,
+) -> impl Stream<Item = Result<SliceDay, sqlx::Error>> + 'c {
+    sqlx::query_as!(
+        SliceDay,
+        r#"select d.team_id as "team!: TeamId", d.team_name as "team_name!", d.cost_center,
+                  d.model as "model!", d.kind as "kind!: SliceKind", d.profile,
+                  d.rate_card_id as "rate_card?",
+                  d.slice_uuid as "slice_uuid!", d.node as "node!", d.day as "day!",
+                  d.windows as "windows!", d.held_seconds as "held_seconds!",
+                  d.known_seconds as "known_seconds!", d.active_seconds as "active_seconds!",
+                  d.memory_byte_seconds as "memory_byte_seconds!",
+                  d.compute_share as "compute_share!", d.memory_share as "memory_share!",
+                  d.memory_reserved_bytes as "memory_reserved_bytes!"
+           from period_slice_day($1, $2) d
+           where $3::text is null or d.team_id = $3
+           order by d.team_id, d.model, d.kind, d.profile, d.rate_card_id, d.slice_uuid, d.day"#,
+        month.first_day(),
+        from_book,
+        team.map(TeamId::as_str)
+    )
+    .fetch(conn)
+}
+
+/// A model's fleet figures for one day under one rate card: GPU-seconds present, and the share-
+/// weighted held seconds of its slices (reserved and time-sliced apart).
+#[derive(Debug, Clone)]
+pub struct ModelDay {
+    pub model: String,
+    pub rate_card: Option<i64>,
+    pub day: DateTime<Utc>,
+    pub present_seconds: Decimal,
+}
+
+/// GPU presence per (model, rate card, day) of `month`, from its books or the rollups, ordered so.
+pub async fn model_days(
+    conn: &mut PgConnection,
+    month: Month,
+    from_book: bool,
+) -> Result<Vec<ModelDay>, sqlx::Error> {
+    sqlx::query_as!(
+        ModelDay,
+        r#"select d.model as "model!", d.rate_card_id as "rate_card?", d.day as "day!",
+                  d.present_seconds as "present_seconds!"
+           from period_model_day($1, $2) d
+           order by 1, 2, 3"#,
+        month.first_day(),
+        from_book
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// An invoice or credit note of a period, with its team's accounting fields.
+#[derive(Debug, Clone)]
+pub struct PeriodDocument {
+    pub invoice_id: i64,
+    pub kind: InvoiceKind,
+    pub status: InvoiceStatus,
+    pub number: Option<String>,
+    pub team: TeamId,
+    pub team_name: String,
+    pub cost_center: Option<String>,
+    pub gl_account: Option<String>,
+    pub currency: String,
+    pub total: Decimal,
+}
+
+/// Every invoice and credit note of `period`, by team then id, naming the team as the invoice does
+/// (as it was when drafted).
+pub async fn period_documents(
+    conn: &mut PgConnection,
+    period: NaiveDate,
+) -> Result<Vec<PeriodDocument>, sqlx::Error> {
+    sqlx::query_as!(
+        PeriodDocument,
+        r#"select i.invoice_id, i.kind as "kind: InvoiceKind", i.status as "status: InvoiceStatus",
+                  i.number, i.team_id as "team: TeamId",
+                  coalesce(i.team_name, t.display_name) as "team_name!",
+                  coalesce(i.cost_center, t.cost_center) as cost_center,
+                  coalesce(i.gl_account, t.gl_account) as gl_account, i.currency, i.total
+           from invoice i join team t using (team_id)
+           where i.period = $1
+           order by i.team_id, i.invoice_id"#,
+        period
+    )
+    .fetch_all(conn)
+    .await
+}
+
+/// GPU-hours present per day of `[from, to)`: the fleet's capacity.
+pub async fn capacity_by_day(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<(DateTime<Utc>, Decimal)>, sqlx::Error> {
+    Ok(sqlx::query!(
+        r#"select date_trunc('day', hour, 'UTC') as "day!", sum(present_seconds) / 3600 as "hours!"
+           from gpu_hourly where hour >= $1 and hour < $2 group by 1 order by 1"#,
+        from,
+        to
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| (r.day, r.hours))
+    .collect())
+}
