@@ -56,9 +56,7 @@ async fn post_ingest(
         ));
     }
     let limit = state.config.body_limit;
-    let bytes = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| IngestError::TooLarge { limit })?;
+    let bytes = read_body(body, &headers, limit).await?;
     let gzip = match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str()) {
         None => false,
         Some(Ok(v)) if v.eq_ignore_ascii_case("gzip") => true,
@@ -88,4 +86,49 @@ async fn post_ingest(
     )
     .await?;
     Ok(Json(outcome))
+}
+
+/// How long the rest of a body over the limit is read and dropped before the 413 goes out.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The body, if it is at most `limit` bytes. Past the limit nothing more is kept, but the rest is
+/// still read and dropped (for at most [`LINGER`]) before the 413 is sent: a server that answers
+/// and closes while the client is still sending makes the client's write fail with a broken pipe,
+/// and the client never sees the answer, so it cannot tell "too large" from a network fault.
+async fn read_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<bytes::Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut stream = body.into_data_stream();
+    let mut kept = bytes::BytesMut::new();
+    let mut over = declared.is_some_and(|n| n > limit as u64);
+    while !over {
+        match stream.next().await {
+            None => return Ok(kept.freeze()),
+            Some(Ok(chunk)) if kept.len() + chunk.len() <= limit => kept.extend_from_slice(&chunk),
+            Some(Ok(_)) => over = true,
+            Some(Err(e)) => {
+                return Err(ApiError::bad_request(format!(
+                    "the request body could not be read: {e}"
+                )));
+            }
+        }
+    }
+    drop(kept);
+    let drained = tokio::time::timeout(LINGER, async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::debug!(
+            "A body over the limit was still arriving; answering 413 without the rest."
+        );
+    }
+    Err(IngestError::TooLarge { limit }.into())
 }

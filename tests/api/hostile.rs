@@ -795,3 +795,66 @@ async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_co
     eprintln!("statuses over {cases} hostile batches: {statuses:?}");
     served.stop().await;
 }
+
+/// A body far over the limit, sent over a real socket: the server reads and drops the rest before
+/// answering, so the client gets its 413 (with the limit) instead of a broken pipe half way through
+/// its write, whether the body's length is declared up front or it comes chunked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_far_over_the_limit_gets_its_413_not_a_broken_pipe() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn().await;
+    let served = app
+        .serve(slicemeter::http::state::ServerConfig {
+            body_limit: 64 << 10,
+            ..slicemeter::http::state::ServerConfig::default()
+        })
+        .await;
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    let huge = vec![b' '; 8 << 20];
+    let reply = reqwest::Client::new()
+        .post(format!("{}/v1/ingest", served.base))
+        .bearer_auth(&collector)
+        .header("content-type", "application/json")
+        .body(huge.clone())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the connection failed: {e:?}"));
+    assert_eq!(reply.status(), 413);
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "payload_too_large", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 64 KiB (65536 bytes)"),
+        "{body}"
+    );
+
+    let mut stream = tokio::net::TcpStream::connect(&served.addr).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /v1/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {collector}\r\n\
+                 Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    for chunk in huge.chunks(1 << 20) {
+        stream
+            .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("the server stopped reading: {e}"));
+        stream.write_all(chunk).await.unwrap();
+        stream.write_all(b"\r\n").await.unwrap();
+    }
+    stream.write_all(b"0\r\n\r\n").await.unwrap();
+    let mut head = vec![0u8; 4096];
+    let n = stream.read(&mut head).await.unwrap();
+    let head = String::from_utf8_lossy(&head[..n]);
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    assert!(head.contains("payload_too_large"), "{head}");
+    assert_eq!(app.count("select count(*) from occupancy").await, 0);
+    served.stop().await;
+}
