@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// Most windows in one batch.
     #[arg(long, env = "SLICEMETER_MAX_WINDOWS", default_value_t = 100_000)]
     pub max_windows: usize,
+    /// Months of raw windows kept before the current one (0: all); older months' partitions are
+    /// dropped (their hourly rollups stay) and batches for them refused.
+    #[arg(long, env = "SLICEMETER_KEEP_RAW_MONTHS", default_value_t = 13)]
+    pub keep_raw_months: u32,
     /// Requests running longer are answered 503.
     #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -77,6 +81,7 @@ impl ServeArgs {
                 max_future_skew: chrono::Duration::from_std(self.max_future_skew)?,
                 max_period: chrono::Duration::from_std(self.max_period)?,
                 max_windows: self.max_windows,
+                keep_raw_months: (self.keep_raw_months > 0).then_some(self.keep_raw_months),
             },
             request_timeout: self.request_timeout,
             exports: std::sync::Arc::new(self.exports.config()?),
@@ -87,6 +92,7 @@ impl ServeArgs {
             },
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
+            ..ServerConfig::default()
         })
     }
 }
@@ -94,10 +100,19 @@ impl ServeArgs {
 /// Serves the API until Ctrl-C or SIGTERM (migrations applied first).
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config()?;
-    let pool = db::connect(&args.db.database_url, args.db_max_connections)
+    // Migrations on a connection of their own: they may run longer than any request may.
+    let admin = db::connect(&args.db.database_url, 1)
         .await
         .context("connecting to the database")?;
-    db::migrate(&pool).await.context("applying migrations")?;
+    db::migrate(&admin).await.context("applying migrations")?;
+    admin.close().await;
+    let pool = db::connect_for_requests(
+        &args.db.database_url,
+        args.db_max_connections,
+        config.statement_timeout(),
+    )
+    .await
+    .context("connecting to the database")?;
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::NaiveDate;
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -32,6 +32,29 @@ pub async fn connect_with(
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options.application_name("slicemeter"))
         .await
+}
+
+/// A pool for the server's requests: every statement is cancelled by PostgreSQL after
+/// `statement_timeout`, so a query whose request was cut off (or whose client went away) does not
+/// keep running. Work that streams longer, the exports, lifts it for its own transaction
+/// ([`without_statement_timeout`]).
+pub async fn connect_for_requests(
+    url: &str,
+    max_connections: u32,
+    statement_timeout: Duration,
+) -> Result<PgPool, sqlx::Error> {
+    let ms = statement_timeout.as_millis().max(1).to_string();
+    let options = PgConnectOptions::from_str(url)?.options([("statement_timeout", ms.as_str())]);
+    connect_with(options, max_connections).await
+}
+
+/// Lifts the statement timeout for the rest of `tx` (an export streaming a month's rows for as
+/// long as its client reads them).
+pub async fn without_statement_timeout(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query!("set local statement_timeout = 0")
+        .execute(tx)
+        .await
+        .map(|_| ())
 }
 
 /// Applies the embedded migrations that the database has not seen yet.
@@ -65,6 +88,21 @@ impl Partitions {
         }
         Ok(())
     }
+}
+
+/// Drops the months of raw windows and presence (`occupancy`, `gpu_presence`) before `cutoff`'s
+/// month by detaching their partitions (never deleting rows); the rollups stay. Returns the
+/// partitions dropped.
+pub async fn drop_raw_partitions_before(
+    pool: &PgPool,
+    cutoff: NaiveDate,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar!(
+        r#"select drop_raw_partitions_before($1) as "partition!""#,
+        cutoff
+    )
+    .fetch_all(pool)
+    .await
 }
 
 /// Whether the database answers: what `/readyz` reports.

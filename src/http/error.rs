@@ -239,6 +239,14 @@ impl From<sqlx::Error> for ApiError {
                 tracing::warn!(error = %e, "The database is unavailable.");
                 ApiError::unavailable()
             }
+            // 57014: the statement timeout (or a cancel) stopped the query.
+            sqlx::Error::Database(d) if d.code().as_deref() == Some("57014") => {
+                tracing::warn!(error = %e, "A query ran past the statement timeout.");
+                ApiError::new(
+                    ErrorCode::Timeout,
+                    "a query ran past the server's time limit; ask for less at once, or retry later",
+                )
+            }
             // Class 08 (connection exception) and 57 (operator intervention: shutdown, restart).
             sqlx::Error::Database(d)
                 if d.code()

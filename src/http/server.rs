@@ -11,9 +11,10 @@ use super::state::{AppState, ServerConfig};
 use crate::domain::time::{month_of, next_month};
 
 /// Creates this month's and the next two months' partitions, now and every hour, so that ingest
-/// rarely has to.
+/// rarely has to; and drops the months of raw windows older than the server keeps.
 pub fn keep_partitions_ahead(state: &AppState) -> tokio::task::JoinHandle<()> {
     let (pool, partitions) = (state.pool.clone(), state.partitions.clone());
+    let limits = state.config.ingest;
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(3600));
         loop {
@@ -22,6 +23,18 @@ pub fn keep_partitions_ahead(state: &AppState) -> tokio::task::JoinHandle<()> {
             let months = [this, next_month(this), next_month(next_month(this))];
             if let Err(e) = partitions.ensure(&pool, &months).await {
                 tracing::warn!(error = %e, "Creating partitions ahead failed; ingest will create them when needed.");
+            }
+            if let Some(kept) = limits.raw_kept_from(Utc::now()) {
+                match crate::db::drop_raw_partitions_before(&pool, kept).await {
+                    Ok(dropped) => {
+                        for partition in dropped {
+                            tracing::info!(%partition, kept_from = %kept, "Dropped a month of raw windows past retention; its rollups stay.");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Dropping raw partitions past retention failed; retrying in an hour.")
+                    }
+                }
             }
         }
     })

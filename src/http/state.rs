@@ -30,6 +30,17 @@ pub struct ServerConfig {
     /// A connection on which no byte has moved for this long is closed (longer than the request
     /// timeout, so that a slow request is not cut).
     pub idle_timeout: Duration,
+    /// The fleet page's GPU map draws GPUs one by one up to this many; past it, a bar per GPU
+    /// model (and within a model, per node), each drilling down.
+    pub gpu_map_per_gpu: usize,
+}
+
+impl ServerConfig {
+    /// How long one statement of a request may run: nine tenths of the request timeout, so that
+    /// PostgreSQL has stopped it by the time the request is answered 503.
+    pub fn statement_timeout(&self) -> Duration {
+        self.request_timeout.mul_f64(0.9)
+    }
 }
 
 impl Default for ServerConfig {
@@ -44,6 +55,7 @@ impl Default for ServerConfig {
             billing: BillingConfig::default(),
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(75),
+            gpu_map_per_gpu: 256,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, Timelike, Utc};
+use chrono::{DateTime, Duration, NaiveDate, Timelike, Utc};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
@@ -22,7 +22,7 @@ use crate::domain::profiles::{self, Instance};
 use crate::domain::slice::{GpuGeometry, PhysicalShare, Reservation, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::text;
-use crate::domain::time::seconds_between;
+use crate::domain::time::{Month, seconds_between, start_of};
 use crate::domain::window::Window;
 
 /// Limits a batch must keep.
@@ -34,6 +34,18 @@ pub struct Limits {
     pub max_period: Duration,
     /// The most windows one batch may hold.
     pub max_windows: usize,
+    /// Months of raw windows the server keeps before the current one (`None`: all). A batch
+    /// starting before them is refused: its month's raw windows are gone, so a re-send could not
+    /// be told from new data.
+    pub keep_raw_months: Option<u32>,
+}
+
+impl Limits {
+    /// The first day whose raw windows are kept at `now`, if any are dropped.
+    pub fn raw_kept_from(&self, now: DateTime<Utc>) -> Option<NaiveDate> {
+        self.keep_raw_months
+            .map(|n| Month::of(now).minus(n).first_day())
+    }
 }
 
 impl Default for Limits {
@@ -42,6 +54,7 @@ impl Default for Limits {
             max_future_skew: Duration::minutes(5),
             max_period: Duration::hours(24),
             max_windows: 100_000,
+            keep_raw_months: Some(13),
         }
     }
 }
@@ -207,6 +220,19 @@ pub fn validate(
                 "the period spans {}, longer than the limit of {}",
                 human(end - start),
                 human(limits.max_period)
+            ),
+        );
+    }
+    if let Some(kept) = limits.raw_kept_from(now)
+        && times_ok
+        && start < start_of(kept)
+    {
+        errors.push(
+            "period.start",
+            format!(
+                "{} is older than the raw windows this server keeps (from {kept} on, {} months before this one); it cannot be checked against what was stored",
+                start.to_rfc3339(),
+                limits.keep_raw_months.unwrap_or_default()
             ),
         );
     }

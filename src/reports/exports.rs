@@ -86,7 +86,8 @@ enum Piece {
 
 /// The CSV a writer task sends, as a stream that fails unless the writer said it finished.
 fn checked_stream(rx: mpsc::Receiver<Piece>) -> impl Stream<Item = Chunk> + Send + 'static {
-    futures_util::stream::unfold(Some(rx), |rx| async move {
+    // Fused: a body layer (the response compression) may poll once more after the end.
+    let stream = futures_util::stream::unfold(Some(rx), |rx| async move {
         let mut rx = rx?;
         match rx.recv().await {
             Some(Piece::Csv(b)) => Some((Ok(b), Some(rx))),
@@ -98,7 +99,8 @@ fn checked_stream(rx: mpsc::Receiver<Piece>) -> impl Stream<Item = Chunk> + Send
                 None,
             )),
         }
-    })
+    });
+    futures_util::StreamExt::fuse(stream)
 }
 
 /// Collects CSV records and hands them on in chunks.
@@ -239,8 +241,10 @@ async fn write_focus(
     // Per (model, rate card, day): what the slices took of the fleet cost, and the discount.
     let mut allocated: BTreeMap<(String, i64, DateTime<Utc>), (Decimal, Decimal)> = BTreeMap::new();
 
-    let mut conn = pool.acquire().await?;
-    let mut rows = store::slice_days(&mut conn, month, frozen, team.as_ref());
+    // The rows stream for as long as the client reads them: past any request's statement timeout.
+    let mut tx = pool.begin().await?;
+    crate::db::without_statement_timeout(&mut tx).await?;
+    let mut rows = store::slice_days(&mut tx, month, frozen, team.as_ref());
     let mut pending: Option<(LineGroup, Row, Decimal)> = None;
     let mut rounder = CarryRounder::new();
     loop {
@@ -275,7 +279,7 @@ async fn write_focus(
         pending = Some((group, row, exact));
     }
     drop(rows);
-    drop(conn);
+    drop(tx);
 
     // Idle capacity spread to teams, one row per team and rate card for the month.
     for (t, lines) in &bill.lines {

@@ -171,7 +171,7 @@ async fn ingest_beyond_a_tokens_rate_gets_429_with_retry_after_and_loses_nothing
     let app = TestApp::with_config(ServerConfig {
         ingest_rate: 1.0,
         ingest_burst: 3.0,
-        ..ServerConfig::default()
+        ..test_config()
     })
     .await;
     let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;

@@ -146,7 +146,7 @@ async fn a_month_is_drafted_only_once_it_has_ended_and_issued_only_after_its_gra
         billing: slicemeter::billing::service::BillingConfig {
             issue_grace: chrono::Duration::days(3650),
         },
-        ..ServerConfig::default()
+        ..test_config()
     })
     .await;
     rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
@@ -409,7 +409,7 @@ async fn a_focus_export_cut_off_half_way_ends_in_an_error_not_a_clean_end() {
     .unwrap();
     let r = issue_all(&app, "2026-09").await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    let served = app.serve(ServerConfig::default()).await;
+    let served = app.serve(test_config()).await;
     let base = &served.base;
     let mut response = reqwest::Client::new()
         .get(format!("{base}/v1/exports/focus?period=2026-09"))
@@ -572,7 +572,7 @@ async fn a_client_that_trickles_its_headers_or_stalls_its_body_is_cut_off() {
             header_read_timeout: std::time::Duration::from_secs(1),
             idle_timeout: std::time::Duration::from_secs(2),
             request_timeout: std::time::Duration::from_secs(1),
-            ..ServerConfig::default()
+            ..test_config()
         })
         .await;
     let addr = &served.addr;

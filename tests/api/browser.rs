@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use slicemeter::domain::access::Role;
-use slicemeter::http::state::ServerConfig;
 
 use crate::support::*;
 
@@ -60,7 +59,7 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
     let finance = app.token(Role::Finance, None, None).await;
     let lead = app.token(Role::TeamLead, Some(&lead_team), None).await;
 
-    let served = app.serve(ServerConfig::default()).await;
+    let served = app.serve(test_config()).await;
     let base = &served.base;
 
     let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -6,7 +6,6 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use slicemeter::domain::access::Role;
-use slicemeter::http::state::ServerConfig;
 
 use crate::support::*;
 
@@ -49,7 +48,7 @@ async fn a_collector_started_before_its_server_retries_until_its_windows_are_sto
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .unwrap();
-    let served = Served::on(&app, listener, ServerConfig::default());
+    let served = Served::on(&app, listener, test_config());
     tokio::time::sleep(Duration::from_secs(4)).await;
     kill(Pid::from_raw(collector.id() as i32), Signal::SIGINT).unwrap();
     let status = tokio::task::spawn_blocking(move || collector.wait())
@@ -164,7 +163,7 @@ async fn a_collector_serves_its_spool_and_shipping_counters_on_its_metrics_addre
 
     // Once the server is up the spool empties, and what was shipped is what the server stored.
     let listener = tokio::net::TcpListener::bind(server_addr).await.unwrap();
-    let served = Served::on(&app, listener, ServerConfig::default());
+    let served = Served::on(&app, listener, test_config());
     let page = metrics_until(&metrics_addr, "an empty spool after shipping", |p| {
         metric(p, "slicemeter_collector_spool_batches") == Some(0.0)
             && metric(p, "slicemeter_collector_windows_shipped_total").is_some_and(|n| n > 0.0)

@@ -534,3 +534,56 @@ async fn the_cli_exports_focus_and_the_journal_in_a_layout_of_the_erps_choosing(
     assert_eq!(journal.sum("Amount", |_| true), Decimal::ZERO);
     assert_eq!(journal.rows.len(), 4);
 }
+
+#[tokio::test]
+async fn a_client_that_accepts_gzip_gets_the_same_bytes_compressed_and_one_that_does_not_gets_them_plain()
+ {
+    use axum::body::Body;
+    use axum::http::{Request, header};
+    use std::io::Read;
+    let app = TestApp::spawn().await;
+    simulated_month(&app).await;
+    let raw = |uri: &str, gzip: bool| {
+        let mut req =
+            Request::get(uri).header(header::AUTHORIZATION, format!("Bearer {}", app.admin));
+        if gzip {
+            req = req.header(header::ACCEPT_ENCODING, "gzip");
+        }
+        let router = app.router.clone();
+        let req = req.body(Body::empty()).unwrap();
+        async move {
+            use tower::ServiceExt;
+            let response = router.oneshot(req).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let encoding = response
+                .headers()
+                .get(header::CONTENT_ENCODING)
+                .map(|v| v.to_str().unwrap().to_owned());
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            (encoding, bytes)
+        }
+    };
+    for uri in [
+        "/v1/exports/focus?period=2026-09",
+        "/v1/reports/monthly/2026-09",
+    ] {
+        let (plain_encoding, plain) = raw(uri, false).await;
+        assert_eq!(plain_encoding, None, "{uri}");
+        let (encoding, packed) = raw(uri, true).await;
+        assert_eq!(encoding.as_deref(), Some("gzip"), "{uri}");
+        let mut unpacked = Vec::new();
+        flate2::read::GzDecoder::new(&packed[..])
+            .read_to_end(&mut unpacked)
+            .unwrap();
+        // The same bytes, whichever way they travelled.
+        assert_eq!(unpacked, plain.to_vec(), "{uri}");
+        assert!(
+            packed.len() * 3 < plain.len(),
+            "{uri}: {} bytes gzip'd of {}",
+            packed.len(),
+            plain.len()
+        );
+    }
+}

@@ -460,3 +460,49 @@ async fn set_aside_batches_are_shipped_again_with_resend_rejected() {
     );
     srv.kill9();
 }
+
+/// The server's pool stops any statement at its statement timeout (so a query whose request was
+/// cut off stops too), answered 503 `timeout`; an export's transaction lifts it for itself alone.
+#[tokio::test]
+async fn a_request_pool_stops_long_statements_and_an_export_lifts_that_for_itself_only() {
+    use slicemeter::http::error::{ApiError, ErrorCode};
+    let app = TestApp::spawn().await;
+    let pool =
+        slicemeter::db::connect_for_requests(&app.database_url, 1, Duration::from_millis(200))
+            .await
+            .unwrap();
+    let started = Instant::now();
+    let e = sqlx::query("select pg_sleep(2)")
+        .execute(&pool)
+        .await
+        .expect_err("stopped by the statement timeout");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    let api = ApiError::from(e);
+    assert_eq!(api.code, ErrorCode::Timeout);
+    assert_eq!(
+        api.code.status(),
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert!(api.message.contains("time limit"), "{}", api.message);
+
+    let mut tx = pool.begin().await.unwrap();
+    slicemeter::db::without_statement_timeout(&mut tx)
+        .await
+        .unwrap();
+    sqlx::query("select pg_sleep(0.4)")
+        .execute(&mut *tx)
+        .await
+        .expect("no timeout inside the export's transaction");
+    tx.commit().await.unwrap();
+    // The same (only) connection has its timeout back.
+    assert!(
+        sqlx::query("select pg_sleep(0.4)")
+            .execute(&pool)
+            .await
+            .is_err()
+    );
+}

@@ -2,6 +2,7 @@
 
 use axum::http::StatusCode;
 use slicemeter::domain::access::Role;
+use tower::ServiceExt;
 
 use crate::support::*;
 
@@ -70,4 +71,148 @@ async fn readiness_fails_with_503_and_retry_after_when_the_database_is_gone() {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{r:?}");
     assert_eq!(r.headers["retry-after"], "5");
     assert_eq!(app.get(None, "/healthz").await.status, StatusCode::OK);
+}
+
+/// Signs `token` in to the dashboard; the session cookie.
+async fn ui_session(app: &TestApp, token: &str) -> String {
+    let r = app
+        .router
+        .clone()
+        .oneshot(
+            axum::http::Request::post("/ui/signin")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(axum::body::Body::from(format!("token={token}")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn ui_page(app: &TestApp, cookie: &str, uri: &str) -> String {
+    let r = app
+        .router
+        .clone()
+        .oneshot(
+            axum::http::Request::get(uri)
+                .header("cookie", cookie)
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{uri}");
+    let bytes = axum::body::to_bytes(r.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// The map's bars (each has one grey background) and the drill-down links in it.
+fn map_of(html: &str) -> (usize, Vec<String>) {
+    let map = &html[html.find("data-chart=\"gpu-map\"").expect("a GPU map")..];
+    let map = &map[..map.find("</svg>").unwrap()];
+    let bars = map.matches("fill=\"#eee\" stroke=\"#bbb\"").count();
+    let links = map
+        .split("<a href=\"")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].replace("&amp;", "&"))
+        .collect();
+    (bars, links)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn past_its_limit_the_gpu_map_draws_a_bar_per_model_then_per_node_each_drilling_down() {
+    use slicemeter::domain::time::floor_hour;
+    let app = TestApp::with_config(slicemeter::http::state::ServerConfig {
+        ingest_rate: 0.0,
+        gpu_map_per_gpu: 4,
+        ..test_config()
+    })
+    .await;
+    let fleet = slicemeter::sim::SimFleet::generate(11, 16);
+    let hour = floor_hour(chrono::Utc::now()) - chrono::Duration::hours(1);
+    let month = slicemeter::domain::time::Month::of(hour);
+    let card = crate::billing::rate_card(&app, &month.start().to_rfc3339(), "4.00").await;
+    assert_eq!(card.status, StatusCode::CREATED, "{card:?}");
+    let mut batches = Vec::new();
+    slicemeter::sim::generate::generate(
+        &fleet,
+        hour,
+        hour + chrono::Duration::hours(1),
+        slicemeter::collector::Cadence {
+            sample_interval: std::time::Duration::from_secs(60),
+            window: std::time::Duration::from_secs(600),
+            batch_period: std::time::Duration::from_secs(3600),
+        },
+        |day| {
+            batches.extend(day);
+            true
+        },
+    )
+    .unwrap();
+    for b in &batches {
+        let r = app
+            .ingest(&app.admin, &serde_json::to_value(b).unwrap())
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    let models: std::collections::BTreeSet<String> = fleet
+        .nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter().map(|g| g.report.model.clone()))
+        .collect();
+    assert!(models.len() > 1, "{models:?}");
+    let cookie = ui_session(&app, &app.admin).await;
+
+    // 16 GPUs, 4 at most one by one: a bar per model, each linking to its model.
+    let html = ui_page(&app, &cookie, &format!("/ui/fleet?month={month}")).await;
+    assert!(html.contains("data-map-rows=\"GPU model\""), "per model");
+    let (bars, links) = map_of(&html);
+    assert_eq!(bars, models.len());
+    assert_eq!(links.len(), models.len(), "{links:?}");
+    assert!(
+        links.iter().all(|l| l.contains("model=NVIDIA+")),
+        "{links:?}"
+    );
+
+    // A model with more GPUs than the limit: a bar per node; a node: its GPUs one by one.
+    let (model, count) = models
+        .iter()
+        .map(|m| {
+            let n = fleet
+                .nodes
+                .iter()
+                .flat_map(|n| &n.gpus)
+                .filter(|g| &g.report.model == m)
+                .count();
+            (m.clone(), n)
+        })
+        .max_by_key(|(_, n)| *n)
+        .unwrap();
+    assert!(count > 4, "{model}: {count} GPUs");
+    let link = links
+        .iter()
+        .find(|l| l.contains(&format!("model={}", model.replace(' ', "+"))));
+    let html = ui_page(&app, &cookie, link.unwrap()).await;
+    assert!(html.contains("data-map-rows=\"node\""));
+    let nodes: Vec<&slicemeter::sim::SimNode> = fleet
+        .nodes
+        .iter()
+        .filter(|n| n.gpus.iter().any(|g| g.report.model == model))
+        .collect();
+    let (bars, links) = map_of(&html);
+    assert_eq!(bars, nodes.len());
+    let node = nodes[0];
+    let link = links
+        .iter()
+        .find(|l| l.contains(&format!("node={}", node.name)))
+        .expect("a link per node");
+    let html = ui_page(&app, &cookie, link).await;
+    assert!(html.contains("data-map-rows=\"GPU\""));
+    let (bars, links) = map_of(&html);
+    assert_eq!(bars, node.gpus.len());
+    assert!(links.is_empty());
+    assert!(html.contains(&format!("{} · ", node.name)));
 }

@@ -711,7 +711,7 @@ async fn hostile_batches_get_a_4xx_with_a_json_error_never_a_5xx_or_a_dropped_co
     let served = app
         .serve(slicemeter::http::state::ServerConfig {
             ingest_rate: 0.0,
-            ..slicemeter::http::state::ServerConfig::default()
+            ..test_config()
         })
         .await;
     let base = &served.base;
@@ -806,7 +806,7 @@ async fn a_body_far_over_the_limit_gets_its_413_not_a_broken_pipe() {
     let served = app
         .serve(slicemeter::http::state::ServerConfig {
             body_limit: 64 << 10,
-            ..slicemeter::http::state::ServerConfig::default()
+            ..test_config()
         })
         .await;
     let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;

@@ -307,7 +307,7 @@ async fn a_gzip_body_is_accepted() {
 async fn an_oversize_body_gets_413_with_the_limit_before_or_after_gzip() {
     let app = TestApp::with_config(ServerConfig {
         body_limit: 64 << 10,
-        ..ServerConfig::default()
+        ..test_config()
     })
     .await;
     let (start, end, windows) = minute_windows(600);

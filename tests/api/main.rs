@@ -16,5 +16,6 @@ mod kubelet;
 mod nvml;
 mod openapi;
 mod reports;
+mod retention;
 mod support;
 mod teams;

@@ -181,6 +181,14 @@ pub async fn fresh_pool() -> (PgPool, String) {
     )
 }
 
+/// The server's defaults, but keeping raw windows forever: the tests' months are fixed dates in
+/// 2026, which the default retention (13 months) would refuse once they are that old.
+pub fn test_config() -> ServerConfig {
+    let mut config = ServerConfig::default();
+    config.ingest.keep_raw_months = None;
+    config
+}
+
 pub struct TestApp {
     pub pool: PgPool,
     pub router: Router,
@@ -202,11 +210,12 @@ impl std::fmt::Debug for Reply {
 }
 
 impl TestApp {
-    /// The app as configured by default, but without ingest rate limits: tests post quickly.
+    /// The app as [`test_config`] configures it, but without ingest rate limits: tests post
+    /// quickly.
     pub async fn spawn() -> TestApp {
         Self::with_config(ServerConfig {
             ingest_rate: 0.0,
-            ..ServerConfig::default()
+            ..test_config()
         })
         .await
     }

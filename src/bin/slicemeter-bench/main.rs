@@ -7,6 +7,7 @@ mod common;
 mod export;
 mod ingest;
 mod load;
+mod pages;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,8 @@ enum Command {
     Export(export::ExportBenchArgs),
     /// Many simulated collectors against one server on loopback, after a one-collector baseline.
     Load(load::LoadBenchArgs),
+    /// The fleet dashboard page's bytes and server time, plain and gzip'd, against a bar per GPU.
+    Pages(pages::PagesBenchArgs),
     /// The process `export` measures (not for people).
     #[command(hide = true)]
     FocusChild(export::FocusChildArgs),
@@ -40,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Billing(args) => billing::billing(args).await,
         Command::Export(args) => export::export(args).await,
         Command::Load(args) => load::load(args).await,
+        Command::Pages(args) => pages::pages(args).await,
         Command::FocusChild(args) => export::focus_child(args).await,
     }
 }

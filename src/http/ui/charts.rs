@@ -238,6 +238,8 @@ fn place(start: f64, widths: impl Iterator<Item = f64>) -> Vec<(f64, f64)> {
 /// holding it; what no slice reserves stays grey.
 pub struct GpuBar {
     pub label: String,
+    /// Where the label leads: a group's bar drills down to its GPUs.
+    pub link: Option<String>,
     pub slices: Vec<SliceMark>,
 }
 
@@ -267,7 +269,13 @@ pub fn gpu_map(id: &str, gpus: &[GpuBar], palette: &Palette) -> Markup {
             }
             @for (i, g) in gpus.iter().enumerate() {
                 @let y = 8.0 + row * i as f64;
-                text x=(left - 6.0) y=(y + 14.0) text-anchor="end" font-size="10" fill="#333" { (g.label) }
+                @if let Some(link) = &g.link {
+                    a href=(link) {
+                        text x=(left - 6.0) y=(y + 14.0) text-anchor="end" font-size="10" fill="#1f5fa8" text-decoration="underline" { (g.label) }
+                    }
+                } @else {
+                    text x=(left - 6.0) y=(y + 14.0) text-anchor="end" font-size="10" fill="#333" { (g.label) }
+                }
                 rect x=(left) y=(y) width=(width) height=(row - 6.0) fill="#eee" stroke="#bbb" {}
                 @let placed = place(left, g.slices.iter().map(|s| (s.share.clamp(0.0, 1.0) * width).max(1.0)));
                 @for (s, (x, w)) in g.slices.iter().zip(&placed) {

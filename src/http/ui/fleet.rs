@@ -77,8 +77,15 @@ pub async fn fleet(
             let fleet = fleet_store::slices(&state.pool, Utc::now()).await?;
             let teams = team_store::list(&state.pool, None).await?;
             let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
+            let map = MapView {
+                month,
+                model: q.model.clone().filter(|m| !m.is_empty()),
+                node: q.node.clone().filter(|n| !n.is_empty()),
+                per_gpu_limit: state.config.gpu_map_per_gpu,
+            };
             fleet_body(
                 month,
+                &map,
                 &report,
                 &currency,
                 &daily,
@@ -96,6 +103,7 @@ pub async fn fleet(
 #[allow(clippy::too_many_arguments)]
 fn fleet_body(
     month: Month,
+    map: &MapView,
     report: &MonthlyReport,
     currency: &Currency,
     daily: &usage::UsageReport,
@@ -250,7 +258,7 @@ fn fleet_body(
         }
         section aria-labelledby="map-h" {
             h2 id="map-h" { "GPU map (last hour)" }
-            (gpu_map(fleet, palette))
+            (gpu_map(fleet, palette, map))
         }
         section aria-labelledby="invoices-h" {
             h2 id="invoices-h" { "Invoices for " (month) }
@@ -334,18 +342,146 @@ fn allocation_chart(
     }
 }
 
-fn gpu_map(rows: &[FleetSliceRow], palette: &Palette) -> Markup {
-    if rows.is_empty() {
+/// Which GPUs the map shows, and how many it draws one by one.
+pub struct MapView {
+    pub month: Month,
+    pub model: Option<String>,
+    pub node: Option<String>,
+    /// Past this many GPUs, the map draws a bar per GPU model (or, within a model, per node), each
+    /// linking to the GPUs behind it: the page stays small whatever the fleet.
+    pub per_gpu_limit: usize,
+}
+
+impl MapView {
+    fn link(&self, key: &str, value: &str) -> String {
+        let mut url = form_urlencoded::Serializer::new(String::new());
+        url.append_pair("month", &self.month.to_string());
+        url.append_pair(key, value);
+        format!("/ui/fleet?{}#map-h", url.finish())
+    }
+}
+
+/// A GPU's bar, with what the map groups it by.
+struct PlacedGpu {
+    model: String,
+    node: String,
+    bar: GpuBar,
+}
+
+fn gpu_map(rows: &[FleetSliceRow], palette: &Palette, view: &MapView) -> Markup {
+    let gpus: Vec<PlacedGpu> = gpu_bars(rows)
+        .into_iter()
+        .filter(|g| view.node.as_ref().is_none_or(|n| *n == g.node))
+        .filter(|g| view.model.as_ref().is_none_or(|m| *m == g.model))
+        .collect();
+    if gpus.is_empty() {
         return empty_state();
     }
+    let scope = match (&view.node, &view.model) {
+        (Some(n), _) => Some(format!("node {n}")),
+        (None, Some(m)) => Some(m.clone()),
+        (None, None) => None,
+    };
+    let (what, bars) = if gpus.len() <= view.per_gpu_limit || view.node.is_some() {
+        ("GPU", gpus.into_iter().map(|g| g.bar).collect())
+    } else if view.model.is_none() {
+        (
+            "GPU model",
+            grouped(gpus, |g| g.model.clone(), |k| view.link("model", k)),
+        )
+    } else {
+        (
+            "node",
+            grouped(gpus, |g| g.node.clone(), |k| view.link("node", k)),
+        )
+    };
+    let bars: Vec<GpuBar> = bars;
+    html! {
+        @if scope.is_some() || what != "GPU" {
+            p class="map-scope" data-map-rows=(what) {
+                "One bar per " (what)
+                @if let Some(s) = &scope { " of " (s) }
+                @if what != "GPU" {
+                    " (" (bars.len()) " bars), cut by team at the GPUs' average share; follow a bar's label for the GPUs behind it."
+                }
+                @if scope.is_some() {
+                    " " a href=(format!("/ui/fleet?month={}#map-h", view.month)) { "The whole fleet" }
+                }
+            }
+        }
+        (charts::gpu_map("gpu-map", &bars, palette))
+    }
+}
+
+/// One bar per group of GPUs: each team's slices as the group's average share of a GPU, the
+/// rest grey.
+fn grouped(
+    gpus: Vec<PlacedGpu>,
+    key: impl Fn(&PlacedGpu) -> String,
+    link: impl Fn(&str) -> String,
+) -> Vec<GpuBar> {
+    let mut groups: BTreeMap<String, (usize, BTreeMap<String, f64>)> = BTreeMap::new();
+    for g in &gpus {
+        let (count, teams) = groups.entry(key(g)).or_default();
+        *count += 1;
+        for s in &g.bar.slices {
+            if let Some(t) = &s.team {
+                *teams.entry(t.clone()).or_default() += s.share;
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(k, (count, teams))| {
+            let held: f64 = teams.values().sum::<f64>() / count as f64;
+            let mut slices: Vec<SliceMark> = teams
+                .into_iter()
+                .map(|(team, share)| SliceMark {
+                    share: share / count as f64,
+                    hover: format!(
+                        "{team}: {} of {count} GPUs' capacity",
+                        percent_of(share / count as f64)
+                    ),
+                    team: Some(team),
+                })
+                .collect();
+            slices.push(SliceMark {
+                share: (1.0 - held).max(0.0),
+                team: None,
+                hover: format!("free: {}", percent_of((1.0 - held).max(0.0))),
+            });
+            GpuBar {
+                label: format!(
+                    "{} · {count} GPU{}",
+                    k.trim_start_matches("NVIDIA "),
+                    if count == 1 { "" } else { "s" }
+                ),
+                link: Some(link(&k)),
+                slices,
+            }
+        })
+        .collect()
+}
+
+fn percent_of(share: f64) -> String {
+    format!("{:.0} %", share * 100.0)
+}
+
+/// Each GPU as a bar cut into its slices.
+fn gpu_bars(rows: &[FleetSliceRow]) -> Vec<PlacedGpu> {
     let w = ShareWeights::default();
-    let mut gpus: Vec<GpuBar> = Vec::new();
+    let mut gpus: Vec<PlacedGpu> = Vec::new();
     let mut last = None;
     for r in rows {
         if last.as_deref() != Some(r.gpu_uuid.as_str()) {
-            gpus.push(GpuBar {
-                label: format!("{} · {}", r.node, r.model.trim_start_matches("NVIDIA ")),
-                slices: Vec::new(),
+            gpus.push(PlacedGpu {
+                model: r.model.clone(),
+                node: r.node.clone(),
+                bar: GpuBar {
+                    label: format!("{} · {}", r.node, r.model.trim_start_matches("NVIDIA ")),
+                    link: None,
+                    slices: Vec::new(),
+                },
             });
             last = Some(r.gpu_uuid.clone());
         }
@@ -362,7 +498,7 @@ fn gpu_map(rows: &[FleetSliceRow], palette: &Palette) -> Markup {
             ("mig", Some(p)) => format!("MIG {p}"),
             (k, _) => k.to_owned(),
         };
-        let gpu = gpus.last_mut().expect("pushed above");
+        let gpu = &mut gpus.last_mut().expect("pushed above").bar;
         gpu.slices.push(SliceMark {
             share,
             team: r.holder_team.clone(),
@@ -379,12 +515,13 @@ fn gpu_map(rows: &[FleetSliceRow], palette: &Palette) -> Markup {
         });
     }
     for g in &mut gpus {
-        let unreserved = g.slices.iter().filter(|s| s.share == 0.0).count();
+        let slices = &mut g.bar.slices;
+        let unreserved = slices.iter().filter(|s| s.share == 0.0).count();
         if unreserved > 0 {
-            for s in g.slices.iter_mut().filter(|s| s.share == 0.0) {
+            for s in slices.iter_mut().filter(|s| s.share == 0.0) {
                 s.share = 1.0 / unreserved as f64;
             }
         }
     }
-    charts::gpu_map("gpu-map", &gpus, palette)
+    gpus
 }

@@ -181,6 +181,9 @@ pub struct MonthQuery {
     pub done: Option<String>,
     /// The invoice a form acted on.
     pub invoice: Option<i64>,
+    /// The fleet page's GPU map drilled down to one GPU model, or one node.
+    pub model: Option<String>,
+    pub node: Option<String>,
 }
 
 impl MonthQuery {
