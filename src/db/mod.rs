@@ -63,7 +63,14 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 }
 
 /// The partitioned tables, each with a partition per month.
-pub const PARTITIONED: [&str; 4] = ["occupancy", "gpu_presence", "usage_hourly", "gpu_hourly"];
+pub const PARTITIONED: [&str; 6] = [
+    "occupancy",
+    "gpu_presence",
+    "usage_hourly",
+    "gpu_hourly",
+    "usage_daily",
+    "gpu_daily",
+];
 
 /// Remembers which months have partitions, so a batch asks PostgreSQL only for months it has not
 /// seen. Partitions are created outside any batch's transaction and one table per statement:

@@ -51,6 +51,22 @@ pub fn start_of(day: NaiveDate) -> DateTime<Utc> {
     Utc.from_utc_datetime(&day.and_hms_opt(0, 0, 0).expect("midnight exists"))
 }
 
+/// The whole UTC days inside `[start, end)`, as `[first midnight, last midnight)`, if there are
+/// any: what can be read from the day rollups, the rest of the range from the hourly ones.
+pub fn whole_days(
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let midnight = |t: DateTime<Utc>| start_of(t.date_naive());
+    let first = if midnight(start) == start {
+        start
+    } else {
+        midnight(start) + Duration::days(1)
+    };
+    let last = midnight(end);
+    (first < last).then_some((first, last))
+}
+
 /// The months that `[start, end)` touches, in order.
 pub fn months_touched(start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<NaiveDate> {
     let mut months = Vec::new();

@@ -118,13 +118,21 @@ impl HourlyUsage {
         })
     }
 
-    fn checked_scaled(&self, part: Decimal) -> Option<HourlyUsage> {
+    /// The part `span / total` of these figures. Seconds are multiplied before they are divided:
+    /// a window held throughout gives each hour exactly the seconds it spans (dividing first
+    /// rounds the ratio, and 3,720 s x (3,600 / 3,720) came to a hair over 3,600, which the
+    /// rollup's bound refused). Seconds are at most a week, so the product cannot overflow; the
+    /// memory figure, which can be large, is scaled by the ratio.
+    fn checked_share(&self, span: Decimal, total: Decimal) -> Option<HourlyUsage> {
+        let seconds = |x: Decimal| x.checked_mul(span)?.checked_div(total);
         Some(HourlyUsage {
-            held_seconds: self.held_seconds.checked_mul(part)?,
-            memory_byte_seconds: self.memory_byte_seconds.checked_mul(part)?,
+            held_seconds: seconds(self.held_seconds)?,
+            memory_byte_seconds: self
+                .memory_byte_seconds
+                .checked_mul(span.checked_div(total)?)?,
             memory_peak_bytes: self.memory_peak_bytes,
-            compute_active_seconds: self.compute_active_seconds.checked_mul(part)?,
-            compute_known_seconds: self.compute_known_seconds.checked_mul(part)?,
+            compute_active_seconds: seconds(self.compute_active_seconds)?,
+            compute_known_seconds: seconds(self.compute_known_seconds)?,
             window_count: 0,
         })
     }
@@ -177,8 +185,7 @@ fn split_by_hour(
             pieces.push((hour, f.checked_minus(&given)?));
             break;
         }
-        let part = Decimal::from(micros(from, next)?).checked_div(total)?;
-        let mut piece = f.checked_scaled(part)?;
+        let mut piece = f.checked_share(Decimal::from(micros(from, next)?), total)?;
         if hour == first {
             piece.window_count = f.window_count;
         }
@@ -228,6 +235,20 @@ mod tests {
         let pieces =
             split_by_hour(t("2026-10-01T10:00:00Z"), t("2026-10-01T10:01:00Z"), f).unwrap();
         assert_eq!(pieces, vec![(t("2026-10-01T10:00:00Z"), f)]);
+    }
+
+    #[test]
+    fn a_window_held_throughout_gives_each_hour_exactly_its_seconds() {
+        // 62 minutes from 11:59: the ratio 3,600 / 3,720 does not terminate; the hour's share of
+        // the held seconds must still be 3,600, not a hair over (which the rollup refuses).
+        let f = HourlyUsage::of_window(dec!(3720), dec!(3720e9), 9, Some(dec!(930)));
+        let pieces =
+            split_by_hour(t("2026-09-09T11:59:00Z"), t("2026-09-09T13:01:00Z"), f).unwrap();
+        let held: Vec<Decimal> = pieces.iter().map(|p| p.1.held_seconds).collect();
+        assert_eq!(held, vec![dec!(60), dec!(3600), dec!(60)]);
+        let known: Vec<Decimal> = pieces.iter().map(|p| p.1.compute_known_seconds).collect();
+        assert_eq!(known, held);
+        assert_eq!(pieces[1].1.compute_active_seconds, dec!(900));
     }
 
     #[test]

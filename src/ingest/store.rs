@@ -450,10 +450,17 @@ pub async fn record_presence(
         }
     }
     sqlx::query!(
-        "insert into gpu_hourly (hour, gpu_id, present_seconds)
-         select * from unnest($1::timestamptz[], $2::int4[], $3::numeric[])
-         on conflict (hour, gpu_id) do update
-             set present_seconds = gpu_hourly.present_seconds + excluded.present_seconds",
+        "with input as (
+             select * from unnest($1::timestamptz[], $2::int4[], $3::numeric[]) as t (hour, gpu_id, s)),
+         hourly as (
+             insert into gpu_hourly (hour, gpu_id, present_seconds)
+             select hour, gpu_id, s from input
+             on conflict (hour, gpu_id) do update
+                 set present_seconds = gpu_hourly.present_seconds + excluded.present_seconds)
+         insert into gpu_daily (day, gpu_id, present_seconds)
+         select date_trunc('day', hour, 'UTC'), gpu_id, sum(s) from input group by 1, 2
+         on conflict (day, gpu_id) do update
+             set present_seconds = gpu_daily.present_seconds + excluded.present_seconds",
         &hours,
         &ids,
         &seconds
@@ -637,7 +644,8 @@ async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<
     copy.finish().await
 }
 
-/// Adds the hourly sums of new windows, keyed by (slice id, consumer id), to the hourly rollup.
+/// Adds the hourly sums of new windows, keyed by (slice id, consumer id), to the hourly rollup and
+/// the day rollup, in one statement.
 pub async fn add_to_rollup(
     tx: &mut PgConnection,
     rollup: Rollup<(i32, i64)>,
@@ -667,18 +675,35 @@ pub async fn add_to_rollup(
         count.push(f.window_count);
     }
     sqlx::query!(
-        "insert into usage_hourly (hour, slice_id, consumer_id, held_seconds, memory_byte_seconds,
-                                   memory_peak_bytes, compute_active_seconds, compute_known_seconds,
-                                   window_count)
-         select * from unnest($1::timestamptz[], $2::int4[], $3::int8[], $4::numeric[], $5::numeric[],
-                              $6::int8[], $7::numeric[], $8::numeric[], $9::int4[])
-         on conflict (hour, slice_id, consumer_id) do update set
-             held_seconds = usage_hourly.held_seconds + excluded.held_seconds,
-             memory_byte_seconds = usage_hourly.memory_byte_seconds + excluded.memory_byte_seconds,
-             memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
-             compute_active_seconds = usage_hourly.compute_active_seconds + excluded.compute_active_seconds,
-             compute_known_seconds = usage_hourly.compute_known_seconds + excluded.compute_known_seconds,
-             window_count = usage_hourly.window_count + excluded.window_count",
+        "with input as (
+             select * from unnest($1::timestamptz[], $2::int4[], $3::int8[], $4::numeric[],
+                                  $5::numeric[], $6::int8[], $7::numeric[], $8::numeric[], $9::int4[])
+                 as t (hour, slice_id, consumer_id, held, memory, peak, active, known, windows)),
+         hourly as (
+             insert into usage_hourly (hour, slice_id, consumer_id, held_seconds, memory_byte_seconds,
+                                       memory_peak_bytes, compute_active_seconds, compute_known_seconds,
+                                       window_count)
+             select * from input
+             on conflict (hour, slice_id, consumer_id) do update set
+                 held_seconds = usage_hourly.held_seconds + excluded.held_seconds,
+                 memory_byte_seconds = usage_hourly.memory_byte_seconds + excluded.memory_byte_seconds,
+                 memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
+                 compute_active_seconds = usage_hourly.compute_active_seconds + excluded.compute_active_seconds,
+                 compute_known_seconds = usage_hourly.compute_known_seconds + excluded.compute_known_seconds,
+                 window_count = usage_hourly.window_count + excluded.window_count)
+         insert into usage_daily (day, slice_id, consumer_id, held_seconds, memory_byte_seconds,
+                                  memory_peak_bytes, compute_active_seconds, compute_known_seconds,
+                                  window_count)
+         select date_trunc('day', hour, 'UTC'), slice_id, consumer_id, sum(held), sum(memory),
+                max(peak), sum(active), sum(known), sum(windows)
+         from input group by 1, 2, 3
+         on conflict (day, slice_id, consumer_id) do update set
+             held_seconds = usage_daily.held_seconds + excluded.held_seconds,
+             memory_byte_seconds = usage_daily.memory_byte_seconds + excluded.memory_byte_seconds,
+             memory_peak_bytes = greatest(usage_daily.memory_peak_bytes, excluded.memory_peak_bytes),
+             compute_active_seconds = usage_daily.compute_active_seconds + excluded.compute_active_seconds,
+             compute_known_seconds = usage_daily.compute_known_seconds + excluded.compute_known_seconds,
+             window_count = usage_daily.window_count + excluded.window_count",
         &hour,
         &slice,
         &consumer,

@@ -13,7 +13,7 @@ use super::usage::{GroupBy, Step, UsageSums};
 use crate::billing::invoice::{InvoiceKind, InvoiceStatus};
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
-use crate::domain::time::Month;
+use crate::domain::time::{Month, whole_days};
 
 /// Sums of the rollups per (bucket, group key, reserved), the terms DESIGN.md's share formula is
 /// linear in, weighted by each slice's compute and memory share. `reports::usage` applies the weights.
@@ -25,16 +25,29 @@ pub async fn usage_sums(
     step: Step,
     team: Option<&TeamId>,
 ) -> Result<Vec<UsageSums>, sqlx::Error> {
+    // Whole days from the day rollups (unless the step is an hour), the rest from the hourly ones.
+    let days = whole_days(from, to).filter(|_| step != Step::Hour);
     let rows = sqlx::query!(
         // Sum per (bucket, slice, team) first, additions only; weigh by the slices' shares after.
-        r#"with per_slice as (
-               select date_trunc($3, u.hour, 'UTC') as bucket, u.slice_id, c.team_id,
+        r#"with rollup as (
+               select d.day as at, d.slice_id, d.consumer_id, d.held_seconds, d.compute_known_seconds,
+                      d.compute_active_seconds, d.memory_byte_seconds, d.window_count
+               from usage_daily d
+               where d.day >= $6 and d.day < $7
+               union all
+               select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
+                      h.compute_active_seconds, h.memory_byte_seconds, h.window_count
+               from usage_hourly h
+               where h.hour >= $1 and h.hour < $2
+                 and ($6::timestamptz is null or h.hour < $6 or h.hour >= $7)),
+           per_slice as (
+               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id,
                       sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
                       sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
                       sum(u.window_count)::int8 as windows
-               from usage_hourly u
+               from rollup u
                join consumer c using (consumer_id)
-               where u.hour >= $1 and u.hour < $2 and ($5::text is null or c.team_id = $5)
+               where ($5::text is null or c.team_id = $5)
                group by 1, 2, 3)
            select p.bucket as "bucket!",
                   (case $4::text when 'team' then p.team_id
@@ -62,7 +75,9 @@ pub async fn usage_sums(
         to,
         step.as_str(),
         group_by.as_str(),
-        team.map(TeamId::as_str)
+        team.map(TeamId::as_str),
+        days.map(|d| d.0),
+        days.map(|d| d.1)
     )
     .fetch_all(pool)
     .await?;
@@ -83,17 +98,27 @@ pub async fn unattributed_consumers(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Vec<UnattributedConsumer>, sqlx::Error> {
+    let days = whole_days(from, to);
     sqlx::query_as!(
         UnattributedConsumer,
-        r#"select c.namespace, c.pod, c.container, c.unix_user, c.job_id,
+        r#"with rollup as (
+               select d.consumer_id, d.held_seconds from usage_daily d
+               where d.day >= $3 and d.day < $4
+               union all
+               select h.consumer_id, h.held_seconds from usage_hourly h
+               where h.hour >= $1 and h.hour < $2
+                 and ($3::timestamptz is null or h.hour < $3 or h.hour >= $4))
+           select c.namespace, c.pod, c.container, c.unix_user, c.job_id,
                   round(sum(u.held_seconds) / 3600, 6) as "slice_hours!"
-           from usage_hourly u join consumer c using (consumer_id)
-           where c.team_id = 'unattributed' and u.hour >= $1 and u.hour < $2
+           from rollup u join consumer c using (consumer_id)
+           where c.team_id = 'unattributed'
            group by c.consumer_id
            order by 6 desc, c.consumer_id
            limit 50"#,
         from,
-        to
+        to,
+        days.map(|d| d.0),
+        days.map(|d| d.1)
     )
     .fetch_all(pool)
     .await

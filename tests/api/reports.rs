@@ -353,3 +353,229 @@ async fn unattributed_usage_is_reported_and_moves_when_its_namespace_gets_a_team
         "research",
     );
 }
+
+/// Every (team, slice, rate card, day) of a month, as the hourly rollups give it: written here
+/// against `usage_hourly` alone (the reference the day rollups must agree with).
+const FROM_HOURS: &str = "
+    select c.team_id, s.slice_uuid, r.rate_card_id, date_trunc('day', u.hour, 'UTC') as day,
+           sum(u.window_count)::int8 as windows, sum(u.held_seconds) as held,
+           sum(u.compute_known_seconds) as known, sum(u.compute_active_seconds) as active,
+           sum(u.memory_byte_seconds) as memory
+    from usage_hourly u
+    join consumer c using (consumer_id)
+    join slice s using (slice_id)
+    left join rate_card r on r.effective_from = (
+        select max(effective_from) from rate_card where effective_from <= u.hour)
+    where u.hour >= $1 and u.hour < $2
+    group by 1, 2, 3, 4 order by 1, 2, 3, 4";
+
+const FROM_PERIOD: &str = "
+    select team_id, slice_uuid, rate_card_id, day, windows, held_seconds as held,
+           known_seconds as known, active_seconds as active, memory_byte_seconds as memory
+    from period_slice_day($3, false) order by 1, 2, 3, 4";
+
+type DayRow = (
+    String,
+    String,
+    Option<i64>,
+    chrono::DateTime<chrono::Utc>,
+    i64,
+    Decimal,
+    Decimal,
+    Decimal,
+    Decimal,
+);
+
+#[tokio::test]
+async fn a_month_read_from_day_rollups_is_the_month_of_the_hourly_ones_even_across_a_price_change_at_six()
+ {
+    let app = TestApp::spawn().await;
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    app.put_team("nlp", &["nlp"]).await;
+    for (from, price) in [
+        ("2026-09-01T00:00:00Z", "4.00"),
+        // A price change in the middle of a day: its hours are under two versions.
+        ("2026-09-10T06:00:00Z", "5.00"),
+        ("2026-09-20T00:00:00Z", "6.00"),
+    ] {
+        let r = crate::billing::rate_card(&app, from, price).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    }
+    // Windows around the change and on whole days, crossing hours and midnight.
+    let mut minute = 0;
+    for day in [
+        "2026-09-09",
+        "2026-09-10",
+        "2026-09-11",
+        "2026-09-20",
+        "2026-09-30",
+    ] {
+        let start: chrono::DateTime<chrono::Utc> = format!("{day}T00:00:00Z").parse().unwrap();
+        let at = |m: i64| (start + chrono::Duration::minutes(m)).to_rfc3339();
+        let mut windows = Vec::new();
+        for (k, (s, e)) in [(300, 420), (350, 370), (359, 365), (719, 781), (1380, 1439)]
+            .into_iter()
+            .enumerate()
+        {
+            let slice = [MIG_3G, MIG_1G_A, MIG_1G_B, MIG_3G, MIG_1G_A][k];
+            let held = ((e - s) * 60) as f64;
+            minute += 1;
+            windows.push(window(
+                slice,
+                &at(s),
+                &at(e),
+                "nlp",
+                &format!("p{minute}"),
+                held,
+            ));
+        }
+        let r = app
+            .ingest(&collector, &batch(&at(0), &at(1440), windows))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{day}: {r:?}");
+    }
+    let (from, to): (chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>) = (
+        "2026-09-01T00:00:00Z".parse().unwrap(),
+        "2026-10-01T00:00:00Z".parse().unwrap(),
+    );
+    let month = chrono::NaiveDate::from_ymd_opt(2026, 9, 1).unwrap();
+    let rows = |sql: &'static str| {
+        let pool = app.pool.clone();
+        async move {
+            sqlx::query_as::<_, DayRow>(sql)
+                .bind(from)
+                .bind(to)
+                .bind(month)
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let (hours, period) = (rows(FROM_HOURS).await, rows(FROM_PERIOD).await);
+    assert_eq!(period, hours);
+    // The split day has rows under both versions; the day rollups hold the month too.
+    let tenth = |r: &&DayRow| r.3.date_naive().to_string() == "2026-09-10";
+    let versions: std::collections::BTreeSet<Option<i64>> =
+        period.iter().filter(tenth).map(|r| r.2).collect();
+    assert_eq!(versions.len(), 2, "{period:?}");
+    assert_eq!(
+        app.count("select count(distinct day) from usage_daily")
+            .await,
+        5
+    );
+    assert_eq!(
+        app.count("select sum(held_seconds)::int8 from usage_daily")
+            .await,
+        app.count("select sum(held_seconds)::int8 from usage_hourly")
+            .await
+    );
+    assert_eq!(
+        app.count("select sum(present_seconds)::int8 from gpu_daily")
+            .await,
+        5 * 86_400
+    );
+    // A range that starts and ends inside days: its whole day from the day rollup, its edges
+    // from the hourly one; the same totals as the hourly report, and per day the same held time.
+    let report = |step: &'static str| {
+        let app = &app;
+        async move {
+            let r = app
+                .get(
+                    Some(&app.admin),
+                    &format!("/v1/reports/usage?from=2026-09-09T06:00:00Z&to=2026-09-11T12:00:00Z&group_by=team&step={step}"),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{r:?}");
+            r.body
+        }
+    };
+    let (by_hour, by_day) = (report("hour").await, report("day").await);
+    assert_eq!(by_hour["total"], by_day["total"]);
+    let held_per_day = |body: &serde_json::Value| {
+        let mut days: BTreeMap<String, Decimal> = BTreeMap::new();
+        for row in body["rows"].as_array().unwrap() {
+            let day = row["bucket"].as_str().unwrap()[..10].to_owned();
+            *days.entry(day).or_default() +=
+                Decimal::from_str(row["slice_hours"].as_str().unwrap()).unwrap();
+        }
+        days
+    };
+    let days = held_per_day(&by_day);
+    assert_eq!(days.len(), 3, "{days:?}");
+    assert_eq!(days, held_per_day(&by_hour));
+}
+
+#[tokio::test]
+async fn an_upgrade_sums_the_stored_hours_into_day_rollups() {
+    let pool = empty_pool().await;
+    for sql in [
+        include_str!("../../migrations/0001_foundation.sql"),
+        include_str!("../../migrations/0002_billing.sql"),
+        include_str!("../../migrations/0003_ui_session.sql"),
+        include_str!("../../migrations/0004_audit.sql"),
+        include_str!("../../migrations/0005_rate_card_span.sql"),
+        include_str!("../../migrations/0006_one_holder_at_a_time.sql"),
+        include_str!("../../migrations/0007_books.sql"),
+        include_str!("../../migrations/0008_retention.sql"),
+    ] {
+        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    }
+    sqlx::raw_sql(
+        "select ensure_month_partition('usage_hourly', '2026-09-01');
+         select ensure_month_partition('gpu_hourly', '2026-09-01');
+         insert into usage_hourly values ('2026-09-01 00:00Z', 1, 1, 3600, 10, 7, 5, 3600, 1),
+                                         ('2026-09-01 23:00Z', 1, 1, 1800, 20, 9, 6, 1800, 2),
+                                         ('2026-09-02 00:00Z', 1, 1, 600, 30, 3, 7, 600, 1);
+         insert into gpu_hourly values ('2026-09-01 00:00Z', 1, 3600), ('2026-09-01 23:00Z', 1, 3600),
+                                       ('2026-09-02 00:00Z', 1, 600);",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::raw_sql(include_str!("../../migrations/0009_day_rollups.sql"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let days: Vec<(
+        chrono::DateTime<chrono::Utc>,
+        Decimal,
+        Decimal,
+        i64,
+        Decimal,
+        i32,
+    )> = sqlx::query_as(
+        "select day, held_seconds, memory_byte_seconds, memory_peak_bytes,
+                    compute_active_seconds, window_count from usage_daily order by day",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let at = |s: &str| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    assert_eq!(
+        days,
+        vec![
+            (
+                at("2026-09-01T00:00:00Z"),
+                Decimal::from(5400),
+                Decimal::from(30),
+                9,
+                Decimal::from(11),
+                3
+            ),
+            (
+                at("2026-09-02T00:00:00Z"),
+                Decimal::from(600),
+                Decimal::from(30),
+                3,
+                Decimal::from(7),
+                1
+            ),
+        ]
+    );
+    let present: Vec<Decimal> =
+        sqlx::query_scalar("select present_seconds from gpu_daily order by day")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(present, vec![Decimal::from(7200), Decimal::from(600)]);
+}

@@ -68,10 +68,15 @@ where
         body(pool, scoped).await
     }
     .await;
-    sqlx::query(&format!("drop schema {schema} cascade"))
-        .execute(&admin)
-        .await
-        .context("dropping the scratch schema")?;
+    // SLICEMETER_BENCH_KEEP=1 leaves the schema for a look at the plans (`set search_path`).
+    if std::env::var_os("SLICEMETER_BENCH_KEEP").is_some() {
+        eprintln!("kept the scratch schema {schema}");
+    } else {
+        sqlx::query(&format!("drop schema {schema} cascade"))
+            .execute(&admin)
+            .await
+            .context("dropping the scratch schema")?;
+    }
     result
 }
 
