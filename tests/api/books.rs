@@ -641,16 +641,7 @@ async fn the_sign_in_page_shows_only_messages_of_its_own() {
 #[tokio::test]
 async fn an_upgrade_freezes_months_issued_before_books_were_kept_and_drops_unattributed_drafts() {
     let pool = empty_pool().await;
-    for sql in [
-        include_str!("../../migrations/0001_foundation.sql"),
-        include_str!("../../migrations/0002_billing.sql"),
-        include_str!("../../migrations/0003_ui_session.sql"),
-        include_str!("../../migrations/0004_audit.sql"),
-        include_str!("../../migrations/0005_rate_card_span.sql"),
-        include_str!("../../migrations/0006_one_holder_at_a_time.sql"),
-    ] {
-        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
-    }
+    apply_migrations(&pool, 1..=6).await;
     // September as an older version left it: usage, an issued invoice, a draft for unattributed.
     sqlx::raw_sql(
         "select ensure_month_partition('usage_hourly', '2026-09-01');
@@ -677,10 +668,7 @@ async fn an_upgrade_freezes_months_issued_before_books_were_kept_and_drops_unatt
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::raw_sql(include_str!("../../migrations/0007_books.sql"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    apply_migrations(&pool, 7..=7).await;
     let frozen: Option<chrono::DateTime<chrono::Utc>> =
         sqlx::query_scalar("select frozen_at from book where period = '2026-09-01'")
             .fetch_one(&pool)
@@ -714,4 +702,50 @@ async fn an_upgrade_freezes_months_issued_before_books_were_kept_and_drops_unatt
             .await
             .unwrap();
     assert_eq!(again, Decimal::from(3600));
+}
+
+/// The database itself keeps an issued month's books: no statement may add, change or remove a
+/// row of them, however many rows it touches, while a draft month's books are rewritten freely.
+#[tokio::test]
+async fn no_statement_changes_an_issued_months_books() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 2).await;
+    run(&app, "2026-09").await;
+    // While drafts only: a re-run replaces the books.
+    let rows = app
+        .count("select count(*) from book_slice_day where period = '2026-09-01'")
+        .await;
+    assert!(rows > 0);
+    run(&app, "2026-09").await;
+    assert_eq!(
+        app.count("select count(*) from book_slice_day where period = '2026-09-01'")
+            .await,
+        rows
+    );
+    let r = issue_all(&app, "2026-09").await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    for sql in [
+        "update book_slice_day set held_seconds = 0 where period = '2026-09-01'",
+        "delete from book_slice_day where period = '2026-09-01'",
+        "insert into book_slice_day select * from book_slice_day where period = '2026-09-01'",
+        "update book_model_day set present_seconds = 1 where period = '2026-09-01'",
+        "delete from book_model_day where period = '2026-09-01'",
+        "delete from book where period = '2026-09-01'",
+    ] {
+        let e = sqlx::query(sql)
+            .execute(&app.pool)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(
+            e.contains("the books of 2026-09 are issued and cannot be changed"),
+            "{sql}: {e}"
+        );
+    }
+    assert_eq!(
+        app.count("select count(*) from book_slice_day where period = '2026-09-01'")
+            .await,
+        rows
+    );
 }

@@ -131,33 +131,11 @@ async fn past_its_limit_the_gpu_map_draws_a_bar_per_model_then_per_node_each_dri
         ..test_config()
     })
     .await;
-    let fleet = slicemeter::sim::SimFleet::generate(11, 16);
     let hour = floor_hour(chrono::Utc::now()) - chrono::Duration::hours(1);
     let month = slicemeter::domain::time::Month::of(hour);
     let card = crate::billing::rate_card(&app, &month.start().to_rfc3339(), "4.00").await;
     assert_eq!(card.status, StatusCode::CREATED, "{card:?}");
-    let mut batches = Vec::new();
-    slicemeter::sim::generate::generate(
-        &fleet,
-        hour,
-        hour + chrono::Duration::hours(1),
-        slicemeter::collector::Cadence {
-            sample_interval: std::time::Duration::from_secs(60),
-            window: std::time::Duration::from_secs(600),
-            batch_period: std::time::Duration::from_secs(3600),
-        },
-        |day| {
-            batches.extend(day);
-            true
-        },
-    )
-    .unwrap();
-    for b in &batches {
-        let r = app
-            .ingest(&app.admin, &serde_json::to_value(b).unwrap())
-            .await;
-        assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    }
+    let fleet = crate::reports::simulated(&app, 11, 16, &hour.to_rfc3339(), 1).await;
     let models: std::collections::BTreeSet<String> = fleet
         .nodes
         .iter()

@@ -15,7 +15,7 @@ use sqlx::Row;
 use crate::support::*;
 
 /// Ingests `hours` of a simulated fleet through the API, with its teams configured.
-async fn simulated(app: &TestApp, seed: u64, gpus: usize, from: &str, hours: i64) -> SimFleet {
+pub async fn simulated(app: &TestApp, seed: u64, gpus: usize, from: &str, hours: i64) -> SimFleet {
     let fleet = SimFleet::generate(seed, gpus);
     for t in &fleet.teams {
         let ns: Vec<&str> = t.namespaces.iter().map(String::as_str).collect();
@@ -508,18 +508,7 @@ async fn a_month_read_from_day_rollups_is_the_month_of_the_hourly_ones_even_acro
 #[tokio::test]
 async fn an_upgrade_sums_the_stored_hours_into_day_rollups() {
     let pool = empty_pool().await;
-    for sql in [
-        include_str!("../../migrations/0001_foundation.sql"),
-        include_str!("../../migrations/0002_billing.sql"),
-        include_str!("../../migrations/0003_ui_session.sql"),
-        include_str!("../../migrations/0004_audit.sql"),
-        include_str!("../../migrations/0005_rate_card_span.sql"),
-        include_str!("../../migrations/0006_one_holder_at_a_time.sql"),
-        include_str!("../../migrations/0007_books.sql"),
-        include_str!("../../migrations/0008_retention.sql"),
-    ] {
-        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
-    }
+    apply_migrations(&pool, 1..=8).await;
     sqlx::raw_sql(
         "select ensure_month_partition('usage_hourly', '2026-09-01');
          select ensure_month_partition('gpu_hourly', '2026-09-01');
@@ -532,10 +521,7 @@ async fn an_upgrade_sums_the_stored_hours_into_day_rollups() {
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::raw_sql(include_str!("../../migrations/0009_day_rollups.sql"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    apply_migrations(&pool, 9..=9).await;
     let days: Vec<(
         chrono::DateTime<chrono::Utc>,
         Decimal,

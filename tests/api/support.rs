@@ -455,3 +455,14 @@ impl TestApp {
         Served::on(self, listener, config)
     }
 }
+
+/// Applies the embedded migrations numbered `versions` to `pool`, as an older release would have
+/// left a database: for upgrade tests.
+pub async fn apply_migrations(pool: &PgPool, versions: std::ops::RangeInclusive<i64>) {
+    for m in slicemeter::db::MIGRATOR
+        .iter()
+        .filter(|m| versions.contains(&m.version))
+    {
+        sqlx::raw_sql(&m.sql).execute(pool).await.unwrap();
+    }
+}
