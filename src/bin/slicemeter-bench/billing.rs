@@ -8,7 +8,7 @@ use slicemeter::billing::service as billing;
 use slicemeter::domain::access::Actor;
 use slicemeter::domain::time::Month;
 
-use crate::common::{in_scratch_schema, load_month};
+use crate::common::{group_by_floor, in_scratch_schema, load_month};
 
 #[derive(Debug, clap::Args)]
 pub struct BillingBenchArgs {
@@ -35,21 +35,7 @@ async fn run(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> 
     let rollup_rows = load_month(&pool, gpus, args.seed, month).await?;
 
     // The floor first, then the invoice run; each twice, the second timed, so both read warm caches.
-    let floor = || async {
-        sqlx::query(
-            "select c.team_id, sum(u.held_seconds * s.compute_share), sum(u.held_seconds * s.memory_share)
-             from usage_hourly u join slice s using (slice_id) join consumer c using (consumer_id)
-             where u.hour >= $1 and u.hour < $2 group by c.team_id",
-        )
-        .bind(month.start())
-        .bind(month.end())
-        .fetch_all(&pool)
-        .await
-    };
-    floor().await?;
-    let t = Instant::now();
-    let teams = floor().await?.len();
-    let floor_time = t.elapsed();
+    let (teams, floor_time) = group_by_floor(&pool, month).await?;
     billing::run_drafts(&pool, month, chrono::Utc::now(), &Actor::CLI).await?;
     let t = Instant::now();
     let run = billing::run_drafts(&pool, month, chrono::Utc::now(), &Actor::CLI).await?;

@@ -89,13 +89,7 @@ pub async fn load_month(
     seed: u64,
     month: Month,
 ) -> anyhow::Result<i64> {
-    let mut card: RateCardInput =
-        toml::from_str(include_str!("../../../deploy/rate-card.example.toml"))?;
-    card.effective_from = month.start();
-    let card = card
-        .validate(chrono::Utc::now())
-        .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
-    billing::publish_rate_card(pool, &card, &Actor::CLI).await?;
+    publish_example_card(pool, month).await?;
     let fleet = SimFleet::generate(seed, gpus);
     register_teams(pool, &fleet).await?;
     let cadence = Cadence {
@@ -126,6 +120,42 @@ pub async fn load_month(
         started.elapsed().as_secs_f64()
     );
     Ok(rollup_rows)
+}
+
+/// Publishes the example rate card (`deploy/rate-card.example.toml`) in force from `month`'s start.
+pub async fn publish_example_card(pool: &sqlx::PgPool, month: Month) -> anyhow::Result<()> {
+    let mut card: RateCardInput =
+        toml::from_str(include_str!("../../../deploy/rate-card.example.toml"))?;
+    card.effective_from = month.start();
+    let card = card
+        .validate(chrono::Utc::now())
+        .map_err(|e| anyhow::anyhow!("example rate card: {e:?}"))?;
+    billing::publish_rate_card(pool, &card, &Actor::CLI).await?;
+    Ok(())
+}
+
+/// The floor a month's reading is measured against: one `GROUP BY team` over the month's hourly
+/// rollups, weighing each row by its slice's shares (reading the data once). Run twice, the second
+/// timed, so that it reads warm caches; the teams it found and its time.
+pub async fn group_by_floor(
+    pool: &sqlx::PgPool,
+    month: Month,
+) -> anyhow::Result<(usize, Duration)> {
+    let floor = || async {
+        sqlx::query(
+            "select c.team_id, sum(u.held_seconds * s.compute_share), sum(u.held_seconds * s.memory_share)
+             from usage_hourly u join slice s using (slice_id) join consumer c using (consumer_id)
+             where u.hour >= $1 and u.hour < $2 group by c.team_id",
+        )
+        .bind(month.start())
+        .bind(month.end())
+        .fetch_all(pool)
+        .await
+    };
+    floor().await?;
+    let t = Instant::now();
+    let teams = floor().await?.len();
+    Ok((teams, t.elapsed()))
 }
 
 /// Peak resident memory of a running process (VmHWM), in KiB.
