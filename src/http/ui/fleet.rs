@@ -382,20 +382,20 @@ fn gpu_map(rows: &[FleetSliceRow], palette: &Palette, view: &MapView) -> Markup 
         (None, Some(m)) => Some(m.clone()),
         (None, None) => None,
     };
-    let (what, bars) = if gpus.len() <= view.per_gpu_limit || view.node.is_some() {
-        ("GPU", gpus.into_iter().map(|g| g.bar).collect())
-    } else if view.model.is_none() {
-        (
-            "GPU model",
-            grouped(gpus, |g| g.model.clone(), |k| view.link("model", k)),
-        )
-    } else {
-        (
-            "node",
-            grouped(gpus, |g| g.node.clone(), |k| view.link("node", k)),
-        )
-    };
-    let bars: Vec<GpuBar> = bars;
+    let (what, bars): (&str, Vec<GpuBar>) =
+        if gpus.len() <= view.per_gpu_limit || view.node.is_some() {
+            ("GPU", gpus.into_iter().map(|g| g.bar).collect())
+        } else if view.model.is_none() {
+            (
+                "GPU model",
+                grouped(gpus, |g| g.model.clone(), |k| view.link("model", k)),
+            )
+        } else {
+            (
+                "node",
+                grouped(gpus, |g| g.node.clone(), |k| view.link("node", k)),
+            )
+        };
     html! {
         @if scope.is_some() || what != "GPU" {
             p class="map-scope" data-map-rows=(what) {

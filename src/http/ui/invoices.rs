@@ -11,7 +11,7 @@ use rust_decimal::Decimal;
 use serde::Deserialize;
 
 use super::format::money;
-use super::layout::{MonthQuery, UiError, Viewer, page, same_origin};
+use super::layout::{MonthQuery, UiError, Viewer, latest_currency, page, same_origin};
 use crate::billing::invoice::{Invoice, InvoiceStatus, store as invoices};
 use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::billing::service as billing;
@@ -77,12 +77,9 @@ pub async fn confirm_issue_invoice(
         .await?
         .filter(|i| i.status == InvoiceStatus::Draft)
         .ok_or(UiError::NotFound)?;
-    let cards = rate_cards::rate_cards(&state.pool).await?;
-    let currency = cards
-        .values()
-        .last()
-        .map(|c| c.currency.clone())
-        .unwrap_or_else(|| Currency::parse(&invoice.currency).expect("a stored currency"));
+    // The invoice's own currency (a stored one was a rate card's, so it parses; if not, a 500 page).
+    let currency =
+        Currency::parse(&invoice.currency).map_err(|e| UiError::Api(ApiError::internal(e)))?;
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
     let body = html! {
         h1 { "Issue the invoice of " (invoice.team) " for " (invoice.period) "?" }
@@ -136,12 +133,7 @@ pub async fn confirm_issue_period(
         .into_iter()
         .filter(|i| i.status == InvoiceStatus::Draft)
         .collect();
-    let cards = rate_cards::rate_cards(&state.pool).await?;
-    let currency = cards
-        .values()
-        .last()
-        .map(|c| c.currency.clone())
-        .unwrap_or_else(|| Currency::parse("USD").expect("USD exists"));
+    let currency = latest_currency(&rate_cards::rate_cards(&state.pool).await?);
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
     let total: Decimal = drafts.iter().map(|i| i.total).sum();
     let body = html! {

@@ -253,12 +253,21 @@ pub fn month_form(action: &str, month: Month) -> Markup {
     }
 }
 
+/// The currency a month's figures are in: the report's, else the latest rate card's.
 pub fn currency_of(report: &MonthlyReport, cards: &BTreeMap<i64, RateCard>) -> Currency {
     report
         .currency
         .as_deref()
         .and_then(|c| Currency::parse(c).ok())
-        .or_else(|| cards.values().last().map(|c| c.currency.clone()))
+        .unwrap_or_else(|| latest_currency(cards))
+}
+
+/// The currency the latest rate card bills in (USD before there is any).
+pub fn latest_currency(cards: &BTreeMap<i64, RateCard>) -> Currency {
+    cards
+        .values()
+        .last()
+        .map(|c| c.currency.clone())
         .unwrap_or_else(|| Currency::parse("USD").expect("USD exists"))
 }
 
