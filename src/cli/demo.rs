@@ -27,7 +27,9 @@ use crate::domain::time::{Month, floor_to};
 use crate::fleet::store as fleet_store;
 use crate::http::server;
 use crate::http::state::ServerConfig;
-use crate::ingest::{self, validate::Limits};
+use crate::ingest::group::GroupCommit;
+use crate::ingest::service::Ingestor;
+use crate::ingest::validate::Limits;
 use crate::process;
 use crate::sim::source::SimSource;
 use crate::sim::{SimFleet, generate};
@@ -263,12 +265,16 @@ async fn backfill(args: &DemoArgs, pool: &PgPool, fleet: &SimFleet) -> anyhow::R
         "back-filling",
     );
     eprintln!("Back-filling {} GPUs from {from} to {to} ...", args.gpus);
-    let partitions = Partitions::default();
+    let ingestor = Ingestor::new(
+        pool.clone(),
+        Arc::new(Partitions::default()),
+        GroupCommit::default(),
+    );
     let limits = Limits::default();
     let started = std::time::Instant::now();
     let totals = generate::generate_and_ingest(fleet.clone(), from, to, cadence, 4, bar, |batch| {
-        let (pool, partitions, limits) = (pool, &partitions, &limits);
-        async move { ingest::service::ingest(pool, partitions, batch, Utc::now(), limits).await }
+        let (ingestor, limits) = (&ingestor, &limits);
+        async move { ingestor.ingest(batch, Utc::now(), limits).await }
     })
     .await?;
     eprintln!(

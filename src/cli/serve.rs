@@ -10,6 +10,7 @@ use crate::billing::service::BillingConfig;
 use crate::db;
 use crate::http::server;
 use crate::http::state::ServerConfig;
+use crate::ingest::group::GroupCommit;
 use crate::ingest::validate::Limits;
 use crate::process;
 
@@ -36,6 +37,24 @@ pub struct ServeArgs {
     /// dropped (their hourly rollups stay) and batches for them refused.
     #[arg(long, env = "SLICEMETER_KEEP_RAW_MONTHS", default_value_t = 13)]
     pub keep_raw_months: u32,
+    /// How long a batch waits for others arriving with it, to be written in one transaction (0: no
+    /// wait; batches that meet are still written together).
+    #[arg(long, env = "SLICEMETER_INGEST_GROUP_WAIT", default_value = "2ms", value_parser = humantime::parse_duration)]
+    pub ingest_group_wait: Duration,
+    /// A group of batches is written once it holds this many windows.
+    #[arg(
+        long,
+        env = "SLICEMETER_INGEST_GROUP_WINDOWS",
+        default_value_t = 20_000
+    )]
+    pub ingest_group_windows: usize,
+    /// Groups of batches written at once, each on a connection of its own.
+    #[arg(long, env = "SLICEMETER_INGEST_WRITERS", default_value_t = 2)]
+    pub ingest_writers: usize,
+    /// How old a month's report may be when served while another request reads it anew (the
+    /// database changed since it was read); older, requests wait for the new read.
+    #[arg(long, env = "SLICEMETER_REPORT_MAX_STALE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub report_max_stale: Duration,
     /// Requests running longer are answered 503.
     #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -83,6 +102,12 @@ impl ServeArgs {
                 max_windows: self.max_windows,
                 keep_raw_months: (self.keep_raw_months > 0).then_some(self.keep_raw_months),
             },
+            group_commit: GroupCommit {
+                wait: self.ingest_group_wait,
+                max_windows: self.ingest_group_windows.max(1),
+                writers: self.ingest_writers.max(1),
+                ..GroupCommit::default()
+            },
             request_timeout: self.request_timeout,
             exports: std::sync::Arc::new(self.exports.config()?),
             ingest_rate: self.ingest_rate,
@@ -92,6 +117,7 @@ impl ServeArgs {
             },
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
+            report_max_stale: self.report_max_stale,
             ..ServerConfig::default()
         })
     }

@@ -2,6 +2,7 @@
 //! types (`types`) and the private cluster `demo` and the tests start (`cluster`). It imports nothing
 //! of the features above it; each feature keeps its own SQL in its `store.rs`.
 
+pub mod cache;
 pub mod cluster;
 pub mod types;
 

@@ -12,7 +12,7 @@ use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::domain::access::Principal;
 use crate::domain::batch::{Batch, IngestOutcome};
-use crate::ingest::{IngestError, decode::decode, service as ingest};
+use crate::ingest::{IngestError, decode::decode};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(post_ingest))
@@ -77,14 +77,10 @@ async fn post_ingest(
             other => format!("a {} token may not ingest", other.role()),
         }));
     }
-    let outcome = ingest::ingest(
-        &state.pool,
-        &state.partitions,
-        batch,
-        Utc::now(),
-        &state.config.ingest,
-    )
-    .await?;
+    let outcome = state
+        .ingestor
+        .ingest(batch, Utc::now(), &state.config.ingest)
+        .await?;
     Ok(Json(outcome))
 }
 

@@ -51,7 +51,14 @@ async fn monthly_report(
         ApiError::invalid_fields("the period is invalid", vec![FieldError::new("period", e)])
     })?;
     Ok(Json(
-        reports::monthly_report(&state.pool, month, Utc::now(), principal.team_scope()).await?,
+        reports::monthly_report(
+            &state.pool,
+            &state.reports,
+            month,
+            Utc::now(),
+            principal.team_scope(),
+        )
+        .await?,
     ))
 }
 

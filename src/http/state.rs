@@ -1,5 +1,5 @@
-//! What every handler shares: the server's configuration, the pool, the partitions known, the
-//! metrics handle and the ingest rate limiter.
+//! What every handler shares: the server's configuration, the pool, the partitions known, ingest
+//! (with its group committer), the report cache, the metrics handle and the ingest rate limiter.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +10,11 @@ use sqlx::PgPool;
 use super::limits;
 use crate::billing::service::BillingConfig;
 use crate::db::Partitions;
+use crate::ingest::group::GroupCommit;
+use crate::ingest::service::Ingestor;
 use crate::ingest::validate::Limits;
 use crate::reports::exports::ExportConfig;
+use crate::reports::service::ReportCache;
 
 /// What the server is configured with.
 #[derive(Debug, Clone)]
@@ -19,6 +22,8 @@ pub struct ServerConfig {
     /// The largest request body accepted, before and after gzip.
     pub body_limit: usize,
     pub ingest: Limits,
+    /// How concurrent ingest requests are gathered into one transaction.
+    pub group_commit: GroupCommit,
     pub request_timeout: Duration,
     pub exports: Arc<ExportConfig>,
     /// Ingest requests per second per token (0: unlimited), and the burst allowed.
@@ -33,6 +38,9 @@ pub struct ServerConfig {
     /// The fleet page's GPU map draws GPUs one by one up to this many; past it, a bar per GPU
     /// model (and within a model, per node), each drilling down.
     pub gpu_map_per_gpu: usize,
+    /// How old a month's report may be when it is served while another request reads it anew
+    /// (the database changed); older, the request waits for the new read.
+    pub report_max_stale: Duration,
 }
 
 impl ServerConfig {
@@ -48,6 +56,7 @@ impl Default for ServerConfig {
         ServerConfig {
             body_limit: 16 << 20,
             ingest: Limits::default(),
+            group_commit: GroupCommit::default(),
             request_timeout: Duration::from_secs(60),
             exports: Arc::new(ExportConfig::default()),
             ingest_rate: 20.0,
@@ -56,6 +65,7 @@ impl Default for ServerConfig {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(75),
             gpu_map_per_gpu: 256,
+            report_max_stale: Duration::from_secs(10),
         }
     }
 }
@@ -64,16 +74,26 @@ impl Default for ServerConfig {
 pub struct AppState {
     pub pool: PgPool,
     pub partitions: Arc<Partitions>,
+    pub ingestor: Ingestor,
+    pub reports: Arc<ReportCache>,
     pub config: Arc<ServerConfig>,
     pub metrics: PrometheusHandle,
     pub ingest_limiter: Arc<limits::RateLimiter>,
 }
 
 impl AppState {
+    /// The state of a server; starts ingest's group committer on the current Tokio runtime.
     pub fn new(pool: PgPool, config: ServerConfig) -> Self {
+        let partitions = Arc::new(Partitions::default());
         AppState {
+            ingestor: Ingestor::new(
+                pool.clone(),
+                partitions.clone(),
+                config.group_commit.clone(),
+            ),
+            reports: Arc::new(ReportCache::new(config.report_max_stale)),
             pool,
-            partitions: Arc::new(Partitions::default()),
+            partitions,
             ingest_limiter: Arc::new(limits::RateLimiter::new(
                 config.ingest_rate,
                 config.ingest_burst,

@@ -2,10 +2,11 @@
 //! `rules`, pure), then stored in one transaction that `service` owns: its GPUs, slices and
 //! consumers registered (`registry` decides what a registration allows), a re-sent period checked
 //! against what is stored (`resent`), the windows copied in idempotently on (slice, consumer, window
-//! start) and the hourly rollups updated (`store` runs the SQL). This module holds the error every
-//! step reports with.
+//! start) and the hourly rollups updated (`store` runs the SQL). Batches that arrive together are
+//! stored in one transaction (`group`). This module holds the error every step reports with.
 
 pub mod decode;
+pub mod group;
 pub mod registry;
 pub mod resent;
 pub mod rules;

@@ -25,8 +25,12 @@ const UNIQUE_VIOLATION: &str = "23505";
 
 /// Serialises batches that report the same GPU, so that the presence overlap check below cannot race.
 /// Locks are taken in one global order (sorted keys, locked in array order) so batches never deadlock.
-pub async fn lock_gpus(tx: &mut PgConnection, b: &ValidBatch) -> Result<(), sqlx::Error> {
-    let mut keys: Vec<i64> = b.gpus.iter().map(|g| lock_key(&g.uuid)).collect();
+pub async fn lock_gpus(tx: &mut PgConnection, batches: &[&ValidBatch]) -> Result<(), sqlx::Error> {
+    let mut keys: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| &b.gpus)
+        .map(|g| lock_key(&g.uuid))
+        .collect();
     keys.sort_unstable();
     keys.dedup();
     sqlx::query!(
@@ -46,44 +50,50 @@ fn lock_key(uuid: &str) -> i64 {
     i64::from_be_bytes(digest[..8].try_into().expect("eight bytes"))
 }
 
-/// Registers the batch's new GPUs (to the batch's node) and reads the registration of every one.
+/// Registers the batches' new GPUs (each to its batch's node), unless `insert` is false because
+/// every one is known to be registered, and reads the registration of every one.
 pub async fn register_gpus(
     tx: &mut PgConnection,
-    b: &ValidBatch,
+    batches: &[&ValidBatch],
+    insert: bool,
 ) -> Result<Vec<RegisteredGpu>, sqlx::Error> {
-    let uuids: Vec<String> = b.gpus.iter().map(|g| g.uuid.clone()).collect();
-    let models: Vec<String> = b.gpus.iter().map(|g| g.model.clone()).collect();
-    let memory: Vec<i64> = b
-        .gpus
-        .iter()
-        .map(|g| g.geometry.memory_bytes as i64)
-        .collect();
-    let compute: Vec<i16> = b
-        .gpus
-        .iter()
-        .map(|g| i16::from(g.geometry.compute_slices))
-        .collect();
-    let memory_slices: Vec<i16> = b
-        .gpus
-        .iter()
-        .map(|g| i16::from(g.geometry.memory_slices))
-        .collect();
-    let mig: Vec<bool> = b.gpus.iter().map(|g| g.mig_enabled).collect();
-    sqlx::query!(
-        "insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
-         select u, $2, m, b, c, s, g
-         from unnest($1::text[], $3::text[], $4::int8[], $5::int2[], $6::int2[], $7::bool[]) as x(u, m, b, c, s, g)
-         on conflict (gpu_uuid) do nothing",
-        &uuids,
-        b.node,
-        &models,
-        &memory,
-        &compute,
-        &memory_slices,
-        &mig
-    )
-    .execute(&mut *tx)
-    .await?;
+    let gpus = || {
+        batches
+            .iter()
+            .flat_map(|b| b.gpus.iter().map(move |g| (*b, g)))
+    };
+    let uuids: Vec<String> = gpus().map(|(_, g)| g.uuid.clone()).collect();
+    if insert {
+        let nodes: Vec<String> = gpus().map(|(b, _)| b.node.clone()).collect();
+        let models: Vec<String> = gpus().map(|(_, g)| g.model.clone()).collect();
+        let memory: Vec<i64> = gpus()
+            .map(|(_, g)| g.geometry.memory_bytes as i64)
+            .collect();
+        let compute: Vec<i16> = gpus()
+            .map(|(_, g)| i16::from(g.geometry.compute_slices))
+            .collect();
+        let memory_slices: Vec<i16> = gpus()
+            .map(|(_, g)| i16::from(g.geometry.memory_slices))
+            .collect();
+        let mig: Vec<bool> = gpus().map(|(_, g)| g.mig_enabled).collect();
+        sqlx::query!(
+            "insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
+             select u, n, m, b, c, s, g
+             from unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::int2[], $6::int2[], $7::bool[])
+                 as x(u, n, m, b, c, s, g)
+             order by u
+             on conflict (gpu_uuid) do nothing",
+            &uuids,
+            &nodes,
+            &models,
+            &memory,
+            &compute,
+            &memory_slices,
+            &mig
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     sqlx::query_as!(
         RegisteredGpu,
         "select gpu_id, gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled
@@ -207,13 +217,13 @@ fn reservation_of(
     })
 }
 
-/// Registers the batch's new slices and reads the registration of every one.
+/// Registers the batches' new slices (each batch with its GPUs' ids, in batch order) and reads the
+/// registration of every one.
 pub async fn register_slices(
     tx: &mut PgConnection,
-    b: &ValidBatch,
-    gpu_ids: &[i32],
+    batches: &[(&ValidBatch, &[i32])],
 ) -> Result<Vec<RegisteredSlice>, sqlx::Error> {
-    let n = b.slices.len();
+    let n = batches.iter().map(|(b, _)| b.slices.len()).sum();
     let mut uuids = Vec::with_capacity(n);
     let mut gpus = Vec::with_capacity(n);
     let mut kinds = Vec::with_capacity(n);
@@ -222,7 +232,10 @@ pub async fn register_slices(
     let mut memory_share = Vec::with_capacity(n);
     let mut reserved_bytes = Vec::with_capacity(n);
     let mut reserved = Vec::with_capacity(n);
-    for s in &b.slices {
+    for (s, gpu_ids) in batches
+        .iter()
+        .flat_map(|(b, ids)| b.slices.iter().map(move |s| (s, *ids)))
+    {
         uuids.push(s.uuid.clone());
         gpus.push(gpu_ids[s.gpu]);
         kinds.push(s.reservation.kind().as_str().to_owned());
@@ -300,18 +313,18 @@ pub async fn register_slices(
         .collect())
 }
 
-/// Registers new consumers (and the teams their `team` labels name) and returns every batch
-/// consumer's id, in batch order. A new consumer is attributed to its labelled team, else to the team
-/// that owns its namespace, else to `unattributed`.
+/// Registers new consumers (and the teams their `team` labels name) and returns every consumer's
+/// id, per batch in batch order. A new consumer is attributed to its labelled team, else to the
+/// team that owns its namespace, else to `unattributed`.
 pub async fn register_consumers(
     tx: &mut PgConnection,
-    b: &ValidBatch,
-) -> Result<Vec<i64>, sqlx::Error> {
+    batches: &[&ValidBatch],
+) -> Result<Vec<Vec<i64>>, sqlx::Error> {
     // Rows other batches may insert at the same time are inserted in sorted order, so that two
     // batches never wait on each other's rows in opposite orders.
-    let mut labelled: Vec<String> = b
-        .consumers
+    let mut labelled: Vec<String> = batches
         .iter()
+        .flat_map(|b| &b.consumers)
         .filter_map(|c| c.team_label.as_ref().map(|t| t.as_str().to_owned()))
         .collect();
     labelled.sort_unstable();
@@ -325,9 +338,10 @@ pub async fn register_consumers(
         .execute(&mut *tx)
         .await?;
     }
-    let n = b.consumers.len();
-    let mut order: Vec<&ValidConsumer> = b.consumers.iter().collect();
+    let mut order: Vec<&ValidConsumer> = batches.iter().flat_map(|b| &b.consumers).collect();
     order.sort_unstable_by_key(|c| c.fingerprint);
+    order.dedup_by_key(|c| c.fingerprint);
+    let n = order.len();
     let mut fingerprints = Vec::with_capacity(n);
     let mut namespace = Vec::with_capacity(n);
     let mut pod = Vec::with_capacity(n);
@@ -384,33 +398,38 @@ pub async fn register_consumers(
         .iter()
         .map(|r| (r.fingerprint.as_slice(), r.consumer_id))
         .collect();
-    b.consumers
+    batches
         .iter()
-        .map(|c| {
-            by_fingerprint
-                .get(&c.fingerprint[..])
-                .copied()
-                .ok_or(sqlx::Error::RowNotFound)
+        .map(|b| {
+            b.consumers
+                .iter()
+                .map(|c| {
+                    by_fingerprint
+                        .get(&c.fingerprint[..])
+                        .copied()
+                        .ok_or(sqlx::Error::RowNotFound)
+                })
+                .collect()
         })
         .collect()
 }
 
-/// The latest stored period of each of `gpu_ids` that overlaps `[start, end)`.
+/// The latest stored period of each GPU that overlaps the period given with it, `[start, end)`.
 pub async fn overlapping_periods(
     tx: &mut PgConnection,
     gpu_ids: &[i32],
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
+    start: &[DateTime<Utc>],
+    end: &[DateTime<Utc>],
 ) -> Result<Vec<StoredPeriod>, sqlx::Error> {
     sqlx::query_as!(
         StoredPeriod,
         r#"select n.gpu_id as "gpu_id!", p.period_start as start, p.period_end as end
-           from unnest($1::int4[]) as n(gpu_id)
+           from unnest($1::int4[], $2::timestamptz[], $3::timestamptz[]) as n(gpu_id, s, e)
            cross join lateral (
                select period_start, period_end from gpu_presence g
-               where g.gpu_id = n.gpu_id and g.period_start < $3
+               where g.gpu_id = n.gpu_id and g.period_start < n.e
                order by g.period_start desc limit 1) p
-           where p.period_end > $2"#,
+           where p.period_end > n.s"#,
         gpu_ids,
         start,
         end
@@ -419,39 +438,52 @@ pub async fn overlapping_periods(
     .await
 }
 
-/// Records that `gpus` existed for the batch's period: a presence row each, and their seconds in
-/// each hour it touches.
+/// Records that each batch's `gpus` existed for its period: a presence row each, and their
+/// seconds in each hour it touches.
 pub async fn record_presence(
     tx: &mut PgConnection,
-    b: &ValidBatch,
-    gpus: &[i32],
+    batches: &[(&ValidBatch, &[i32])],
 ) -> Result<(), sqlx::Error> {
-    if gpus.is_empty() {
+    let mut gpu = Vec::new();
+    let mut start = Vec::new();
+    let mut end = Vec::new();
+    let mut node = Vec::new();
+    let mut hours = Vec::new();
+    let mut ids = Vec::new();
+    let mut seconds = Vec::new();
+    for (b, gpus) in batches {
+        for &g in *gpus {
+            gpu.push(g);
+            start.push(b.period_start);
+            end.push(b.period_end);
+            node.push(b.node.clone());
+        }
+        for (hour, s) in seconds_by_hour(b.period_start, b.period_end) {
+            for &g in *gpus {
+                hours.push(hour);
+                ids.push(g);
+                seconds.push(s);
+            }
+        }
+    }
+    if gpu.is_empty() {
         return Ok(());
     }
     sqlx::query!(
         "insert into gpu_presence (gpu_id, period_start, period_end, node)
-         select g, $2, $3, $4 from unnest($1::int4[]) g",
-        gpus,
-        b.period_start,
-        b.period_end,
-        b.node
+         select * from unnest($1::int4[], $2::timestamptz[], $3::timestamptz[], $4::text[])",
+        &gpu,
+        &start,
+        &end,
+        &node
     )
     .execute(&mut *tx)
     .await?;
-    let mut hours = Vec::new();
-    let mut ids = Vec::new();
-    let mut seconds = Vec::new();
-    for (hour, s) in seconds_by_hour(b.period_start, b.period_end) {
-        for &g in gpus {
-            hours.push(hour);
-            ids.push(g);
-            seconds.push(s);
-        }
-    }
     sqlx::query!(
         "with input as (
-             select * from unnest($1::timestamptz[], $2::int4[], $3::numeric[]) as t (hour, gpu_id, s)),
+             select hour, gpu_id, sum(s) as s
+             from unnest($1::timestamptz[], $2::int4[], $3::numeric[]) as t (hour, gpu_id, s)
+             group by 1, 2),
          hourly as (
              insert into gpu_hourly (hour, gpu_id, present_seconds)
              select hour, gpu_id, s from input
@@ -543,10 +575,10 @@ fn timestamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
-/// The windows as `COPY` text rows.
-fn copy_rows(windows: &[&Window], slice_ids: &[i32], consumer_ids: &[i64]) -> Vec<u8> {
+/// Appends the windows to `out` as `COPY` text rows.
+pub fn copy_rows(out: &mut String, windows: &[&Window], slice_ids: &[i32], consumer_ids: &[i64]) {
     use std::fmt::Write;
-    let mut out = String::with_capacity(windows.len() * 120);
+    out.reserve(windows.len() * 120);
     for w in windows {
         let compute = w
             .compute_active_seconds
@@ -565,7 +597,6 @@ fn copy_rows(windows: &[&Window], slice_ids: &[i32], consumer_ids: &[i64]) -> Ve
         )
         .expect("writing to a String");
     }
-    out.into_bytes()
 }
 
 const COPY_COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
@@ -582,17 +613,13 @@ pub async fn insert_windows<'b>(
     if windows.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = copy_rows(windows, slice_ids, consumer_ids);
+    let mut rows = String::new();
+    copy_rows(&mut rows, windows, slice_ids, consumer_ids);
+    let rows = rows.into_bytes();
     sqlx::query("savepoint copy_windows")
         .execute(&mut *tx)
         .await?;
-    let fast = copy_in(
-        tx,
-        &format!("copy occupancy {COPY_COLUMNS} from stdin"),
-        &rows,
-    )
-    .await;
-    match fast {
+    match copy_windows(tx, &rows).await {
         Ok(_) => {
             sqlx::query("release savepoint copy_windows")
                 .execute(&mut *tx)
@@ -633,6 +660,17 @@ pub async fn insert_windows<'b>(
         .iter()
         .filter_map(|key| index.get(key).copied())
         .collect())
+}
+
+/// `COPY`s rows made by [`copy_rows`] into the windows; a stored window fails it whole (unique
+/// violation), as a group of batches wants: its batches are then stored one by one.
+pub async fn copy_windows(tx: &mut PgConnection, rows: &[u8]) -> Result<u64, sqlx::Error> {
+    copy_in(
+        tx,
+        &format!("copy occupancy {COPY_COLUMNS} from stdin"),
+        rows,
+    )
+    .await
 }
 
 async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<u64, sqlx::Error> {

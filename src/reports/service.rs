@@ -1,36 +1,95 @@
 //! Reports' service: the monthly report of a period, read from billing (the period priced, its books
-//! and pending corrections) and from the rollups (consumers no team claims).
+//! and pending corrections) and from the rollups (consumers no team claims). What a month's report
+//! is made of is read once for every team and kept while the database has not changed
+//! ([`ReportCache`]), so the fleet page, every team's page and the API share one read.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::monthly::{self, MonthlyReport};
+use super::monthly::{self, MonthlyReport, UnattributedConsumer};
 use super::store;
-use crate::billing::period::PeriodState;
+use crate::billing::period::{Books, Line, PeriodBill, PeriodState};
 use crate::billing::service::{self as billing, Error};
+use crate::db::cache::SnapshotCache;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
+
+/// What a month's report is made of, for every team at once.
+#[derive(Debug)]
+pub struct MonthInputs {
+    bill: PeriodBill,
+    books: Books,
+    pending: BTreeMap<TeamId, Vec<Line>>,
+    consumers: Vec<UnattributedConsumer>,
+}
+
+/// Months' report inputs, kept while the database has not changed (`serve --report-max-stale`).
+#[derive(Debug)]
+pub struct ReportCache {
+    months: SnapshotCache<Month, MonthInputs>,
+}
+
+impl ReportCache {
+    /// `max_stale`: how old a kept month may be when served while another request reads it anew.
+    pub fn new(max_stale: Duration) -> Self {
+        ReportCache {
+            months: SnapshotCache::new(max_stale, 240),
+        }
+    }
+}
+
+async fn month_inputs(pool: &PgPool, month: Month) -> Result<MonthInputs, Error> {
+    let (bill, books) = billing::period_bill(pool, month).await?;
+    let pending = billing::pending_corrections(pool, month).await?;
+    let consumers = store::unattributed_consumers(pool, month.start(), month.end()).await?;
+    Ok(MonthInputs {
+        bill,
+        books,
+        pending,
+        consumers,
+    })
+}
 
 /// The monthly report of `month` as of `now` (`team`: a team lead's view of their own team).
 pub async fn monthly_report(
     pool: &PgPool,
+    cache: &ReportCache,
     month: Month,
     now: DateTime<Utc>,
     team: Option<&TeamId>,
 ) -> Result<MonthlyReport, Error> {
-    let (bill, books) = billing::period_bill(pool, month).await?;
-    let pending = billing::pending_corrections(pool, month).await?;
-    let consumers = if team.is_none() {
-        store::unattributed_consumers(pool, month.start(), month.end()).await?
-    } else {
-        Vec::new()
-    };
+    let inputs: Arc<MonthInputs> = cache
+        .months
+        .get(pool, month, || month_inputs(pool, month))
+        .await?;
     Ok(monthly::monthly(
         month,
-        PeriodState::of(month, now, books.frozen()),
-        &bill,
-        &pending,
-        consumers,
+        PeriodState::of(month, now, inputs.books.frozen()),
+        &inputs.bill,
+        &inputs.pending,
+        if team.is_none() {
+            inputs.consumers.clone()
+        } else {
+            Vec::new()
+        },
         team,
     ))
+}
+
+/// What `team` comes to for `month` as billing prices it now: the sum of its invoice lines.
+pub async fn team_cost(
+    pool: &PgPool,
+    cache: &ReportCache,
+    month: Month,
+    team: &TeamId,
+) -> Result<rust_decimal::Decimal, Error> {
+    let inputs = cache
+        .months
+        .get(pool, month, || month_inputs(pool, month))
+        .await?;
+    Ok(inputs.bill.team_total(team.as_str()))
 }

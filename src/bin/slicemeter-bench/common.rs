@@ -14,7 +14,8 @@ use slicemeter::db;
 use slicemeter::db::cluster::PrivateCluster;
 use slicemeter::domain::access::Actor;
 use slicemeter::domain::time::Month;
-use slicemeter::ingest::service as ingest;
+use slicemeter::ingest::group::GroupCommit;
+use slicemeter::ingest::service::Ingestor;
 use slicemeter::ingest::validate::Limits;
 use slicemeter::sim::{SimFleet, generate};
 use sqlx::postgres::PgConnectOptions;
@@ -98,7 +99,11 @@ pub async fn load_month(
         batch_period: Duration::from_secs(86_400),
     };
     let started = Instant::now();
-    let partitions = db::Partitions::default();
+    let ingestor = Ingestor::new(
+        pool.clone(),
+        std::sync::Arc::new(db::Partitions::default()),
+        GroupCommit::default(),
+    );
     let limits = Limits::default();
     let bar = generate::progress(
         generate::expected_batches(&fleet, month.start(), month.end(), cadence.batch_period),
@@ -106,8 +111,8 @@ pub async fn load_month(
     );
     let totals =
         generate::generate_and_ingest(fleet, month.start(), month.end(), cadence, 2, bar, |b| {
-            let (pool, partitions, limits) = (pool, &partitions, &limits);
-            async move { ingest::ingest(pool, partitions, b, Utc::now(), limits).await }
+            let (ingestor, limits) = (&ingestor, &limits);
+            async move { ingestor.ingest(b, Utc::now(), limits).await }
         })
         .await?;
     sqlx::query("analyze").execute(pool).await?;

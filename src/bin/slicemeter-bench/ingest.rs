@@ -15,7 +15,7 @@ use slicemeter::domain::batch::Batch;
 use slicemeter::domain::time::{floor_hour, months_touched, next_month};
 use slicemeter::http::server;
 use slicemeter::http::state::ServerConfig;
-use slicemeter::sim::{SimFleet, generate};
+use slicemeter::sim::{GPUS_PER_NODE, SimFleet, generate};
 
 use crate::common::{in_scratch_schema, percentile};
 
@@ -24,72 +24,134 @@ pub struct IngestBenchArgs {
     /// The database to work in (a scratch schema is created and dropped); without one, a private PostgreSQL is started for the run.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// GPUs in the simulated fleet.
-    #[arg(long, default_value_t = 64)]
+    /// GPUs in the simulated fleet (four a node: 256 is 64 nodes).
+    #[arg(long, default_value_t = 256)]
     pub gpus: usize,
     /// Hours of 60 s windows to generate.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 1)]
     pub hours: i64,
-    /// Time one batch reports on: 60 s is what a live collector sends.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    pub batch_period: Duration,
-    /// Batches in flight at once.
-    #[arg(long, default_value_t = 4)]
-    pub concurrency: usize,
+    /// Times one batch reports on, each measured: 60 s is what a live collector sends.
+    #[arg(long, value_delimiter = ',', default_value = "60s,1h", value_parser = humantime::parse_duration)]
+    pub batch_period: Vec<Duration>,
+    /// Nodes sending at once (batches in flight, each from another node), each measured.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    pub nodes: Vec<usize>,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// A size that runs in seconds (4 GPUs, 1 hour): CI runs it so that the benchmark cannot rot.
+    /// A size that runs in seconds (16 GPUs, 1 hour): CI runs it so that the benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
 }
 
 pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
-    let connections = (args.concurrency as u32 + 4).max(8);
-    in_scratch_schema(args.database_url.as_deref(), connections, |pool, _| {
+    let most = args.nodes.iter().copied().max().unwrap_or(1) as u32;
+    in_scratch_schema(args.database_url.as_deref(), most + 8, |pool, _| {
         run(&args, pool)
     })
     .await
 }
 
+/// One run's figures.
+struct Measured {
+    windows: u64,
+    batches: usize,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
 async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let (gpus, hours) = if args.smoke {
-        (4, 1)
+        (16, 1)
     } else {
         (args.gpus, args.hours)
     };
     let fleet = SimFleet::generate(args.seed, gpus);
     let from = floor_hour(Utc::now()) - chrono::Duration::hours(hours + 1);
     let to = from + chrono::Duration::hours(hours);
-    let cadence = Cadence {
-        sample_interval: Duration::from_secs(5),
-        window: Duration::from_secs(60),
-        batch_period: args.batch_period,
-    };
-    let mut batches: Vec<Batch> = Vec::new();
-    generate::generate(&fleet, from, to, cadence, |day| {
-        batches.extend(day);
-        true
-    })?;
-    // Interleaved by time, then node, as collectors of many nodes arrive: batches in flight at
-    // once report different GPUs, rather than queueing on one node's locks.
-    batches.sort_by(|a, b| (a.period.start, &a.node).cmp(&(b.period.start, &b.node)));
-    let windows: u64 = batches.iter().map(|b| b.windows.len() as u64).sum();
-    eprintln!(
-        "bench ingest: {} GPUs, {} h of 60 s windows: {} batches, {} windows",
-        gpus,
-        hours,
-        batches.len(),
-        windows
-    );
-    // Partitions exist before either side is timed.
+    // Partitions exist before anything is timed.
     db::Partitions::default()
         .ensure(&pool, &months_touched(from, to))
         .await?;
+    println!(
+        "bench ingest: {gpus} GPUs ({} nodes), {hours} h of 60 s windows; HTTP on loopback against plain COPY of the same rows",
+        gpus.div_ceil(GPUS_PER_NODE)
+    );
+    println!(
+        "{:<8} {:>6} {:>9} {:>9} {:>14} {:>16} {:>14} {:>8}",
+        "batch", "nodes", "batches", "windows", "HTTP win/s", "p50 / p99 ms", "COPY win/s", "ratio"
+    );
+    for &period in &args.batch_period {
+        let cadence = Cadence {
+            sample_interval: Duration::from_secs(5),
+            window: Duration::from_secs(60),
+            batch_period: period,
+        };
+        let mut batches: Vec<Batch> = Vec::new();
+        generate::generate(&fleet, from, to, cadence, |day| {
+            batches.extend(day);
+            true
+        })?;
+        // Interleaved by time, then node, as collectors of many nodes arrive: batches in flight at
+        // once report different nodes' GPUs.
+        batches.sort_by(|a, b| (a.period.start, &a.node).cmp(&(b.period.start, &b.node)));
+        let mut runs = Vec::new();
+        for &nodes in &args.nodes {
+            forget_everything(&pool).await?;
+            runs.push((nodes, http_ingest(&pool, &batches, nodes).await?));
+        }
+        let (copied, copy_elapsed) = copy_floor(&pool).await?;
+        let copy_rate = copied as f64 / copy_elapsed.as_secs_f64();
+        for (nodes, m) in &runs {
+            anyhow::ensure!(
+                m.windows == copied,
+                "ingest stored {} windows, the floor copied {copied}",
+                m.windows
+            );
+            let rate = m.windows as f64 / m.elapsed.as_secs_f64();
+            println!(
+                "{:<8} {:>6} {:>9} {:>9} {:>14.0} {:>16} {:>14.0} {:>8.3}",
+                humantime::format_duration(period).to_string(),
+                nodes,
+                m.batches,
+                m.windows,
+                rate,
+                format!(
+                    "{:.1} / {:.1}",
+                    percentile(&m.latencies, 0.50).as_secs_f64() * 1e3,
+                    percentile(&m.latencies, 0.99).as_secs_f64() * 1e3
+                ),
+                copy_rate,
+                rate / copy_rate
+            );
+        }
+    }
+    Ok(())
+}
 
+/// Empties what ingest wrote, so that the next run stores the same batches anew.
+async fn forget_everything(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    sqlx::query(
+        "truncate occupancy, gpu_presence, usage_hourly, usage_daily, gpu_hourly, gpu_daily,
+                  slice, consumer, gpu cascade",
+    )
+    .execute(pool)
+    .await?;
+    sqlx::query("drop table if exists occupancy_copy")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Posts `batches` through a server of its own (no rate limit: this measures ingest, not the
+/// limiter, which `load` measures), `nodes` batches in flight at once.
+async fn http_ingest(
+    pool: &sqlx::PgPool,
+    batches: &[Batch],
+    nodes: usize,
+) -> anyhow::Result<Measured> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    // No rate limit: the benchmark measures ingest, not the limiter (`load` measures that).
     let config = ServerConfig {
         ingest_rate: 0.0,
         ..ServerConfig::default()
@@ -98,7 +160,7 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         let _ = stopped.changed().await;
     }));
     let (_, token) = tokens::create(
-        &pool,
+        pool,
         Role::Admin,
         None,
         None,
@@ -108,7 +170,6 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     )
     .await?;
     let shipper = Shipper::new(&base, &token)?;
-
     let started = Instant::now();
     let mut latencies: Vec<Duration> = futures_util::stream::iter(batches.iter().map(|b| {
         let shipper = shipper.clone();
@@ -117,34 +178,42 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
             shipper.send(b).await.map(|o| (t.elapsed(), o))
         }
     }))
-    .buffer_unordered(args.concurrency.max(1))
+    .buffer_unordered(nodes.max(1))
     .map_ok(|(latency, outcome)| {
         debug_assert_eq!(outcome.duplicates, 0);
         latency
     })
     .try_collect()
     .await?;
-    let http_elapsed = started.elapsed();
+    let elapsed = started.elapsed();
     stop.send(true).ok();
     serving.await??;
     latencies.sort();
-
     let stored: i64 = sqlx::query_scalar("select count(*) from occupancy")
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
-    anyhow::ensure!(
-        stored as u64 == windows,
-        "stored {stored} windows, generated {windows}"
-    );
+    Ok(Measured {
+        windows: stored as u64,
+        batches: batches.len(),
+        elapsed,
+        latencies,
+    })
+}
 
-    // The floor: the same rows, COPY'd into an empty copy of the table.
+/// The floor: the stored rows, `COPY`'d into an empty copy of the table.
+async fn copy_floor(pool: &sqlx::PgPool) -> anyhow::Result<(u64, Duration)> {
     let mut conn = pool.acquire().await?;
     sqlx::query(
         "create table occupancy_copy (like occupancy including all) partition by range (window_start)",
     )
     .execute(&mut *conn)
     .await?;
-    for month in months_touched(from, to) {
+    let months: Vec<chrono::NaiveDate> = sqlx::query_scalar(
+        "select distinct (date_trunc('month', window_start, 'UTC') at time zone 'UTC')::date from occupancy",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for month in months {
         sqlx::query(&format!(
             "create table occupancy_copy_{} partition of occupancy_copy for values from ('{month} 00:00:00+00') to ('{} 00:00:00+00')",
             month.format("%Y%m"),
@@ -172,35 +241,5 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         .await?;
     copy.send(rows.as_slice()).await?;
     let copied = copy.finish().await?;
-    let copy_elapsed = started.elapsed();
-    anyhow::ensure!(
-        copied == windows,
-        "copied {copied} rows, expected {windows}"
-    );
-
-    let http_rate = windows as f64 / http_elapsed.as_secs_f64();
-    let copy_rate = windows as f64 / copy_elapsed.as_secs_f64();
-    println!("windows                      {windows}");
-    println!(
-        "HTTP ingest                  {:>10.0} windows/s  ({:.2} s, {} batches, concurrency {})",
-        http_rate,
-        http_elapsed.as_secs_f64(),
-        batches.len(),
-        args.concurrency
-    );
-    println!(
-        "  per batch latency          p50 {:.1} ms, p99 {:.1} ms",
-        percentile(&latencies, 0.50).as_secs_f64() * 1e3,
-        percentile(&latencies, 0.99).as_secs_f64() * 1e3
-    );
-    println!(
-        "plain COPY (floor)           {:>10.0} windows/s  ({:.2} s)",
-        copy_rate,
-        copy_elapsed.as_secs_f64()
-    );
-    println!(
-        "ratio HTTP ingest / COPY     {:>10.3}",
-        http_rate / copy_rate
-    );
-    Ok(())
+    Ok((copied, started.elapsed()))
 }

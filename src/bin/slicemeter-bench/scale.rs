@@ -135,7 +135,9 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
 
     let now = Utc::now();
     let t = Instant::now();
-    let report = reports::monthly_report(&pool, month, now, None).await?;
+    // A cache of its own, empty: the report is read, not served from memory.
+    let cache = reports::ReportCache::new(Duration::ZERO);
+    let report = reports::monthly_report(&pool, &cache, month, now, None).await?;
     let conservation = report
         .conservation
         .ok_or_else(|| anyhow::anyhow!("the monthly report has no conservation block"))?;

@@ -42,7 +42,8 @@ pub async fn fleet(
         ));
     }
     let month = q.month()?;
-    let report = reports::monthly_report(&state.pool, month, Utc::now(), None).await;
+    let report =
+        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), None).await;
     let cards = rate_cards::rate_cards(&state.pool).await?;
     let invoices = invoices::list(&state.pool, Some(month), None).await?;
     let done = done_message(&q, month, &invoices);

@@ -20,7 +20,6 @@ use super::layout::{
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::PeriodState;
 use crate::billing::rate_card::{Currency, RateCard, store as rate_cards};
-use crate::billing::service as billing;
 use crate::domain::access::Principal;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
@@ -66,7 +65,9 @@ pub async fn team(
     };
     let month = q.month()?;
     let cards = rate_cards::rate_cards(&state.pool).await?;
-    let report = reports::monthly_report(&state.pool, month, Utc::now(), Some(&team)).await?;
+    let report =
+        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(&team))
+            .await?;
     let currency = currency_of(&report, &cards);
     let row = report.teams.first();
 
@@ -86,9 +87,8 @@ pub async fn team(
         let cost = match invoiced {
             Some(total) => Ok(total),
             None if m == month => Ok(row.map(|r| r.cost).unwrap_or_default()),
-            None => billing::period_bill(&state.pool, m)
+            None => reports::team_cost(&state.pool, &state.reports, m, &team)
                 .await
-                .map(|(b, _)| b.team_total(team.as_str()))
                 .map_err(|e| e.to_string()),
         };
         history.push((m, cost, invoiced.is_some()));

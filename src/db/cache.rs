@@ -1,0 +1,122 @@
+//! Results kept while the database has not changed. A result is stored with the snapshot
+//! PostgreSQL reported before it was read (`pg_current_snapshot()`: the transactions running and
+//! the next to start); a reader takes the current one, and while it is the same, no transaction
+//! that writes has started or ended since, in this process or any other, so the result is what a
+//! new read would give. Read-only transactions are given no transaction id and leave the snapshot
+//! as it was, so readers alone never invalidate each other.
+//!
+//! When the snapshot has moved, one reader reads anew; readers arriving meanwhile get the result
+//! before it if it is at most `max_stale` old (otherwise they wait for the new one), so a slow read
+//! under load makes one request slow, not all of them.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+
+/// The database's snapshot as text: equal snapshots mean no write transaction started or ended
+/// in between.
+pub async fn snapshot(pool: &PgPool) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar!(r#"select pg_current_snapshot()::text as "snapshot!""#)
+        .fetch_one(pool)
+        .await
+}
+
+#[derive(Debug)]
+pub struct SnapshotCache<K, V> {
+    max_stale: Duration,
+    capacity: usize,
+    slots: Mutex<HashMap<K, Arc<Slot<V>>>>,
+}
+
+#[derive(Debug)]
+struct Slot<V> {
+    kept: Mutex<Option<Kept<V>>>,
+    reading: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug)]
+struct Kept<V> {
+    value: Arc<V>,
+    snapshot: String,
+    read_at: Instant,
+}
+
+impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
+    /// A cache of at most `capacity` keys (past it, it starts over).
+    pub fn new(max_stale: Duration, capacity: usize) -> Self {
+        SnapshotCache {
+            max_stale,
+            capacity: capacity.max(1),
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn slot(&self, key: &K) -> Arc<Slot<V>> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = slots.get(key) {
+            return slot.clone();
+        }
+        if slots.len() >= self.capacity {
+            slots.clear();
+        }
+        let slot = Arc::new(Slot {
+            kept: Mutex::new(None),
+            reading: tokio::sync::Mutex::new(()),
+        });
+        slots.insert(key.clone(), slot.clone());
+        slot
+    }
+
+    /// `read()`'s result for `key`, read anew only if the database changed since it was kept.
+    pub async fn get<F, Fut, E>(&self, pool: &PgPool, key: K, read: F) -> Result<Arc<V>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+        E: From<sqlx::Error>,
+    {
+        let asked = Instant::now();
+        let now = snapshot(pool).await?;
+        let slot = self.slot(&key);
+        let kept = |fresh: &dyn Fn(&Kept<V>) -> bool| {
+            let kept = slot.kept.lock().unwrap_or_else(|e| e.into_inner());
+            kept.as_ref().filter(|k| fresh(k)).map(|k| k.value.clone())
+        };
+        if let Some(v) = kept(&|k| k.snapshot == now) {
+            metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
+            return Ok(v);
+        }
+        let reading = match slot.reading.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => {
+                if let Some(v) = kept(&|k| k.read_at.elapsed() <= self.max_stale) {
+                    metrics::counter!("slicemeter_cache_total", "result" => "stale").increment(1);
+                    return Ok(v);
+                }
+                let guard = slot.reading.lock().await;
+                // What was read while this one waited is as new as a read of its own if it saw
+                // the database as this request found it, or began after this request asked.
+                if let Some(v) = kept(&|k| k.snapshot == now || k.read_at >= asked) {
+                    metrics::counter!("slicemeter_cache_total", "result" => "waited").increment(1);
+                    return Ok(v);
+                }
+                guard
+            }
+        };
+        metrics::counter!("slicemeter_cache_total", "result" => "read").increment(1);
+        // The snapshot before the read: a write that lands during it makes the next reader read
+        // again, so what is kept is never newer than its snapshot says.
+        let before = snapshot(pool).await?;
+        let read_at = Instant::now();
+        let value = Arc::new(read().await?);
+        *slot.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Kept {
+            value: value.clone(),
+            snapshot: before,
+            read_at,
+        });
+        drop(reading);
+        Ok(value)
+    }
+}

@@ -1,0 +1,165 @@
+//! Results kept while the database has not changed (`db::cache`), against a real PostgreSQL: never
+//! a result older than a committed write, stale only while another request reads anew and only
+//! as old as allowed. (That an unchanged database is not read again is measured, not asserted:
+//! the tests' databases share one server, whose other tests' writes move the snapshot too;
+//! `slicemeter-bench scale` prints the cached report's figures.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use slicemeter::db::cache::SnapshotCache;
+use sqlx::PgPool;
+
+use crate::support::*;
+
+async fn setup() -> PgPool {
+    let (pool, _) = fresh_pool().await;
+    sqlx::query("create table figure (n int8 not null)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("insert into figure values (1)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool
+}
+
+async fn figure(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("select n from figure")
+        .fetch_one(pool)
+        .await
+}
+
+async fn set(pool: &PgPool, n: i64) {
+    sqlx::query("update figure set n = $1")
+        .bind(n)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_committed_write_is_seen_by_the_next_read() {
+    let pool = setup().await;
+    let cache = SnapshotCache::<&str, i64>::new(Duration::from_secs(10), 8);
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 1);
+    set(&pool, 2).await;
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 2);
+    // Another connection, as another replica or the CLI would write.
+    let mut other = sqlx::PgConnection::connect_with(&pool.connect_options())
+        .await
+        .unwrap();
+    use sqlx::Connection;
+    sqlx::query("update figure set n = 3")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_write_committed_after_a_read_began_is_read_again_not_kept_as_new() {
+    let pool = setup().await;
+    let cache = SnapshotCache::<&str, i64>::new(Duration::from_secs(10), 8);
+    // A transaction writes but has not committed while the value is read.
+    let mut writer = pool.begin().await.unwrap();
+    sqlx::query("update figure set n = 5")
+        .execute(&mut *writer)
+        .await
+        .unwrap();
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 1);
+    writer.commit().await.unwrap();
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 5);
+}
+
+#[tokio::test]
+async fn while_one_request_reads_anew_the_others_get_the_last_result_if_young_enough() {
+    let pool = setup().await;
+    let cache = Arc::new(SnapshotCache::<&str, i64>::new(Duration::from_secs(10), 8));
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 1);
+    set(&pool, 2).await;
+    let reads = Arc::new(AtomicUsize::new(0));
+    // A slow read of the new value...
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let slow = {
+        let (cache, pool, reads) = (cache.clone(), pool.clone(), reads.clone());
+        tokio::spawn(async move {
+            cache
+                .get(&pool, "k", || async {
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    let _ = released.await;
+                    figure(&pool).await
+                })
+                .await
+                .map(|v| *v)
+        })
+    };
+    while reads.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // ...meanwhile another request gets the last result at once, without reading.
+    let meanwhile = tokio::time::timeout(
+        Duration::from_secs(2),
+        cache.get(&pool, "k", || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            figure(&pool).await
+        }),
+    )
+    .await
+    .expect("answered without waiting for the slow read")
+    .unwrap();
+    assert_eq!(*meanwhile, 1);
+    release.send(()).unwrap();
+    assert_eq!(slow.await.unwrap().unwrap(), 2);
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn a_result_older_than_allowed_is_never_served_the_request_waits_for_the_new_one() {
+    let pool = setup().await;
+    let cache = Arc::new(SnapshotCache::<&str, i64>::new(Duration::ZERO, 8));
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 1);
+    set(&pool, 2).await;
+    let reads = Arc::new(AtomicUsize::new(0));
+    let slow = {
+        let (cache, pool, reads) = (cache.clone(), pool.clone(), reads.clone());
+        tokio::spawn(async move {
+            cache
+                .get(&pool, "k", || async {
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    figure(&pool).await
+                })
+                .await
+                .map(|v| *v)
+        })
+    };
+    while reads.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waited = cache
+        .get(&pool, "k", || async {
+            reads.fetch_add(1, Ordering::SeqCst);
+            figure(&pool).await
+        })
+        .await
+        .unwrap();
+    assert_eq!(*waited, 2);
+    assert_eq!(slow.await.unwrap().unwrap(), 2);
+}
+
+#[tokio::test]
+async fn a_failed_read_is_not_kept() {
+    let pool = setup().await;
+    let cache = SnapshotCache::<&str, i64>::new(Duration::from_secs(10), 8);
+    let failed = cache
+        .get(&pool, "k", || async {
+            Err::<i64, _>(sqlx::Error::Protocol("no".into()))
+        })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 1);
+}
