@@ -18,7 +18,6 @@ use crate::domain::time::Month;
 use crate::domain::time::{floor_hour, start_of};
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
-use crate::reports::store as report_store;
 use crate::reports::usage::{self, GroupBy, Step, UsageReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -185,8 +184,9 @@ async fn usage_report(
             errors,
         ));
     };
-    let sums = report_store::usage_sums(
+    let sums = reports::usage_sums(
         &state.pool,
+        &state.reports,
         from,
         to,
         group_by,

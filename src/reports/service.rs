@@ -1,7 +1,8 @@
 //! Reports' service: the monthly report of a period, read from billing (the period priced, its books
 //! and pending corrections) and from the rollups (consumers no team claims). What a month's report
 //! is made of is read once for every team and kept while the database has not changed
-//! ([`ReportCache`]), so the fleet page, every team's page and the API share one read.
+//! ([`ReportCache`]), so the fleet page, every team's page and the API share one read; so are the
+//! usage report's sums.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use sqlx::PgPool;
 
 use super::monthly::{self, MonthlyReport, UnattributedConsumer};
 use super::store;
+use super::usage::{GroupBy, Step, UsageSums};
 use crate::billing::period::{Books, Line, PeriodBill, PeriodState};
 use crate::billing::service::{self as billing, Error};
 use crate::db::cache::SnapshotCache;
@@ -27,19 +29,57 @@ pub struct MonthInputs {
     consumers: Vec<UnattributedConsumer>,
 }
 
-/// Months' report inputs, kept while the database has not changed (`serve --report-max-stale`).
+/// Months' report inputs and usage sums, kept while the database has not changed
+/// (`serve --report-max-stale`).
 #[derive(Debug)]
 pub struct ReportCache {
     months: SnapshotCache<Month, MonthInputs>,
+    usage: SnapshotCache<UsageKey, Vec<UsageSums>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct UsageKey {
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: GroupBy,
+    step: Step,
+    team: Option<TeamId>,
 }
 
 impl ReportCache {
-    /// `max_stale`: how old a kept month may be when served while another request reads it anew.
+    /// `max_stale`: how old a kept result may be when served while another request reads it anew.
     pub fn new(max_stale: Duration) -> Self {
         ReportCache {
             months: SnapshotCache::new(max_stale, 240),
+            // Any range may be asked for: few are kept.
+            usage: SnapshotCache::new(max_stale, 64),
         }
     }
+}
+
+/// The usage report's sums (`store::usage_sums`), kept while the database has not changed.
+pub async fn usage_sums(
+    pool: &PgPool,
+    cache: &ReportCache,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: GroupBy,
+    step: Step,
+    team: Option<&TeamId>,
+) -> Result<Arc<Vec<UsageSums>>, sqlx::Error> {
+    let key = UsageKey {
+        from,
+        to,
+        group_by,
+        step,
+        team: team.cloned(),
+    };
+    cache
+        .usage
+        .get(pool, key, || {
+            store::usage_sums(pool, from, to, group_by, step, team)
+        })
+        .await
 }
 
 async fn month_inputs(pool: &PgPool, month: Month) -> Result<MonthInputs, Error> {

@@ -1,7 +1,8 @@
 //! `scale`: a month of a large fleet written straight into the rollups with SQL (as fast as the
 //! schema takes it, no ingest), then the month read as finance and the dashboard read it: the
 //! monthly report, the invoice run, the usage report by day and the FOCUS export (first byte and
-//! total), each against one `GROUP BY` over the same rollups in the same run.
+//! total), the fleet and a team's page, and a crowd of clients on the report over HTTP, each against
+//! one `GROUP BY` over the same rollups in the same run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +18,12 @@ use slicemeter::reports::service as reports;
 use slicemeter::reports::store as report_store;
 use slicemeter::reports::usage::{GroupBy, Step};
 
-use crate::common::{group_by_floor, in_scratch_schema, publish_example_card};
+use slicemeter::auth::store as tokens;
+use slicemeter::domain::access::Role;
+use slicemeter::http::server;
+use slicemeter::http::state::ServerConfig;
+
+use crate::common::{group_by_floor, in_scratch_schema, percentile, publish_example_card};
 
 #[derive(Debug, clap::Args)]
 pub struct ScaleBenchArgs {
@@ -31,13 +37,20 @@ pub struct ScaleBenchArgs {
     /// Days of last month written (at most the month's).
     #[arg(long, default_value_t = 30)]
     pub days: u32,
-    /// A size that runs in seconds (16 GPUs, 2 days): CI runs it so that the benchmark cannot rot.
+    /// Clients asking for the monthly report at once, over HTTP.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// How long they keep asking.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub load_for: Duration,
+    /// A size that runs in seconds (16 GPUs, 2 days, 2 s of load): CI runs it so that the
+    /// benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
 }
 
 pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
-    in_scratch_schema(args.database_url.as_deref(), 4, |pool, _| run(&args, pool)).await
+    in_scratch_schema(args.database_url.as_deref(), 16, |pool, _| run(&args, pool)).await
 }
 
 /// Writes `gpus` GPUs of seven 1g.10gb slices each, one consumer per slice over eight teams, and
@@ -193,5 +206,209 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         floor,
         &format!("({bytes} bytes)"),
     );
+    let load_for = if args.smoke {
+        Duration::from_secs(2)
+    } else {
+        args.load_for
+    };
+    served(&pool, month, floor, args.clients, load_for).await
+}
+
+/// What one GET gave.
+struct Got {
+    status: u16,
+    bytes: usize,
+    time: Duration,
+}
+
+async fn get(client: &reqwest::Client, url: &str, auth: &Auth<'_>) -> anyhow::Result<Got> {
+    let t = Instant::now();
+    let request = match auth {
+        Auth::Bearer(token) => client.get(url).bearer_auth(token),
+        Auth::Cookie(cookie) => client.get(url).header("cookie", *cookie),
+    };
+    let response = request.header("accept-encoding", "gzip").send().await?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await?.len();
+    Ok(Got {
+        status,
+        bytes,
+        time: t.elapsed(),
+    })
+}
+
+enum Auth<'a> {
+    Bearer(&'a str),
+    Cookie(&'a str),
+}
+
+/// The month as the server serves it on loopback: the monthly report, the fleet page and a team's
+/// page, each read once (nothing kept) and again (kept while the database is unchanged), then
+/// `clients` clients asking for the report back to back for `load_for`.
+async fn served(
+    pool: &sqlx::PgPool,
+    month: Month,
+    floor: Duration,
+    clients: usize,
+    load_for: Duration,
+) -> anyhow::Result<()> {
+    // The partitions the server creates ahead as it starts, created first: a write while the
+    // passes below run would have them read the database anew.
+    let this = Month::of(Utc::now());
+    let ahead = [
+        this.first_day(),
+        this.next().first_day(),
+        this.next().next().first_day(),
+    ];
+    db::Partitions::default().ensure(pool, &ahead).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let serving = tokio::spawn(server::serve(
+        pool.clone(),
+        listener,
+        ServerConfig::default(),
+        async move {
+            let _ = stopped.changed().await;
+        },
+    ));
+    let (_, token) = tokens::create(
+        pool,
+        Role::Admin,
+        None,
+        None,
+        Some("bench"),
+        None,
+        &Actor::CLI,
+    )
+    .await?;
+    // No gzip decoding in the client: the bytes counted are the bytes sent.
+    let client = reqwest::Client::builder()
+        .no_gzip()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let signin = client
+        .post(format!("{base}/ui/signin"))
+        .form(&[("token", token.as_str())])
+        .send()
+        .await?;
+    let cookie = signin
+        .headers()
+        .get("set-cookie")
+        .and_then(|c| c.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .ok_or_else(|| anyhow::anyhow!("signing in gave no session"))?
+        .to_owned();
+    let report = format!("{base}/v1/reports/monthly/{month}");
+    for (what, url, auth) in [
+        (
+            "monthly report over HTTP",
+            report.clone(),
+            Auth::Bearer(&token),
+        ),
+        (
+            "fleet page",
+            format!("{base}/ui/fleet?month={month}"),
+            Auth::Cookie(&cookie),
+        ),
+        (
+            "team page",
+            format!("{base}/ui/team/team-1?month={month}"),
+            Auth::Cookie(&cookie),
+        ),
+    ] {
+        for pass in ["read", "kept"] {
+            let got = get(&client, &url, &auth).await?;
+            anyhow::ensure!(got.status == 200, "{what}: {}", got.status);
+            line(
+                &format!("{what}, {pass}"),
+                got.time,
+                floor,
+                &format!("({} bytes gzip)", got.bytes),
+            );
+        }
+    }
+
+    // One client alone for a second: the goodput the crowd is measured against.
+    let alone = crowd(&client, &report, &token, 1, Duration::from_secs(1)).await?;
+    let many = crowd(&client, &report, &token, clients, load_for).await?;
+    stop.send(true).ok();
+    serving.await??;
+    for (who, c) in [
+        ("1 client", &alone),
+        (&*format!("{clients} clients"), &many),
+    ] {
+        println!(
+            "monthly report, {who:<11} {:>7} requests in {:.1} s: {:>8.1}/s, p50 {:.1} ms, p99 {:.1} ms, 5xx {}, other errors {}",
+            c.latencies.len(),
+            c.elapsed.as_secs_f64(),
+            c.ok as f64 / c.elapsed.as_secs_f64(),
+            percentile(&c.latencies, 0.50).as_secs_f64() * 1e3,
+            percentile(&c.latencies, 0.99).as_secs_f64() * 1e3,
+            c.server_errors,
+            c.other_errors
+        );
+    }
+    println!(
+        "ratio goodput {clients} clients / 1 client {:.2}",
+        (many.ok as f64 / many.elapsed.as_secs_f64())
+            / (alone.ok as f64 / alone.elapsed.as_secs_f64())
+    );
     Ok(())
+}
+
+struct Crowd {
+    latencies: Vec<Duration>,
+    ok: usize,
+    server_errors: usize,
+    other_errors: usize,
+    elapsed: Duration,
+}
+
+/// `clients` clients asking for `url` back to back for `duration`.
+async fn crowd(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    clients: usize,
+    duration: Duration,
+) -> anyhow::Result<Crowd> {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients.max(1))
+        .map(|_| {
+            let (client, url, token) = (client.clone(), url.to_owned(), token.to_owned());
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while started.elapsed() < duration {
+                    got.push(get(&client, &url, &Auth::Bearer(&token)).await);
+                }
+                got
+            })
+        })
+        .collect();
+    let mut c = Crowd {
+        latencies: Vec::new(),
+        ok: 0,
+        server_errors: 0,
+        other_errors: 0,
+        elapsed: Duration::ZERO,
+    };
+    for task in tasks {
+        for got in task.await? {
+            match got {
+                Ok(g) => {
+                    c.latencies.push(g.time);
+                    match g.status {
+                        200 => c.ok += 1,
+                        500..=599 => c.server_errors += 1,
+                        _ => c.other_errors += 1,
+                    }
+                }
+                Err(_) => c.other_errors += 1,
+            }
+        }
+    }
+    c.elapsed = started.elapsed();
+    c.latencies.sort();
+    Ok(c)
 }

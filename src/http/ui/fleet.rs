@@ -55,8 +55,9 @@ pub async fn fleet(
         },
         Ok(report) => {
             let currency = currency_of(&report, &cards);
-            let sums = report_store::usage_sums(
+            let sums = reports::usage_sums(
                 &state.pool,
+                &state.reports,
                 month.start(),
                 month.end(),
                 GroupBy::Team,
