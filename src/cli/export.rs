@@ -10,6 +10,7 @@ use crate::db;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::reports::exports;
+use crate::reports::service::ReportCache;
 
 #[derive(Subcommand)]
 pub enum ExportCommand {
@@ -53,9 +54,10 @@ pub async fn run(command: ExportCommand) -> anyhow::Result<()> {
         } => {
             let pool = db::connect(&db.database_url, 4).await?;
             let team = team.as_deref().map(TeamId::parse).transpose()?;
-            let mut stream = Box::pin(
-                exports::focus(&pool, period, team, std::sync::Arc::new(exports.config()?)).await?,
-            );
+            // One export: nothing to keep between reads.
+            let cache = ReportCache::new(std::time::Duration::ZERO);
+            let config = std::sync::Arc::new(exports.config()?);
+            let mut stream = Box::pin(exports::focus(&pool, &cache, period, team, config).await?);
             let mut sink = output(out.as_ref())?;
             while let Some(chunk) = stream.next().await {
                 sink.write_all(&chunk?)?;

@@ -116,6 +116,7 @@ pub(crate) async fn focus_response(
     require(principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let stream = exports::focus(
         &state.pool,
+        &state.reports,
         month,
         principal.team_scope().cloned(),
         state.config.exports.clone(),

@@ -21,12 +21,13 @@ use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::{
     self, CarryRounder, Category, Issuer, LineGroup, Row, platform_row, sku_id, usage_row,
 };
+use super::service::{self, ReportCache};
 use super::slices::Unpriced;
 use super::store;
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::{LineKind, PeriodBill};
 use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
-use crate::billing::service::{self as billing, Error as BillingError};
+use crate::billing::service::Error as BillingError;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 
@@ -152,11 +153,13 @@ struct FocusPlan {
 /// The FOCUS rows of `month` (only `team`'s when given: a team lead's export) as CSV chunks.
 pub async fn focus(
     pool: &PgPool,
+    cache: &ReportCache,
     month: Month,
     team: Option<TeamId>,
     config: Arc<ExportConfig>,
 ) -> Result<impl Stream<Item = Chunk> + Send + 'static, ExportError> {
-    let (bill, books) = billing::period_bill(pool, month).await?;
+    let inputs = service::month(pool, cache, month).await?;
+    let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
     let cards = rate_cards::rate_cards(pool).await?;
     let mut documents = Vec::new();
     for i in invoices::list(pool, Some(month), team.as_ref()).await? {
@@ -168,7 +171,7 @@ pub async fn focus(
         month,
         team,
         bill,
-        frozen: books.frozen(),
+        frozen,
         cards,
         invoices: documents,
         config,
@@ -219,7 +222,8 @@ async fn write_focus(
         csv: csv::Writer::from_writer(Vec::new()),
         out,
     };
-    if !w.write(&focus::COLUMNS.map(str::to_owned)).await {
+    // The header goes at once: the client knows the export has started while the rows are read.
+    if !(w.write(&focus::COLUMNS.map(str::to_owned)).await && w.flush().await) {
         return Ok(());
     }
     let issuer = &config.issuer;

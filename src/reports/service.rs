@@ -82,6 +82,29 @@ pub async fn usage_sums(
         .await
 }
 
+impl MonthInputs {
+    /// The month priced as billing prices it now (or as issued).
+    pub fn bill(&self) -> &PeriodBill {
+        &self.bill
+    }
+
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+}
+
+/// What `month`'s report is made of, read once while the database is unchanged.
+pub async fn month(
+    pool: &PgPool,
+    cache: &ReportCache,
+    month: Month,
+) -> Result<Arc<MonthInputs>, Error> {
+    cache
+        .months
+        .get(pool, month, || month_inputs(pool, month))
+        .await
+}
+
 async fn month_inputs(pool: &PgPool, month: Month) -> Result<MonthInputs, Error> {
     let (bill, books) = billing::period_bill(pool, month).await?;
     let pending = billing::pending_corrections(pool, month).await?;
@@ -102,10 +125,7 @@ pub async fn monthly_report(
     now: DateTime<Utc>,
     team: Option<&TeamId>,
 ) -> Result<MonthlyReport, Error> {
-    let inputs: Arc<MonthInputs> = cache
-        .months
-        .get(pool, month, || month_inputs(pool, month))
-        .await?;
+    let inputs = self::month(pool, cache, month).await?;
     Ok(monthly::monthly(
         month,
         PeriodState::of(month, now, inputs.books.frozen()),
@@ -127,9 +147,6 @@ pub async fn team_cost(
     month: Month,
     team: &TeamId,
 ) -> Result<rust_decimal::Decimal, Error> {
-    let inputs = cache
-        .months
-        .get(pool, month, || month_inputs(pool, month))
-        .await?;
+    let inputs = self::month(pool, cache, month).await?;
     Ok(inputs.bill.team_total(team.as_str()))
 }

@@ -587,3 +587,42 @@ async fn a_client_that_accepts_gzip_gets_the_same_bytes_compressed_and_one_that_
         );
     }
 }
+
+#[tokio::test]
+async fn the_focus_export_sends_its_header_before_any_row_is_read() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use futures_util::StreamExt;
+    use tower::ServiceExt;
+
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 30).await;
+    let response = app
+        .router
+        .clone()
+        .oneshot(
+            Request::get("/v1/exports/focus?period=2026-09")
+                .header("authorization", format!("Bearer {}", app.admin))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body().into_data_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let first = std::str::from_utf8(&first).unwrap();
+    // The header line alone, as its own chunk: the client sees the export start at once.
+    assert_eq!(
+        first.trim_end(),
+        slicemeter::reports::focus::COLUMNS.join(","),
+        "the first chunk is the header alone"
+    );
+    let mut rest = Vec::new();
+    while let Some(chunk) = body.next().await {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    let csv = Csv::parse(&format!("{first}{}", String::from_utf8(rest).unwrap()));
+    assert_eq!(csv.sum("BilledCost", |_| true), d("2880.00"));
+}

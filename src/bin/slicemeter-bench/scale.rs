@@ -185,8 +185,16 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         &format!("({} rows)", sums.len()),
     );
     let t = Instant::now();
-    let mut stream =
-        Box::pin(exports::focus(&pool, month, None, Arc::new(ExportConfig::default())).await?);
+    let mut stream = Box::pin(
+        exports::focus(
+            &pool,
+            &cache,
+            month,
+            None,
+            Arc::new(ExportConfig::default()),
+        )
+        .await?,
+    );
     let mut first = None;
     let mut bytes = 0usize;
     while let Some(chunk) = stream.next().await {
