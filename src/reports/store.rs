@@ -220,17 +220,17 @@ pub async fn period_documents(
     .await
 }
 
-/// GPU-hours present per day of `[from, to)`: the fleet's capacity.
+/// GPU-hours present per day of `month`: the fleet's capacity.
 pub async fn capacity_by_day(
     pool: &PgPool,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    month: Month,
 ) -> Result<Vec<(DateTime<Utc>, Decimal)>, sqlx::Error> {
+    // A month is whole days: the day rollup holds each day's presence summed.
     Ok(sqlx::query!(
-        r#"select date_trunc('day', hour, 'UTC') as "day!", sum(present_seconds) / 3600 as "hours!"
-           from gpu_hourly where hour >= $1 and hour < $2 group by 1 order by 1"#,
-        from,
-        to
+        r#"select day as "day!", sum(present_seconds) / 3600 as "hours!"
+           from gpu_daily where day >= $1 and day < $2 group by 1 order by 1"#,
+        month.start(),
+        month.end()
     )
     .fetch_all(pool)
     .await?

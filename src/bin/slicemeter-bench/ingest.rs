@@ -1,6 +1,7 @@
-//! `ingest`: simulated batches posted through the real HTTP ingest on loopback and, in the same run,
-//! the same rows `COPY`'d into a scratch copy of the table: the floor that ingest's validation,
-//! idempotency and rollups are measured against.
+//! `ingest`: simulated batches posted through the real HTTP ingest on loopback, from 1, 16 and 64
+//! nodes at once, each batch written alone (the baseline) and in groups (group commit), and, in the
+//! same run, the same rows `COPY`'d into a scratch copy of the table: the floor that ingest's
+//! validation, idempotency and rollups are measured against.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use slicemeter::domain::batch::Batch;
 use slicemeter::domain::time::{floor_hour, months_touched, next_month};
 use slicemeter::http::server;
 use slicemeter::http::state::ServerConfig;
+use slicemeter::ingest::group::GroupCommit;
 use slicemeter::sim::{GPUS_PER_NODE, SimFleet, generate};
 
 use crate::common::{in_scratch_schema, percentile};
@@ -77,8 +79,16 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         gpus.div_ceil(GPUS_PER_NODE)
     );
     println!(
-        "{:<8} {:>6} {:>9} {:>9} {:>14} {:>16} {:>14} {:>8}",
-        "batch", "nodes", "batches", "windows", "HTTP win/s", "p50 / p99 ms", "COPY win/s", "ratio"
+        "{:<8} {:>6} {:<9} {:>9} {:>9} {:>14} {:>16} {:>14} {:>8}",
+        "batch",
+        "nodes",
+        "writes",
+        "batches",
+        "windows",
+        "HTTP win/s",
+        "p50 / p99 ms",
+        "COPY win/s",
+        "ratio"
     );
     for &period in &args.batch_period {
         let cadence = Cadence {
@@ -96,12 +106,28 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         batches.sort_by(|a, b| (a.period.start, &a.node).cmp(&(b.period.start, &b.node)));
         let mut runs = Vec::new();
         for &nodes in &args.nodes {
-            forget_everything(&pool).await?;
-            runs.push((nodes, http_ingest(&pool, &batches, nodes).await?));
+            // The baseline: a group closes at its first window, so every batch is written alone.
+            for (writes, group) in [
+                (
+                    "alone",
+                    GroupCommit {
+                        max_windows: 1,
+                        ..GroupCommit::default()
+                    },
+                ),
+                ("grouped", GroupCommit::default()),
+            ] {
+                forget_everything(&pool).await?;
+                runs.push((
+                    nodes,
+                    writes,
+                    http_ingest(&pool, &batches, nodes, group).await?,
+                ));
+            }
         }
         let (copied, copy_elapsed) = copy_floor(&pool).await?;
         let copy_rate = copied as f64 / copy_elapsed.as_secs_f64();
-        for (nodes, m) in &runs {
+        for (nodes, writes, m) in &runs {
             anyhow::ensure!(
                 m.windows == copied,
                 "ingest stored {} windows, the floor copied {copied}",
@@ -109,9 +135,10 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
             );
             let rate = m.windows as f64 / m.elapsed.as_secs_f64();
             println!(
-                "{:<8} {:>6} {:>9} {:>9} {:>14.0} {:>16} {:>14.0} {:>8.3}",
+                "{:<8} {:>6} {:<9} {:>9} {:>9} {:>14.0} {:>16} {:>14.0} {:>8.3}",
                 humantime::format_duration(period).to_string(),
                 nodes,
+                writes,
                 m.batches,
                 m.windows,
                 rate,
@@ -148,12 +175,14 @@ async fn http_ingest(
     pool: &sqlx::PgPool,
     batches: &[Batch],
     nodes: usize,
+    group_commit: GroupCommit,
 ) -> anyhow::Result<Measured> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let config = ServerConfig {
         ingest_rate: 0.0,
+        group_commit,
         ..ServerConfig::default()
     };
     let serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {

@@ -74,8 +74,7 @@ pub async fn fleet(
                 weights,
                 &sums,
             );
-            let capacity =
-                report_store::capacity_by_day(&state.pool, month.start(), month.end()).await?;
+            let capacity = report_store::capacity_by_day(&state.pool, month).await?;
             let fleet = fleet_store::slices(&state.pool, Utc::now()).await?;
             let teams = team_store::list(&state.pool, None).await?;
             let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
