@@ -459,7 +459,13 @@ async fn store_group(
 async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, IngestError> {
     let mut tx = pool.begin().await?;
     store::lock_gpus(&mut tx, &[b]).await?;
-    let gpus = registry::check_gpus(b, &store::register_gpus(&mut tx, &[b], true).await?)?;
+    let registered = store::register_gpus(&mut tx, &[b], true).await?;
+    let gpus = registry::check_gpus(b, &registered).inspect_err(|e| {
+        if let IngestError::Forbidden(foreign) = e {
+            // Logged here, where the batch's answer is final (a group that met it falls back here).
+            tracing::warn!(node = %b.node, gpus = foreign.len(), "A batch reported GPUs of another node; it was refused.");
+        }
+    })?;
     for &(gpu, mig) in &gpus.mig_changed {
         store::set_mig_mode(&mut tx, gpu, mig).await?;
     }

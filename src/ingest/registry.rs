@@ -79,7 +79,6 @@ pub fn check_gpus(b: &ValidBatch, stored: &[RegisteredGpu]) -> Result<GpuIds, In
         }
     }
     if !foreign.is_empty() {
-        tracing::warn!(node = %b.node, gpus = foreign.len(), "A batch reported GPUs of another node; it was refused.");
         return Err(IngestError::Forbidden(foreign));
     }
     if conflicts.is_empty() {
