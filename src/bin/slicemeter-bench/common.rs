@@ -6,14 +6,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
+use slicemeter::auth::store as tokens;
 use slicemeter::billing::rate_card::RateCardInput;
 use slicemeter::billing::service as billing;
 use slicemeter::cli::demo::register_teams;
 use slicemeter::collector::Cadence;
 use slicemeter::db;
 use slicemeter::db::cluster::PrivateCluster;
-use slicemeter::domain::access::Actor;
+use slicemeter::domain::access::{Actor, Role};
 use slicemeter::domain::time::Month;
+use slicemeter::http::server;
+use slicemeter::http::state::ServerConfig;
 use slicemeter::ingest::group::GroupCommit;
 use slicemeter::ingest::service::Ingestor;
 use slicemeter::ingest::validate::Limits;
@@ -178,4 +181,50 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
 
 pub fn tempfile_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("slicemeter-bench-{}-{name}", std::process::id()))
+}
+
+/// The real server (`http::server::serve`) on a loopback port, as a benchmark's clients reach it.
+pub struct Loopback {
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+    stop: tokio::sync::watch::Sender<bool>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Loopback {
+    pub async fn start(pool: &sqlx::PgPool, config: ServerConfig) -> anyhow::Result<Loopback> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
+            let _ = stopped.changed().await;
+        }));
+        Ok(Loopback {
+            base,
+            stop,
+            serving,
+        })
+    }
+
+    /// Stops the server once its requests in flight are answered.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop.send(true).ok();
+        self.serving.await??;
+        Ok(())
+    }
+}
+
+/// A new admin token, for a benchmark's client.
+pub async fn admin_token(pool: &sqlx::PgPool) -> anyhow::Result<String> {
+    let (_, token) = tokens::create(
+        pool,
+        Role::Admin,
+        None,
+        None,
+        Some("bench"),
+        None,
+        &Actor::CLI,
+    )
+    .await?;
+    Ok(token)
 }

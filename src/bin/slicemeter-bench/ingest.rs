@@ -7,19 +7,16 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
-use slicemeter::auth::store as tokens;
 use slicemeter::collector::Cadence;
 use slicemeter::collector::shipper::Shipper;
 use slicemeter::db;
-use slicemeter::domain::access::{Actor, Role};
 use slicemeter::domain::batch::Batch;
 use slicemeter::domain::time::{floor_hour, months_touched, next_month};
-use slicemeter::http::server;
 use slicemeter::http::state::ServerConfig;
 use slicemeter::ingest::group::GroupCommit;
 use slicemeter::sim::{GPUS_PER_NODE, SimFleet, generate};
 
-use crate::common::{in_scratch_schema, percentile};
+use crate::common::{Loopback, admin_token, in_scratch_schema, percentile};
 
 #[derive(Debug, clap::Args)]
 pub struct IngestBenchArgs {
@@ -177,28 +174,14 @@ async fn http_ingest(
     nodes: usize,
     group_commit: GroupCommit,
 ) -> anyhow::Result<Measured> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let config = ServerConfig {
         ingest_rate: 0.0,
         group_commit,
         ..ServerConfig::default()
     };
-    let serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
-        let _ = stopped.changed().await;
-    }));
-    let (_, token) = tokens::create(
-        pool,
-        Role::Admin,
-        None,
-        None,
-        Some("bench"),
-        None,
-        &Actor::CLI,
-    )
-    .await?;
-    let shipper = Shipper::new(&base, &token)?;
+    let server = Loopback::start(pool, config).await?;
+    let token = admin_token(pool).await?;
+    let shipper = Shipper::new(&server.base, &token)?;
     let started = Instant::now();
     let mut latencies: Vec<Duration> = futures_util::stream::iter(batches.iter().map(|b| {
         let shipper = shipper.clone();
@@ -215,8 +198,7 @@ async fn http_ingest(
     .try_collect()
     .await?;
     let elapsed = started.elapsed();
-    stop.send(true).ok();
-    serving.await??;
+    server.stop().await?;
     latencies.sort();
     let stored: i64 = sqlx::query_scalar("select count(*) from occupancy")
         .fetch_one(pool)

@@ -11,12 +11,11 @@ use slicemeter::collector::{Cadence, Replay};
 use slicemeter::db;
 use slicemeter::domain::access::{Actor, Role};
 use slicemeter::domain::time::{floor_hour, months_touched};
-use slicemeter::http::server;
 use slicemeter::http::state::ServerConfig;
 use slicemeter::sim::source::SimSource;
 use slicemeter::sim::{GPUS_PER_NODE, SimFleet};
 
-use crate::common::{in_scratch_schema, percentile};
+use crate::common::{Loopback, in_scratch_schema, percentile};
 
 #[derive(Debug, clap::Args)]
 pub struct LoadBenchArgs {
@@ -197,17 +196,13 @@ async fn run(args: &LoadBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         tokens_by_node.push((node.name.clone(), token));
     }
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let config = ServerConfig {
         ingest_rate: args.ingest_rate,
         ingest_burst: args.ingest_burst,
         ..ServerConfig::default()
     };
-    let serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
-        let _ = stopped.changed().await;
-    }));
+    let server = Loopback::start(&pool, config).await?;
+    let base = server.base.clone();
     eprintln!(
         "bench load: {} collectors of {} GPUs each for {:?} after a baseline of one for {:?}; {} s batches; {} batches/s per token (bursts of {})",
         collectors,
@@ -247,8 +242,7 @@ async fn run(args: &LoadBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     };
     let mut baseline = phase(&tokens_by_node[..1], baseline_length).await?;
     let mut loaded = phase(&tokens_by_node[1..], duration).await?;
-    stop.send(true).ok();
-    serving.await??;
+    server.stop().await?;
 
     let stored: i64 = sqlx::query_scalar("select count(*) from occupancy")
         .fetch_one(&pool)

@@ -18,12 +18,11 @@ use slicemeter::reports::service as reports;
 use slicemeter::reports::store as report_store;
 use slicemeter::reports::usage::{GroupBy, Step};
 
-use slicemeter::auth::store as tokens;
-use slicemeter::domain::access::Role;
-use slicemeter::http::server;
 use slicemeter::http::state::ServerConfig;
 
-use crate::common::{group_by_floor, in_scratch_schema, percentile, publish_example_card};
+use crate::common::{
+    Loopback, admin_token, group_by_floor, in_scratch_schema, percentile, publish_example_card,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct ScaleBenchArgs {
@@ -269,27 +268,9 @@ async fn served(
         this.next().next().first_day(),
     ];
     db::Partitions::default().ensure(pool, &ahead).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let serving = tokio::spawn(server::serve(
-        pool.clone(),
-        listener,
-        ServerConfig::default(),
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
-    let (_, token) = tokens::create(
-        pool,
-        Role::Admin,
-        None,
-        None,
-        Some("bench"),
-        None,
-        &Actor::CLI,
-    )
-    .await?;
+    let server = Loopback::start(pool, ServerConfig::default()).await?;
+    let base = server.base.clone();
+    let token = admin_token(pool).await?;
     // No gzip decoding in the client: the bytes counted are the bytes sent.
     let client = reqwest::Client::builder()
         .no_gzip()
@@ -340,8 +321,7 @@ async fn served(
     // One client alone for a second: the goodput the crowd is measured against.
     let alone = crowd(&client, &report, &token, 1, Duration::from_secs(1)).await?;
     let many = crowd(&client, &report, &token, clients, load_for).await?;
-    stop.send(true).ok();
-    serving.await??;
+    server.stop().await?;
     for (who, c) in [
         ("1 client", &alone),
         (&*format!("{clients} clients"), &many),
