@@ -118,17 +118,17 @@ pub async fn usage_aggregates(
     team: Option<&TeamId>,
 ) -> Result<(Vec<(UsageAggregate, Option<i64>)>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
-        // Two steps: sum the slice-days per slice first (additions only), then weigh each slice's
-        // sums by its shares: a handful of multiplications per slice instead of per row.
+        // Two steps: the month summed per slice, team and rate card (additions only,
+        // `period_slice_sums`), then each slice's sums weighed by its shares: a handful of
+        // multiplications per slice instead of per row.
         r#"with per_slice as (
                select d.slice_id, d.team_id, d.rate_card_id, d.model, d.kind, d.profile,
                       d.compute_share, d.memory_share, d.memory_reserved_bytes,
-                      sum(d.windows)::int8 as windows, min(d.day) as first_hour,
-                      sum(d.held_seconds) as held, sum(d.known_seconds) as known,
-                      sum(d.active_seconds) as active, sum(d.memory_byte_seconds) as memory
-               from period_slice_day($1, $2) d
-               where $3::text is null or d.team_id = $3
-               group by 1, 2, 3, 4, 5, 6, 7, 8, 9)
+                      d.windows, d.first_day as first_hour, d.held_seconds as held,
+                      d.known_seconds as known, d.active_seconds as active,
+                      d.memory_byte_seconds as memory
+               from period_slice_sums($1, $2) d
+               where $3::text is null or d.team_id = $3)
            select p.team_id as "team!: TeamId", p.model as "model!", p.kind as "kind!", p.profile,
                   p.rate_card_id as "rate_card?",
                   count(*) as "slices!",

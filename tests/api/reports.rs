@@ -453,6 +453,55 @@ async fn a_month_read_from_day_rollups_is_the_month_of_the_hourly_ones_even_acro
     };
     let (hours, period) = (rows(FROM_HOURS).await, rows(FROM_PERIOD).await);
     assert_eq!(period, hours);
+    // What billing prices, the month per (team, slice, rate card), is the hourly reference summed
+    // over its days: the first day, windows and every sum.
+    type SliceSums = (
+        String,
+        String,
+        Option<i64>,
+        chrono::DateTime<chrono::Utc>,
+        i64,
+        Decimal,
+        Decimal,
+        Decimal,
+        Decimal,
+    );
+    let mut expected: std::collections::BTreeMap<(String, String, Option<i64>), SliceSums> =
+        std::collections::BTreeMap::new();
+    for (team, slice, card, day, windows, held, known, active, memory) in &hours {
+        let e = expected
+            .entry((team.clone(), slice.clone(), *card))
+            .or_insert_with(|| {
+                (
+                    team.clone(),
+                    slice.clone(),
+                    *card,
+                    *day,
+                    0,
+                    Decimal::ZERO,
+                    Decimal::ZERO,
+                    Decimal::ZERO,
+                    Decimal::ZERO,
+                )
+            });
+        e.3 = e.3.min(*day);
+        e.4 += windows;
+        e.5 += held;
+        e.6 += known;
+        e.7 += active;
+        e.8 += memory;
+    }
+    let sums: Vec<SliceSums> = sqlx::query_as(
+        "select p.team_id, s.slice_uuid, p.rate_card_id, p.first_day, p.windows, p.held_seconds,
+                p.known_seconds, p.active_seconds, p.memory_byte_seconds
+         from period_slice_sums($1, false) p join slice s using (slice_id) order by 1, 2, 3",
+    )
+    .bind(month)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(sums, expected.into_values().collect::<Vec<_>>());
+    assert!(sums.len() > 3, "{sums:?}");
     // The split day has rows under both versions; the day rollups hold the month too.
     let tenth = |r: &&DayRow| r.3.date_naive().to_string() == "2026-09-10";
     let versions: std::collections::BTreeSet<Option<i64>> =
