@@ -88,8 +88,10 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
             metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
             return Ok(v);
         }
-        let reading = match slot.reading.try_lock() {
-            Ok(guard) => guard,
+        // The snapshot the read goes with is taken before it: a write that lands during the read
+        // makes the next reader read again, so what is kept is never newer than its snapshot says.
+        let (reading, before, read_at) = match slot.reading.try_lock() {
+            Ok(guard) => (guard, now, asked),
             Err(_) => {
                 if let Some(v) = kept(&|k| k.read_at.elapsed() <= self.max_stale) {
                     metrics::counter!("slicemeter_cache_total", "result" => "stale").increment(1);
@@ -102,14 +104,10 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
                     metrics::counter!("slicemeter_cache_total", "result" => "waited").increment(1);
                     return Ok(v);
                 }
-                guard
+                (guard, snapshot(pool).await?, Instant::now())
             }
         };
         metrics::counter!("slicemeter_cache_total", "result" => "read").increment(1);
-        // The snapshot before the read: a write that lands during it makes the next reader read
-        // again, so what is kept is never newer than its snapshot says.
-        let before = snapshot(pool).await?;
-        let read_at = Instant::now();
         let value = Arc::new(read().await?);
         *slot.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Kept {
             value: value.clone(),

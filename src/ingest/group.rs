@@ -309,7 +309,7 @@ struct Fallback(&'static str);
 impl From<sqlx::Error> for Fallback {
     fn from(e: sqlx::Error) -> Self {
         match &e {
-            sqlx::Error::Database(d) if d.code().as_deref() == Some("23505") => {
+            sqlx::Error::Database(d) if d.code().as_deref() == Some(store::UNIQUE_VIOLATION) => {
                 Fallback("a stored window")
             }
             _ => {
@@ -387,7 +387,9 @@ async fn store_group(
         .copied()
         .zip(gpu_ids.iter().map(Vec::as_slice))
         .collect();
-    let slices = match known.slices(batches) {
+    let known_slices = known.slices(batches);
+    let registered_slices = known_slices.is_none();
+    let slices = match known_slices {
         Some(slices) => slices,
         None => store::register_slices(&mut tx, &placed).await?,
     };
@@ -402,7 +404,9 @@ async fn store_group(
             .collect();
         slice_ids.push(registry::check_slices(b, gpus, &own)?);
     }
-    let consumer_ids = match known.consumers(batches) {
+    let known_consumers = known.consumers(batches);
+    let registered_consumers = known_consumers.is_none();
+    let consumer_ids = match known_consumers {
         Some(ids) => ids,
         None => store::register_consumers(&mut tx, batches).await?,
     };
@@ -442,7 +446,10 @@ async fn store_group(
     }
     store::add_to_rollup(&mut tx, rollup).await?;
     tx.commit().await?;
-    known.remember(batches, &slices, &consumer_ids);
+    // An unchanged inventory costs nothing here either.
+    if insert || registered_slices || registered_consumers {
+        known.remember(batches, &slices, &consumer_ids);
+    }
     Ok(batches
         .iter()
         .map(|b| IngestOutcome {

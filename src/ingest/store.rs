@@ -21,7 +21,7 @@ use crate::domain::slice::Reservation;
 use crate::domain::time::seconds_by_hour;
 use crate::domain::window::{Rollup, Window};
 
-const UNIQUE_VIOLATION: &str = "23505";
+pub(super) const UNIQUE_VIOLATION: &str = "23505";
 
 /// Serialises batches that report the same GPU, so that the presence overlap check below cannot race.
 /// Locks are taken in one global order (sorted keys, locked in array order) so batches never deadlock.
