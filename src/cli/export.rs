@@ -55,7 +55,7 @@ pub async fn run(command: ExportCommand) -> anyhow::Result<()> {
             let pool = db::connect(&db.database_url, 4).await?;
             let team = team.as_deref().map(TeamId::parse).transpose()?;
             // One export: nothing to keep between reads.
-            let cache = ReportCache::new(std::time::Duration::ZERO);
+            let cache = std::sync::Arc::new(ReportCache::new(std::time::Duration::ZERO));
             let config = std::sync::Arc::new(exports.config()?);
             let mut stream = Box::pin(exports::focus(&pool, &cache, period, team, config).await?);
             let mut sink = output(out.as_ref())?;

@@ -137,8 +137,7 @@ impl ChunkWriter {
     }
 }
 
-/// What the FOCUS stream needs to know before it starts, so that every error is found before the
-/// first byte is sent.
+/// What the FOCUS stream needs to know before its rows.
 struct FocusPlan {
     month: Month,
     team: Option<TeamId>,
@@ -150,46 +149,109 @@ struct FocusPlan {
     config: Arc<ExportConfig>,
 }
 
+impl FocusPlan {
+    async fn read(
+        pool: &PgPool,
+        cache: &ReportCache,
+        month: Month,
+        team: Option<TeamId>,
+        cards: BTreeMap<i64, RateCard>,
+        config: Arc<ExportConfig>,
+    ) -> Result<FocusPlan, ExportError> {
+        let inputs = service::month(pool, cache, month).await?;
+        let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
+        let mut documents = Vec::new();
+        for i in invoices::list(pool, Some(month), team.as_ref()).await? {
+            if i.kind == InvoiceKind::Invoice && i.status != InvoiceStatus::Void {
+                documents.extend(invoices::get(pool, i.id).await?);
+            }
+        }
+        Ok(FocusPlan {
+            month,
+            team,
+            bill,
+            frozen,
+            cards,
+            invoices: documents,
+            config,
+        })
+    }
+}
+
+/// Whether one rate card or a run of them, in one currency, is in force for every hour of `month`:
+/// then pricing the month cannot fail for want of a card or over currencies (`BillingError`), and the
+/// export may start before the month is priced.
+fn cards_price_all_of(cards: &BTreeMap<i64, RateCard>, month: Month) -> bool {
+    let mut in_force: Vec<&RateCard> = cards
+        .values()
+        .filter(|c| c.effective_from < month.end())
+        .collect();
+    in_force.sort_by_key(|c| c.effective_from);
+    let from_start = in_force
+        .iter()
+        .rposition(|c| c.effective_from <= month.start());
+    match from_start {
+        None => false,
+        Some(i) => in_force[i..]
+            .windows(2)
+            .all(|w| w[0].currency == w[1].currency),
+    }
+}
+
 /// The FOCUS rows of `month` (only `team`'s when given: a team lead's export) as CSV chunks.
+///
+/// The header is sent at once and the month priced while the client waits on the rows, when the
+/// rate cards show that pricing cannot fail; otherwise the month is priced first, so that what
+/// stops it (no rate card for some hours, mixed currencies) is an error response, not a cut
+/// stream.
 pub async fn focus(
     pool: &PgPool,
-    cache: &ReportCache,
+    cache: &Arc<ReportCache>,
     month: Month,
     team: Option<TeamId>,
     config: Arc<ExportConfig>,
 ) -> Result<impl Stream<Item = Chunk> + Send + 'static, ExportError> {
-    let inputs = service::month(pool, cache, month).await?;
-    let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
     let cards = rate_cards::rate_cards(pool).await?;
-    let mut documents = Vec::new();
-    for i in invoices::list(pool, Some(month), team.as_ref()).await? {
-        if i.kind == InvoiceKind::Invoice && i.status != InvoiceStatus::Void {
-            documents.extend(invoices::get(pool, i.id).await?);
-        }
-    }
-    let plan = FocusPlan {
-        month,
-        team,
-        bill,
-        frozen,
-        cards,
-        invoices: documents,
-        config,
-    };
     let (tx, rx) = mpsc::channel::<Piece>(4);
-    let pool = pool.clone();
-    tokio::spawn(async move {
-        if let Err(e) = write_focus(&pool, plan, tx).await {
-            tracing::error!(error = %e, "The FOCUS export stopped part way.");
-        }
-    });
+    let mut w = ChunkWriter {
+        csv: csv::Writer::from_writer(Vec::new()),
+        out: tx,
+    };
+    let (pool, cache) = (pool.clone(), cache.clone());
+    if cards_price_all_of(&cards, month) {
+        tokio::spawn(async move {
+            if !(w.write(&focus::COLUMNS.map(str::to_owned)).await && w.flush().await) {
+                return;
+            }
+            let written = match FocusPlan::read(&pool, &cache, month, team, cards, config).await {
+                Ok(plan) => write_focus(&pool, plan, w).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::error!(error = %e, "The FOCUS export stopped part way.");
+            }
+        });
+    } else {
+        let plan = FocusPlan::read(&pool, &cache, month, team, cards, config).await?;
+        tokio::spawn(async move {
+            let written = match w.write(&focus::COLUMNS.map(str::to_owned)).await && w.flush().await
+            {
+                true => write_focus(&pool, plan, w).await,
+                false => Ok(()),
+            };
+            if let Err(e) = written {
+                tracing::error!(error = %e, "The FOCUS export stopped part way.");
+            }
+        });
+    }
     Ok(checked_stream(rx))
 }
 
+/// The rows of the plan, after the header `w` has sent.
 async fn write_focus(
     pool: &PgPool,
     plan: FocusPlan,
-    out: mpsc::Sender<Piece>,
+    mut w: ChunkWriter,
 ) -> Result<(), ExportError> {
     let FocusPlan {
         month,
@@ -206,11 +268,6 @@ async fn write_focus(
         .or_else(|| cards.values().last().map(|c| c.currency.clone()))
     else {
         // Nothing priced, no rate card: the header alone.
-        let mut w = ChunkWriter {
-            csv: csv::Writer::from_writer(Vec::new()),
-            out,
-        };
-        w.write(&focus::COLUMNS.map(str::to_owned)).await;
         w.finish().await;
         return Ok(());
     };
@@ -218,14 +275,6 @@ async fn write_focus(
         .iter()
         .filter_map(|i| i.number.as_deref().map(|n| (i.team.as_str(), n)))
         .collect();
-    let mut w = ChunkWriter {
-        csv: csv::Writer::from_writer(Vec::new()),
-        out,
-    };
-    // The header goes at once: the client knows the export has started while the rows are read.
-    if !(w.write(&focus::COLUMNS.map(str::to_owned)).await && w.flush().await) {
-        return Ok(());
-    }
     let issuer = &config.issuer;
 
     // The amount of each usage line, which its rows must sum to.

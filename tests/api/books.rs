@@ -726,6 +726,23 @@ async fn no_statement_changes_an_issued_months_books() {
             .await,
         rows
     );
+    // No row without its month's books.
+    let e = sqlx::query(
+        "insert into book_slice_day
+         select '2026-08-01', team_id, team_name, cost_center, model, kind, profile, rate_card_id,
+                slice_id, slice_uuid, node, day, windows, held_seconds, known_seconds,
+                active_seconds, memory_byte_seconds, compute_share, memory_share,
+                memory_reserved_bytes
+         from book_slice_day where period = '2026-09-01'",
+    )
+    .execute(&app.pool)
+    .await
+    .expect_err("a row of a month without books")
+    .to_string();
+    assert!(
+        e.contains("names period 2026-08-01, which has no books"),
+        "{e}"
+    );
     let r = issue_all(&app, "2026-09").await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     for sql in [

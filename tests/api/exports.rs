@@ -626,3 +626,94 @@ async fn the_focus_export_sends_its_header_before_any_row_is_read() {
     let csv = Csv::parse(&format!("{first}{}", String::from_utf8(rest).unwrap()));
     assert_eq!(csv.sum("BilledCost", |_| true), d("2880.00"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_focus_export_sends_its_header_while_the_month_is_still_being_priced() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 30).await;
+    let served = app.serve(test_config()).await;
+    // Another session holds the day rollups: pricing the month waits until it lets go.
+    let mut holder = app.pool.begin().await.unwrap();
+    sqlx::query("lock table usage_daily in access exclusive mode")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(10);
+    let mut response = tokio::time::timeout(
+        wait,
+        reqwest::Client::new()
+            .get(format!("{}/v1/exports/focus?period=2026-09", served.base))
+            .bearer_auth(&app.admin)
+            .send(),
+    )
+    .await
+    .expect("no response while the month could not be priced")
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    let header = tokio::time::timeout(wait, response.chunk())
+        .await
+        .expect("no first byte while the month could not be priced")
+        .unwrap()
+        .unwrap();
+    assert!(
+        header.starts_with(b"AvailabilityZone,BilledCost"),
+        "{header:?}"
+    );
+    // The month is being priced, and cannot be until the lock is let go.
+    let mut waiting = 0i64;
+    for _ in 0..100 {
+        waiting = sqlx::query_scalar(
+            "select count(*) from pg_stat_activity
+             where datname = current_database() and wait_event_type = 'Lock'",
+        )
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(waiting > 0, "the month's pricing waits on the lock");
+    holder.rollback().await.unwrap();
+    let mut body = header.to_vec();
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        body.extend_from_slice(&chunk);
+    }
+    let csv = Csv::parse(std::str::from_utf8(&body).unwrap());
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    let fleet = dec(&report.body["conservation"]["fleet_cost"]);
+    assert_eq!(fleet, d("2880.00"));
+    assert_eq!(csv.sum("BilledCost", |_| true), fleet);
+    served.stop().await;
+}
+
+#[tokio::test]
+async fn a_focus_export_of_hours_no_rate_card_prices_is_refused_before_it_starts() {
+    let app = TestApp::spawn().await;
+    worked_example(&app, "2026-09-01", 30).await;
+    let refused = |r: &Reply| {
+        assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+        let message = r.body["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains("no rate card is in force") && message.contains("2026-09-01T00:00:00"),
+            "{message}"
+        );
+    };
+    refused(
+        &app.get(Some(&app.admin), "/v1/exports/focus?period=2026-09")
+            .await,
+    );
+    // A card from the tenth prices the rest of the month, not its first nine days.
+    rate_card(&app, "2026-09-10T00:00:00Z", "4.00").await;
+    refused(
+        &app.get(Some(&app.admin), "/v1/exports/focus?period=2026-09")
+            .await,
+    );
+    // October is priced whole by that card.
+    let (_, october) = focus(&app, &app.admin, "2026-10").await;
+    assert_eq!(october.rows.len(), 0);
+}

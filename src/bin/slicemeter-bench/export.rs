@@ -45,7 +45,7 @@ pub struct FocusChildArgs {
 /// Streams a month's FOCUS rows to a file, as `slicemeter export focus` does.
 pub async fn focus_child(args: FocusChildArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.database_url, 4).await?;
-    let cache = ReportCache::new(std::time::Duration::ZERO);
+    let cache = std::sync::Arc::new(ReportCache::new(std::time::Duration::ZERO));
     let config = Arc::new(ExportConfig::default());
     let mut stream = Box::pin(exports::focus(&pool, &cache, args.period, None, config).await?);
     let mut out = std::io::BufWriter::new(std::fs::File::create(&args.out)?);

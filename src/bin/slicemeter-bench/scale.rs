@@ -148,7 +148,7 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let now = Utc::now();
     let t = Instant::now();
     // A cache of its own, empty: the report is read, not served from memory.
-    let cache = reports::ReportCache::new(Duration::ZERO);
+    let cache = Arc::new(reports::ReportCache::new(Duration::ZERO));
     let report = reports::monthly_report(&pool, &cache, month, now, None).await?;
     let conservation = report
         .conservation
