@@ -1,8 +1,8 @@
 //! slicemeter: chargeback for fractional GPUs. Bills each team for the physical share of the card it
 //! blocks (MIG instances, MPS shares, time-sliced replicas, vGPU fractions, whole GPUs).
 //!
-//! Dependencies point one way: `cli -> http -> {ingest, reports -> billing, teams, fleet, auth ->
-//! audit} -> db -> domain`; `collector -> domain` (it reaches the server over HTTP only); `sim ->
+//! Dependencies point one way: `cli -> http -> {ingest, plan, reports -> billing, teams, fleet,
+//! auth -> audit} -> db -> domain`; `collector -> domain` (it reaches the server over HTTP only); `sim ->
 //! collector` is the simulated fleet behind the collector's `Source` trait; `process` (logs,
 //! metrics, signals) stands alone. `tests/architecture.rs` holds the table and keeps it so.
 
@@ -26,6 +26,8 @@ pub mod fleet;
 pub mod http;
 /// Validation and storage of collector batches.
 pub mod ingest;
+/// The consolidation planner: each GPU model's MIG instances packed onto the fewest cards.
+pub mod plan;
 /// Logs, the Prometheus recorder and shutdown signals, the same in every process.
 pub mod process;
 /// Reports: usage, the monthly report, FOCUS and ERP exports.

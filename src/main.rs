@@ -3,7 +3,8 @@
 
 use clap::Parser;
 use slicemeter::cli::{
-    Cli, Command, collect, demo, export, gpu, invoice, migrate, rate_card, serve, simulate, token,
+    Cli, Command, collect, demo, export, gpu, invoice, migrate, plan, rate_card, serve, simulate,
+    token,
 };
 
 #[tokio::main]
@@ -20,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
         Command::RateCard { command } => rate_card::run(command).await,
         Command::Invoice { command } => invoice::run(command).await,
         Command::Export { command } => export::run(command).await,
+        Command::Plan(args) => plan::run(args).await,
         Command::Openapi => {
             println!("{}", slicemeter::http::openapi().to_pretty_json()?);
             Ok(())

@@ -21,13 +21,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("ingest", &["db", "domain"]),
     ("billing", &["audit", "db", "domain"]),
     ("reports", &["billing", "db", "domain"]),
+    ("plan", &["billing", "db", "domain"]),
     ("collector", &["domain"]),
     ("sim", &["collector", "domain"]),
     (
         "http",
         &[
-            "audit", "auth", "billing", "db", "domain", "fleet", "ingest", "process", "reports",
-            "teams",
+            "audit", "auth", "billing", "db", "domain", "fleet", "ingest", "plan", "process",
+            "reports", "teams",
         ],
     ),
 ];

@@ -9,6 +9,7 @@ pub mod export;
 pub mod gpu;
 pub mod invoice;
 pub mod migrate;
+pub mod plan;
 pub mod rate_card;
 pub mod serve;
 pub mod simulate;
@@ -60,6 +61,8 @@ pub enum Command {
         #[command(subcommand)]
         command: export::ExportCommand,
     },
+    /// Plan the MIG cards' consolidation: each model's instances on the fewest cards (advice only).
+    Plan(plan::PlanArgs),
     /// Print the OpenAPI document the code describes.
     Openapi,
 }

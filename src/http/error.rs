@@ -49,6 +49,8 @@ pub enum ErrorCode {
     InvoiceState,
     /// 409: the period cannot be exported yet.
     CannotExport,
+    /// 409: the fleet's layouts cannot be planned (an instance no card of its model can hold).
+    CannotPlan,
     /// 413: the body is larger than the limit.
     PayloadTooLarge,
     /// 422: the batch breaks the contract or its bounds; `fields` names every bad field.
@@ -65,7 +67,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the OpenAPI document lists them.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         ErrorCode::BadRequest,
         ErrorCode::InvalidParameters,
         ErrorCode::MalformedBody,
@@ -81,6 +83,7 @@ impl ErrorCode {
         ErrorCode::CannotBill,
         ErrorCode::InvoiceState,
         ErrorCode::CannotExport,
+        ErrorCode::CannotPlan,
         ErrorCode::PayloadTooLarge,
         ErrorCode::InvalidBatch,
         ErrorCode::RateLimited,
@@ -113,7 +116,8 @@ impl ErrorCode {
             | ErrorCode::RateCardConflict
             | ErrorCode::CannotBill
             | ErrorCode::InvoiceState
-            | ErrorCode::CannotExport => StatusCode::CONFLICT,
+            | ErrorCode::CannotExport
+            | ErrorCode::CannotPlan => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidBatch => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,

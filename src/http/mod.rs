@@ -11,6 +11,7 @@ mod health;
 mod ingest;
 mod invoices;
 pub mod limits;
+mod plans;
 mod rate_cards;
 mod reports;
 pub mod server;
@@ -71,6 +72,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(audit::router())
         .merge(teams::router())
         .merge(fleet::router())
+        .merge(plans::router())
         .merge(health::router())
 }
 

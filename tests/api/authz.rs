@@ -250,6 +250,18 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
         ),
         row(
             "GET",
+            "/v1/plans/consolidation",
+            "/v1/plans/consolidation?days=14",
+            [U, U, U, U, 200, 200, 403, 403, 403],
+        ),
+        row(
+            "GET",
+            "/v1/plans/consolidation/mig-parted.yaml",
+            "/v1/plans/consolidation/mig-parted.yaml",
+            [U, U, U, U, 200, 200, 403, 403, 403],
+        ),
+        row(
+            "GET",
             "/v1/rate-cards",
             "/v1/rate-cards",
             [U, U, U, U, 200, 200, 403, 403, 403],

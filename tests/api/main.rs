@@ -17,6 +17,7 @@ mod ingest_props;
 mod kubelet;
 mod nvml;
 mod openapi;
+mod plans;
 mod reports;
 mod retention;
 mod support;

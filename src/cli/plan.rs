@@ -1,0 +1,86 @@
+//! `slicemeter plan`: the consolidation plan, as a table, JSON or a `mig-parted` file.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::args::{DbArgs, output};
+use crate::db;
+use crate::plan::{self, ConsolidationPlan};
+
+#[derive(Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Only this GPU model, as NVML names it.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Cards reported in the last this many days are planned.
+    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u32).range(1..=90))]
+    pub days: u32,
+    /// What to write: a summary, the whole plan as JSON, or the `mig-parted` configuration.
+    #[arg(long, value_enum, default_value_t = Format::Summary)]
+    pub format: Format,
+    /// Write here instead of standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Summary,
+    Json,
+    MigParted,
+}
+
+pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let pool = db::connect(&args.db.database_url, 2).await?;
+    let plan =
+        plan::consolidation(&pool, args.model.as_deref(), args.days, chrono::Utc::now()).await?;
+    let text = match args.format {
+        Format::Summary => summary(&plan),
+        Format::Json => serde_json::to_string_pretty(&plan)? + "\n",
+        Format::MigParted => plan.mig_parted.clone(),
+    };
+    let mut sink = output(args.out.as_ref())?;
+    sink.write_all(text.as_bytes())?;
+    sink.flush()?;
+    Ok(())
+}
+
+fn summary(plan: &ConsolidationPlan) -> String {
+    let currency = plan.currency.as_deref().unwrap_or("");
+    let mut out = format!(
+        "Consolidation plan from the last {} days (advice: nothing is reconfigured)\n",
+        plan.days
+    );
+    for m in &plan.models {
+        out += &format!(
+            "{}: {} cards today, {} planned ({}), {} of {} instances move, {} freed, {} {currency}/month\n",
+            m.model,
+            m.cards_today,
+            m.cards_planned,
+            if m.optimal {
+                "proven the fewest"
+            } else {
+                "not proven the fewest"
+            },
+            m.instances_moved,
+            m.instances,
+            m.freed.len(),
+            m.monthly_saving.round_dp(2),
+        );
+        for mv in &m.moves {
+            out += &format!(
+                "  {:>4}. {:<5} {} ({}) {} -> {}\n",
+                mv.order, mv.action, mv.slice_uuid, mv.profile, mv.from_gpu, mv.to_gpu
+            );
+        }
+    }
+    out += &format!(
+        "Saving: {} {currency} a month\n",
+        plan.monthly_saving.round_dp(2)
+    );
+    out
+}

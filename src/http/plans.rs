@@ -1,0 +1,148 @@
+//! `GET /v1/plans/consolidation`: each GPU model's MIG instances packed onto the fewest cards.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::require;
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::state::AppState;
+use crate::domain::access::{Principal, Role};
+use crate::domain::fields::FieldError;
+use crate::plan::{self, ConsolidationPlan, PlanError};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(consolidation))
+        .routes(routes!(mig_parted))
+}
+
+impl From<PlanError> for ApiError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::Pack { .. } => ApiError::conflict(ErrorCode::CannotPlan, &e),
+            PlanError::Solver(detail) => ApiError::internal(detail),
+            PlanError::Db(e) => e.into(),
+        }
+    }
+}
+
+/// The most days of layouts a plan reads.
+const MAX_DAYS: u32 = 90;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct PlanParams {
+    /// Only this GPU model, as NVML names it (`NVIDIA H100 80GB HBM3`); every model by default.
+    #[param(example = "NVIDIA H100 80GB HBM3", max_length = 200)]
+    model: Option<String>,
+    /// Cards reported in the last this many days are planned (default 14, at most 90).
+    #[param(value_type = Option<u32>, example = 14, minimum = 1, maximum = 90)]
+    days: Option<String>,
+}
+
+impl PlanParams {
+    fn checked(&self) -> Result<(Option<&str>, u32), ApiError> {
+        let mut errors = Vec::new();
+        let days = match self.days.as_deref() {
+            None => 14,
+            Some(d) => match d.parse::<u32>() {
+                Ok(n) if (1..=MAX_DAYS).contains(&n) => n,
+                _ => {
+                    errors.push(FieldError::new(
+                        "days",
+                        format!("{d:?} is not a whole number of days from 1 to {MAX_DAYS}"),
+                    ));
+                    0
+                }
+            },
+        };
+        if let Some(m) = &self.model
+            && (m.is_empty() || m.chars().count() > 200)
+        {
+            errors.push(FieldError::new(
+                "model",
+                "a GPU model name is 1 to 200 characters",
+            ));
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_fields(
+                "the plan's parameters are invalid",
+                errors,
+            ));
+        }
+        Ok((self.model.as_deref(), days))
+    }
+}
+
+async fn read(
+    state: &AppState,
+    principal: &Principal,
+    params: &PlanParams,
+) -> Result<ConsolidationPlan, ApiError> {
+    require(principal, &[Role::Admin, Role::Finance])?;
+    let (model, days) = params.checked()?;
+    Ok(plan::consolidation(&state.pool, model, days, Utc::now()).await?)
+}
+
+/// For each GPU model, its MIG cards' instances (as held in the last hour each card was reported)
+/// packed onto the fewest cards, exactly (an integer program over every card configuration
+/// NVIDIA's placement table allows; `optimal` says whether the solver proved it), then with as
+/// few instances moved as the greedy assignment finds: each card's new layout with explicit
+/// placements, the ordered moves, the cards freed and their monthly cost (hourly cost under the
+/// rate card in force x 730 hours), and the `mig-parted` configuration. Advice: nothing is
+/// reconfigured. Admin and finance only (it shows every team's instances).
+#[utoipa::path(get, path = "/v1/plans/consolidation", tag = "fleet",
+    params(PlanParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the plan", body = ConsolidationPlan),
+        (status = 400, description = "bad parameters, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs admin or finance", body = ErrorBody),
+        (status = 409, description = "an instance no card of its model can hold", body = ErrorBody)))]
+async fn consolidation(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(params): Query<PlanParams>,
+) -> Result<Json<ConsolidationPlan>, ApiError> {
+    Ok(Json(read(&state, &principal, &params).await?))
+}
+
+/// The plan's `mig-parted` configuration (`version: v1`, one named configuration per card that
+/// holds instances), as a file to download.
+#[utoipa::path(get, path = "/v1/plans/consolidation/mig-parted.yaml", tag = "fleet",
+    params(PlanParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the mig-parted configuration", body = String, content_type = "application/yaml"),
+        (status = 400, description = "bad parameters, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs admin or finance", body = ErrorBody),
+        (status = 409, description = "an instance no card of its model can hold", body = ErrorBody)))]
+async fn mig_parted(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(params): Query<PlanParams>,
+) -> Result<Response, ApiError> {
+    let plan = read(&state, &principal, &params).await?;
+    Ok((
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/yaml; charset=utf-8"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"slicemeter-mig-parted.yaml\"",
+            ),
+        ],
+        plan.mig_parted,
+    )
+        .into_response())
+}

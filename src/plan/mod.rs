@@ -1,0 +1,349 @@
+//! The consolidation planner (issue 13): each GPU model's MIG instances packed onto the fewest
+//! cards ([`pack`]), with each card's new layout and explicit placements, a `mig-parted` config, the
+//! ordered moves, the cards freed and what they cost a month. Advice only: nothing here
+//! reconfigures a GPU.
+//!
+//! Today's layout of a card is the MIG instances held in the last hour it was reported present in
+//! the window; a MIG-mode card reported present with nothing held is empty today and freed by any
+//! plan. Cards not in MIG mode (whole GPUs, MPS, time-slicing) are not repacked.
+
+pub mod pack;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::billing::rate_card::RateCard;
+use crate::domain::profiles;
+use pack::{Item, PackError, Shape, StepKind};
+
+/// Hours in an average month (365 x 24 / 12): what a freed card saves is priced over them.
+pub const HOURS_PER_MONTH: u32 = 730;
+
+/// A card as it is today, with the MIG instances held on it.
+#[derive(Debug, Clone)]
+pub struct CardToday {
+    pub gpu_uuid: String,
+    pub node: String,
+    pub model: String,
+    pub compute_slices: u8,
+    pub memory_slices: u8,
+    pub instances: Vec<InstanceToday>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InstanceToday {
+    pub slice_uuid: String,
+    pub profile: String,
+    pub compute_slices: u8,
+    pub memory_slices: u8,
+}
+
+/// The plan for the fleet's MIG cards, one entry per GPU model.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ConsolidationPlan {
+    /// The days of data today's layouts were read from.
+    pub days: u32,
+    pub generated_at: DateTime<Utc>,
+    pub models: Vec<ModelPlan>,
+    /// What all the freed cards save a month, in `currency`.
+    pub monthly_saving: Decimal,
+    pub currency: Option<String>,
+    /// The `mig-parted` configuration of every card that holds instances in the plan.
+    pub mig_parted: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ModelPlan {
+    pub model: String,
+    pub cards_today: usize,
+    pub cards_planned: usize,
+    /// Whether the solver proved that no fewer cards can hold these instances.
+    pub optimal: bool,
+    pub instances: usize,
+    /// Instances that change card.
+    pub instances_moved: usize,
+    pub cards: Vec<CardPlan>,
+    pub moves: Vec<PlannedMove>,
+    /// The cards left empty, by uuid.
+    pub freed: Vec<String>,
+    /// A card's cost an hour under the rate card in force, if one is.
+    pub hourly_cost: Option<Decimal>,
+    /// freed cards x hourly cost x 730 hours.
+    pub monthly_saving: Decimal,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CardPlan {
+    pub gpu_uuid: String,
+    pub node: String,
+    pub instances: Vec<PlacedInstance>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PlacedInstance {
+    pub slice_uuid: String,
+    pub profile: String,
+    /// Where it starts on the memory-slice axis (`nvidia-smi mig -lgipp`); none on GPUs the
+    /// placement table does not cover.
+    pub start: Option<u8>,
+    pub memory_slices: u8,
+    pub compute_slices: u8,
+    /// Whether it is on this card today.
+    pub stays: bool,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PlannedMove {
+    /// 1, 2, ... in the order to carry them out.
+    pub order: usize,
+    /// `move`: create on `to`, move the workload, delete on `from`; `stop`: delete on `from`
+    /// first (the workload is down) because every destination is full; `start`: create it on
+    /// `to` again.
+    #[schema(example = "move")]
+    pub action: String,
+    pub slice_uuid: String,
+    pub profile: String,
+    pub from_gpu: String,
+    pub to_gpu: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{model}: {source}")]
+    Pack { model: String, source: PackError },
+    #[error("the planner stopped: {0}")]
+    Solver(String),
+    #[error(transparent)]
+    Db(#[from] sqlx::Error),
+}
+
+/// How long the solver may search one model's packing before it settles for its best layout.
+pub const SOLVE_LIMIT: Duration = Duration::from_secs(20);
+
+/// The plan for the MIG cards (of `model`, when given) reported in the last `days` days, freed
+/// cards priced by the rate card in force at `now`.
+pub async fn consolidation(
+    pool: &sqlx::PgPool,
+    model: Option<&str>,
+    days: u32,
+    now: DateTime<Utc>,
+) -> Result<ConsolidationPlan, PlanError> {
+    let since = now - chrono::Duration::days(i64::from(days));
+    let cards = store::cards_today(pool, since, model).await?;
+    let rate_cards = crate::billing::rate_card::store::rate_cards(pool).await?;
+    let in_force = rate_cards
+        .values()
+        .filter(|c| c.effective_from <= now)
+        .max_by_key(|c| c.effective_from);
+    // The solver is CPU-bound for up to its time limit: off the async workers.
+    tokio::task::spawn_blocking({
+        let in_force = in_force.cloned();
+        move || plan(cards, in_force.as_ref(), days, now)
+    })
+    .await
+    .map_err(|e| PlanError::Solver(e.to_string()))?
+}
+
+/// Plans every model among `cards`, pricing freed cards with `card` (the rate card in force).
+pub fn plan(
+    cards: Vec<CardToday>,
+    card: Option<&RateCard>,
+    days: u32,
+    generated_at: DateTime<Utc>,
+) -> Result<ConsolidationPlan, PlanError> {
+    let mut by_model: BTreeMap<String, Vec<CardToday>> = BTreeMap::new();
+    for c in cards {
+        by_model.entry(c.model.clone()).or_default().push(c);
+    }
+    let mut models = Vec::new();
+    for (model, cards) in by_model {
+        models.push(plan_model(&model, cards, card)?);
+    }
+    let monthly_saving = models.iter().map(|m| m.monthly_saving).sum();
+    let mig_parted = mig_parted(&models);
+    Ok(ConsolidationPlan {
+        days,
+        generated_at,
+        models,
+        monthly_saving,
+        currency: card.map(|c| c.currency.code.clone()),
+        mig_parted,
+    })
+}
+
+fn plan_model(
+    model: &str,
+    cards: Vec<CardToday>,
+    rate_card: Option<&RateCard>,
+) -> Result<ModelPlan, PlanError> {
+    let (total_compute, total_memory) = cards
+        .first()
+        .map(|c| (c.compute_slices, c.memory_slices))
+        .unwrap_or((7, 8));
+    let table = profiles::table_model(model);
+    let mut shapes: Vec<Shape> = Vec::new();
+    let mut items: Vec<Item> = Vec::new();
+    let mut refs: Vec<&InstanceToday> = Vec::new();
+    for (n, c) in cards.iter().enumerate() {
+        for i in &c.instances {
+            let s = match shapes.iter().position(|s| s.profile == i.profile) {
+                Some(s) => s,
+                None => {
+                    let max_per_card = table
+                        .and_then(|t| profiles::by_name(t, &i.profile))
+                        .map(|p| u8::try_from(p.max_instances).unwrap_or(u8::MAX))
+                        .unwrap_or(total_compute);
+                    shapes.push(Shape {
+                        profile: i.profile.clone(),
+                        compute_slices: i.compute_slices,
+                        memory_slices: i.memory_slices,
+                        max_per_card,
+                    });
+                    shapes.len() - 1
+                }
+            };
+            items.push(Item {
+                id: i.slice_uuid.clone(),
+                shape: s,
+                card: n,
+            });
+            refs.push(i);
+        }
+    }
+    let packing = pack::pack(
+        &shapes,
+        &items,
+        cards.len(),
+        total_compute,
+        total_memory,
+        SOLVE_LIMIT,
+    )
+    .map_err(|source| PlanError::Pack {
+        model: model.to_owned(),
+        source,
+    })?;
+    let mut planned: Vec<CardPlan> = packing
+        .used
+        .iter()
+        .map(|&n| CardPlan {
+            gpu_uuid: cards[n].gpu_uuid.clone(),
+            node: cards[n].node.clone(),
+            instances: Vec::new(),
+        })
+        .collect();
+    for p in &packing.placed {
+        let k = packing
+            .used
+            .iter()
+            .position(|&n| n == p.card)
+            .expect("a placed instance's card is used");
+        let i = refs[p.item];
+        planned[k].instances.push(PlacedInstance {
+            slice_uuid: i.slice_uuid.clone(),
+            profile: i.profile.clone(),
+            start: p.start,
+            memory_slices: i.memory_slices,
+            compute_slices: i.compute_slices,
+            stays: items[p.item].card == p.card,
+        });
+    }
+    for c in &mut planned {
+        c.instances.sort_by_key(|i| (i.start, i.slice_uuid.clone()));
+    }
+    let moves: Vec<PlannedMove> = packing
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(k, s)| PlannedMove {
+            order: k + 1,
+            action: match s.kind {
+                StepKind::Move => "move",
+                StepKind::Stop => "stop",
+                StepKind::Start => "start",
+            }
+            .to_owned(),
+            slice_uuid: refs[s.item].slice_uuid.clone(),
+            profile: refs[s.item].profile.clone(),
+            from_gpu: cards[s.from].gpu_uuid.clone(),
+            to_gpu: cards[s.to].gpu_uuid.clone(),
+        })
+        .collect();
+    let freed: Vec<String> = (0..cards.len())
+        .filter(|n| !packing.used.contains(n))
+        .map(|n| cards[n].gpu_uuid.clone())
+        .collect();
+    let hourly_cost = rate_card.map(|c| c.hourly_cost(model).0);
+    let monthly_saving = hourly_cost.unwrap_or_default()
+        * Decimal::from(freed.len())
+        * Decimal::from(HOURS_PER_MONTH);
+    Ok(ModelPlan {
+        model: model.to_owned(),
+        cards_today: cards.len(),
+        cards_planned: packing.used.len(),
+        optimal: packing.optimal,
+        instances: items.len(),
+        instances_moved: packing
+            .placed
+            .iter()
+            .filter(|p| items[p.item].card != p.card)
+            .count(),
+        cards: planned,
+        moves,
+        freed,
+        hourly_cost,
+        monthly_saving,
+    })
+}
+
+/// The plan as a `mig-parted` configuration (`nvidia-mig-parted apply -f FILE -c NAME`): one named
+/// configuration per card, `slicemeter-<gpu uuid>`. The collector does not report a card's index
+/// on its node, so `devices` is `all`: apply a card's configuration with only that card visible
+/// to `mig-parted`, or replace `all` with its index.
+pub fn mig_parted(models: &[ModelPlan]) -> String {
+    let mut out = String::from("version: v1\nmig-configs:\n");
+    for m in models {
+        for c in &m.cards {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for i in &c.instances {
+                *counts.entry(i.profile.as_str()).or_default() += 1;
+            }
+            let _ = writeln!(
+                out,
+                "  {}:",
+                yaml_string(&format!("slicemeter-{}", c.gpu_uuid))
+            );
+            let _ = writeln!(out, "    - devices: all");
+            let _ = writeln!(out, "      mig-enabled: true");
+            let _ = writeln!(out, "      mig-devices:");
+            for (profile, n) in counts {
+                let _ = writeln!(out, "        {}: {n}", yaml_string(profile));
+            }
+        }
+    }
+    out
+}
+
+/// A YAML double-quoted scalar: nothing a collector reported can break out of it.
+fn yaml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

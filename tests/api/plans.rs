@@ -1,0 +1,181 @@
+//! The consolidation planner over the API: today's layouts from ingest, the plan, its mig-parted
+//! file.
+
+use axum::http::StatusCode;
+use chrono::{Duration, DurationRound, Utc};
+use serde_json::{Value, json};
+use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::billing::rate_card;
+use crate::support::*;
+
+const MODEL: &str = "NVIDIA H100 80GB HBM3";
+
+fn gpu(n: u32) -> String {
+    format!("GPU-00000000-0000-4000-8000-00000000{n:04}")
+}
+
+/// Four H100s on one node, each a quarter used: a 3g.40gb, a 2g.20gb and two 1g.10gb, each on a
+/// card of its own, held for the last full hour.
+async fn quarter_used_cards(app: &TestApp) {
+    app.put_team("nlp", &["nlp"]).await;
+    let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
+    let start = end - Duration::hours(1);
+    let (s, e) = (start.to_rfc3339(), end.to_rfc3339());
+    let cards = [
+        ("3g.40gb", 9, 3, 4, 42_412_802_048_i64),
+        ("2g.20gb", 14, 2, 2, 21_206_401_024),
+        ("1g.10gb", 19, 1, 1, 10_468_982_784),
+        ("1g.10gb", 19, 1, 1, 10_468_982_784),
+    ];
+    let mut gpus = Vec::new();
+    let mut slices = Vec::new();
+    let mut windows = Vec::new();
+    for (n, (profile, id, c, m, bytes)) in cards.iter().enumerate() {
+        let g = gpu(n as u32 + 1);
+        let slice = format!("MIG-{}-{profile}", g.trim_start_matches("GPU-"));
+        gpus.push(
+            json!({"uuid": g, "model": MODEL, "memory_bytes": 85520809984_i64,
+                         "compute_slices": 7, "memory_slices": 8, "mig_enabled": true}),
+        );
+        slices.push(
+            json!({"uuid": slice, "gpu_uuid": g, "kind": "mig", "profile": profile,
+                           "profile_id": id, "compute_slices": c, "memory_slices": m,
+                           "memory_bytes": bytes}),
+        );
+        windows.push(window(&slice, &s, &e, "nlp", &format!("job-{n}"), 3600.0));
+    }
+    let b = json!({"node": "gpu-node-01", "period": {"start": s, "end": e},
+                   "gpus": gpus, "slices": slices, "windows": windows});
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}
+
+#[tokio::test]
+async fn four_quarter_used_cards_become_one_and_three_are_priced_as_freed() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-01-01T00:00:00Z", "4.00").await;
+    quarter_used_cards(&app).await;
+    let finance = app
+        .token(slicemeter::domain::access::Role::Finance, None, None)
+        .await;
+    let r = app
+        .get(Some(&finance), "/v1/plans/consolidation?days=14")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let m = &r.body["models"][0];
+    assert_eq!(m["model"], MODEL);
+    assert_eq!(m["cards_today"], 4);
+    // 3g.40gb + 2g.20gb + 2 x 1g.10gb: 7 compute and 8 memory slices, one card.
+    assert_eq!(m["cards_planned"], 1);
+    assert_eq!(m["optimal"], true);
+    assert_eq!(m["freed"].as_array().unwrap().len(), 3);
+    // Three cards at 4.00 an hour for 730 hours.
+    assert_eq!(m["monthly_saving"], "8760.00");
+    assert_eq!(r.body["monthly_saving"], "8760.00");
+    assert_eq!(r.body["currency"], "USD");
+    // The card kept is the 3g.40gb's (the fullest), and three instances move onto it.
+    let card = &m["cards"][0];
+    assert_eq!(card["gpu_uuid"], gpu(1));
+    let placed: Vec<(String, u64)> = card["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["profile"].as_str().unwrap().to_owned(),
+                i["start"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    // The only valid placement: the 1g.10gb cannot use memory slice 7, so the 3g.40gb takes 4-7.
+    assert_eq!(
+        placed,
+        vec![
+            ("2g.20gb".to_owned(), 0),
+            ("1g.10gb".to_owned(), 2),
+            ("1g.10gb".to_owned(), 3),
+            ("3g.40gb".to_owned(), 4),
+        ]
+    );
+    assert_eq!(m["instances_moved"], 3);
+    let moves = m["moves"].as_array().unwrap();
+    assert_eq!(moves.len(), 3);
+    for (k, mv) in moves.iter().enumerate() {
+        assert_eq!(mv["order"], k + 1);
+        assert_eq!(mv["action"], "move");
+        assert_eq!(mv["to_gpu"], gpu(1));
+    }
+
+    // The mig-parted file: YAML with the documented keys, one configuration for the card kept.
+    let yaml = app
+        .get(Some(&finance), "/v1/plans/consolidation/mig-parted.yaml")
+        .await;
+    assert_eq!(yaml.status, StatusCode::OK);
+    assert!(
+        yaml.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/yaml")
+    );
+    let text = yaml.body.as_str().unwrap();
+    let doc = &YamlLoader::load_from_str(text).unwrap()[0];
+    assert_eq!(doc["version"].as_str(), Some("v1"));
+    let configs = doc["mig-configs"].as_hash().unwrap();
+    assert_eq!(configs.len(), 1);
+    let (name, entries) = configs.iter().next().unwrap();
+    assert_eq!(name.as_str().unwrap(), format!("slicemeter-{}", gpu(1)));
+    let entry = &entries[0];
+    assert_eq!(entry["devices"].as_str(), Some("all"));
+    assert_eq!(entry["mig-enabled"].as_bool(), Some(true));
+    let devices = entry["mig-devices"].as_hash().unwrap();
+    let count = |p: &str| devices[&Yaml::String(p.into())].as_i64();
+    assert_eq!(count("3g.40gb"), Some(1));
+    assert_eq!(count("2g.20gb"), Some(1));
+    assert_eq!(count("1g.10gb"), Some(2));
+    assert_eq!(devices.len(), 3);
+}
+
+#[tokio::test]
+async fn a_plan_for_one_model_and_its_bad_parameters() {
+    let app = TestApp::spawn().await;
+    quarter_used_cards(&app).await;
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/v1/plans/consolidation?model=NVIDIA%20B200",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["models"], json!([]));
+    assert_eq!(r.body["monthly_saving"], "0");
+    // No rate card: the cards are freed all the same, priced at nothing.
+    let r = app
+        .get(
+            Some(&app.admin),
+            &format!(
+                "/v1/plans/consolidation?model={}",
+                MODEL.replace(' ', "%20")
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["models"][0]["cards_planned"], 1);
+    assert_eq!(r.body["models"][0]["hourly_cost"], Value::Null);
+    assert_eq!(r.body["currency"], Value::Null);
+    for (query, field) in [
+        ("days=0", "days"),
+        ("days=91", "days"),
+        ("days=fourteen", "days"),
+        ("model=", "model"),
+    ] {
+        let r = app
+            .get(
+                Some(&app.admin),
+                &format!("/v1/plans/consolidation?{query}"),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {r:?}");
+        assert_eq!(r.body["error"]["fields"][0]["field"], field, "{query}");
+    }
+}
