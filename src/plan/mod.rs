@@ -10,6 +10,8 @@
 pub mod pack;
 pub mod store;
 
+pub use store::{CardToday, InstanceToday};
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -25,25 +27,6 @@ use pack::{Item, PackError, Shape, StepKind};
 
 /// Hours in an average month (365 x 24 / 12): what a freed card saves is priced over them.
 pub const HOURS_PER_MONTH: u32 = 730;
-
-/// A card as it is today, with the MIG instances held on it.
-#[derive(Debug, Clone)]
-pub struct CardToday {
-    pub gpu_uuid: String,
-    pub node: String,
-    pub model: String,
-    pub compute_slices: u8,
-    pub memory_slices: u8,
-    pub instances: Vec<InstanceToday>,
-}
-
-#[derive(Debug, Clone)]
-pub struct InstanceToday {
-    pub slice_uuid: String,
-    pub profile: String,
-    pub compute_slices: u8,
-    pub memory_slices: u8,
-}
 
 /// The plan for the fleet's MIG cards, one entry per GPU model.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -3,7 +3,24 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::{CardToday, InstanceToday};
+/// A card as it is today, with the MIG instances held on it.
+#[derive(Debug, Clone)]
+pub struct CardToday {
+    pub gpu_uuid: String,
+    pub node: String,
+    pub model: String,
+    pub compute_slices: u8,
+    pub memory_slices: u8,
+    pub instances: Vec<InstanceToday>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InstanceToday {
+    pub slice_uuid: String,
+    pub profile: String,
+    pub compute_slices: u8,
+    pub memory_slices: u8,
+}
 
 /// Every MIG-mode card (of `model`, when given) reported present since `since`, with the MIG
 /// instances held in the last hour it was present.

@@ -3,6 +3,7 @@
 //! `monthly`, `slices`, `focus` and `erp` are pure; `store` holds the SQL; `service` and `exports`
 //! read through it.
 
+mod chunks;
 pub mod erp;
 pub mod exports;
 pub mod focus;
