@@ -1,4 +1,5 @@
-//! `GET /v1/plans/consolidation`: each GPU model's MIG instances packed onto the fewest cards.
+//! `GET /v1/recommendations`: what slice each workload should have; `GET /v1/plans/consolidation`:
+//! each GPU model's MIG instances packed onto the fewest cards.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -15,10 +16,12 @@ use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
+use crate::plan::recommend::{Recommendation, TargetProfile};
 use crate::plan::{self, ConsolidationPlan, PlanError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        .routes(routes!(recommendations))
         .routes(routes!(consolidation))
         .routes(routes!(mig_parted))
 }
@@ -51,19 +54,7 @@ struct PlanParams {
 impl PlanParams {
     fn checked(&self) -> Result<(Option<&str>, u32), ApiError> {
         let mut errors = Vec::new();
-        let days = match self.days.as_deref() {
-            None => 14,
-            Some(d) => match d.parse::<u32>() {
-                Ok(n) if (1..=MAX_DAYS).contains(&n) => n,
-                _ => {
-                    errors.push(FieldError::new(
-                        "days",
-                        format!("{d:?} is not a whole number of days from 1 to {MAX_DAYS}"),
-                    ));
-                    0
-                }
-            },
-        };
+        let days = days_of(self.days.as_deref(), &mut errors);
         if let Some(m) = &self.model
             && (m.is_empty() || m.chars().count() > 200)
         {
@@ -80,6 +71,92 @@ impl PlanParams {
         }
         Ok((self.model.as_deref(), days))
     }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct RecommendationParams {
+    /// Only this team's workloads (a team lead: their own, the default).
+    #[param(example = "nlp", max_length = 64)]
+    team: Option<String>,
+    /// The days of data to judge by (default 14, at most 90); under 7 nothing is recommended.
+    #[param(value_type = Option<u32>, example = 14, minimum = 1, maximum = 90)]
+    days: Option<String>,
+    /// The target utilisation: `default` (0.7), `dev` (0.8), `prod` (0.65) or `ha` (0.5).
+    #[param(pattern = "^(default|dev|prod|ha)$", example = "prod")]
+    profile: Option<String>,
+}
+
+fn days_of(days: Option<&str>, errors: &mut Vec<FieldError>) -> u32 {
+    match days {
+        None => 14,
+        Some(d) => match d.parse::<u32>() {
+            Ok(n) if (1..=MAX_DAYS).contains(&n) => n,
+            _ => {
+                errors.push(FieldError::new(
+                    "days",
+                    format!("{d:?} is not a whole number of days from 1 to {MAX_DAYS}"),
+                ));
+                0
+            }
+        },
+    }
+}
+
+/// Per workload (the pod's owner where its labels say it: Deployment, StatefulSet, Job; else the
+/// pod) and the slices it holds: today's slice, the smallest MIG profile of the same GPU model
+/// that fits its memory need (p99 of hourly peak memory x 1.15, never below the highest peak)
+/// and compute need (p95 of the compute-active fraction x compute slices / target utilisation),
+/// or "give it back" for a slice held with no compute; the evidence, a confidence (low under 7
+/// days of data, medium under 14, high after) and the monthly chargeback delta at today's rate
+/// card (each line rounded as an invoice line). Time-sliced replicas are pay-per-use. A team lead
+/// sees their own team only.
+#[utoipa::path(get, path = "/v1/recommendations", tag = "reports",
+    params(RecommendationParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "one recommendation per workload and slice profile", body = Vec<Recommendation>),
+        (status = 400, description = "bad parameters, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token, or another team's", body = ErrorBody)))]
+async fn recommendations(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(params): Query<RecommendationParams>,
+) -> Result<Json<Vec<Recommendation>>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let mut errors = Vec::new();
+    let days = days_of(params.days.as_deref(), &mut errors);
+    let target = match params.profile.as_deref() {
+        None => TargetProfile::Default,
+        Some(p) => TargetProfile::parse(p).unwrap_or_else(|| {
+            errors.push(FieldError::new(
+                "profile",
+                format!("{p:?} is not one of default, dev, prod, ha"),
+            ));
+            TargetProfile::Default
+        }),
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::invalid_fields(
+            "the recommendations' parameters are invalid",
+            errors,
+        ));
+    }
+    let team = match (principal.team_scope(), params.team.as_deref()) {
+        (Some(own), Some(asked)) if own.as_str() != asked => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("a team lead of {own} sees their own team's recommendations only"),
+            ));
+        }
+        (Some(own), _) => Some(own.as_str().to_owned()),
+        (None, asked) => asked.map(str::to_owned),
+    };
+    Ok(Json(
+        plan::recommendations(&state.pool, team.as_deref(), days, target, Utc::now()).await?,
+    ))
 }
 
 async fn read(

@@ -8,6 +8,7 @@
 //! plan. Cards not in MIG mode (whole GPUs, MPS, time-slicing) are not repacked.
 
 pub mod pack;
+pub mod recommend;
 pub mod store;
 
 pub use store::{CardToday, InstanceToday};
@@ -21,7 +22,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::billing::rate_card::RateCard;
+use crate::billing::rate_card::{self, RateCard};
 use crate::domain::profiles;
 use pack::{Item, PackError, Shape, StepKind};
 
@@ -120,11 +121,8 @@ pub async fn consolidation(
 ) -> Result<ConsolidationPlan, PlanError> {
     let since = now - chrono::Duration::days(i64::from(days));
     let cards = store::cards_today(pool, since, model).await?;
-    let rate_cards = crate::billing::rate_card::store::rate_cards(pool).await?;
-    let in_force = rate_cards
-        .values()
-        .filter(|c| c.effective_from <= now)
-        .max_by_key(|c| c.effective_from);
+    let rate_cards = rate_card::store::rate_cards(pool).await?;
+    let in_force = rate_card::in_force_at(&rate_cards, now);
     // The solver is CPU-bound for up to its time limit: off the async workers.
     tokio::task::spawn_blocking({
         let in_force = in_force.cloned();
@@ -132,6 +130,26 @@ pub async fn consolidation(
     })
     .await
     .map_err(|e| PlanError::Solver(e.to_string()))?
+}
+
+/// Every workload's recommendation over the last `days` days (only `team`'s, when given), priced
+/// by the rate card in force at `now`.
+pub async fn recommendations(
+    pool: &sqlx::PgPool,
+    team: Option<&str>,
+    days: u32,
+    target: recommend::TargetProfile,
+    now: DateTime<Utc>,
+) -> Result<Vec<recommend::Recommendation>, PlanError> {
+    let to = crate::domain::time::floor_hour(now);
+    let from = to - chrono::Duration::days(i64::from(days));
+    let evidence = store::evidence(pool, from, to, team).await?;
+    let rate_cards = rate_card::store::rate_cards(pool).await?;
+    let in_force = rate_card::in_force_at(&rate_cards, now);
+    Ok(evidence
+        .iter()
+        .map(|e| recommend::recommend(e, in_force, target))
+        .collect())
 }
 
 /// Plans every model among `cards`, pricing freed cards with `card` (the rate card in force).

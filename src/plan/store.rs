@@ -1,7 +1,11 @@
 //! Today's MIG layouts, as the rollups show them.
 
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 use sqlx::PgPool;
+
+use crate::domain::slice::SliceKind;
 
 /// A card as it is today, with the MIG instances held on it.
 #[derive(Debug, Clone)]
@@ -76,4 +80,106 @@ pub async fn cards_today(
         }
     }
     Ok(cards)
+}
+
+/// What a workload's slices of one kind and profile held and used over a window, for
+/// right-sizing.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    pub team: String,
+    pub namespace: Option<String>,
+    pub workload_kind: String,
+    pub workload: String,
+    pub model: String,
+    pub kind: SliceKind,
+    pub profile: Option<String>,
+    pub compute_share: Decimal,
+    pub memory_share: Decimal,
+    pub memory_reserved_bytes: i64,
+    pub gpu_compute_slices: u8,
+    pub slices: i64,
+    /// From the first hour held to the end of the last, in seconds.
+    pub span_seconds: i64,
+    /// The span in days, rounded up.
+    pub days: i64,
+    pub held_seconds: Decimal,
+    pub known_seconds: Decimal,
+    pub active_seconds: Decimal,
+    pub memory_p99_bytes: i64,
+    pub memory_max_bytes: i64,
+    pub compute_p95: Option<f64>,
+}
+
+impl Evidence {
+    pub fn compute_share_f64(&self) -> f64 {
+        self.compute_share.to_f64().unwrap_or(1.0)
+    }
+}
+
+/// Every workload's evidence over `[from, to)` (only `team`'s, when given), from the hourly
+/// rollups; a workload is named by `workload_of` (migration 0012).
+pub async fn evidence(
+    pool: &PgPool,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    team: Option<&str>,
+) -> Result<Vec<Evidence>, sqlx::Error> {
+    let rows = sqlx::query!(
+        r#"select c.team_id, c.namespace, w.w[1] as "workload_kind!", w.w[2] as "workload!",
+                  g.model, s.kind as "kind: SliceKind", s.profile, s.compute_share, s.memory_share,
+                  s.memory_reserved_bytes, g.compute_slices as gpu_compute_slices,
+                  count(distinct s.slice_id) as "slices!",
+                  (extract(epoch from max(u.hour) - min(u.hour)) + 3600)::int8 as "span_seconds!",
+                  sum(u.held_seconds) as "held_seconds!",
+                  sum(u.compute_known_seconds) as "known_seconds!",
+                  sum(u.compute_active_seconds) as "active_seconds!",
+                  percentile_disc(0.99) within group (order by u.memory_peak_bytes)
+                      as "memory_p99_bytes!",
+                  max(u.memory_peak_bytes) as "memory_max_bytes!",
+                  percentile_cont(0.95) within group (
+                      order by (u.compute_active_seconds / nullif(u.compute_known_seconds, 0))::float8)
+                      as compute_p95
+           from usage_hourly u
+           join consumer c using (consumer_id)
+           join slice s using (slice_id)
+           join gpu g using (gpu_id)
+           cross join lateral (
+               select coalesce(workload_of(c.pod, c.labels, c.job_id, c.unix_user),
+                               array['Consumer', c.consumer_id::text]) as w) w
+           where u.hour >= $1 and u.hour < $2 and u.held_seconds > 0
+             and ($3::text is null or c.team_id = $3)
+           group by c.team_id, c.namespace, w.w[1], w.w[2], g.model, s.kind, s.profile,
+                    s.compute_share, s.memory_share, s.memory_reserved_bytes, g.compute_slices
+           order by c.team_id, c.namespace, w.w[2], g.model, s.kind, s.profile"#,
+        from,
+        to,
+        team
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| Evidence {
+            team: r.team_id,
+            namespace: r.namespace,
+            workload_kind: r.workload_kind,
+            workload: r.workload,
+            model: r.model,
+            kind: r.kind,
+            profile: r.profile,
+            compute_share: r.compute_share,
+            memory_share: r.memory_share,
+            memory_reserved_bytes: r.memory_reserved_bytes,
+            gpu_compute_slices: u8::try_from(r.gpu_compute_slices).unwrap_or(7),
+            slices: r.slices,
+            span_seconds: r.span_seconds,
+            days: (r.span_seconds + 86_399) / 86_400,
+            held_seconds: r.held_seconds,
+            known_seconds: r.known_seconds,
+            active_seconds: r.active_seconds,
+            memory_p99_bytes: r.memory_p99_bytes,
+            memory_max_bytes: r.memory_max_bytes,
+            compute_p95: r.compute_p95,
+        })
+        .collect())
 }

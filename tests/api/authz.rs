@@ -288,6 +288,12 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
         ),
         row(
             "GET",
+            "/v1/recommendations",
+            "/v1/recommendations?days=14",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
+        row(
+            "GET",
             "/v1/reports/monthly/{period}",
             "/v1/reports/monthly/2026-10",
             [U, U, U, U, 200, 200, 200, 200, 403],

@@ -18,6 +18,7 @@ mod kubelet;
 mod nvml;
 mod openapi;
 mod plans;
+mod recommendations;
 mod reports;
 mod retention;
 mod support;

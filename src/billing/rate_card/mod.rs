@@ -397,6 +397,17 @@ pub enum RateCardConflict {
     Invoiced(i64, i64),
 }
 
+/// The version in force at `at`: the latest that started by then.
+pub fn in_force_at(
+    cards: &std::collections::BTreeMap<i64, RateCard>,
+    at: DateTime<Utc>,
+) -> Option<&RateCard> {
+    cards
+        .values()
+        .filter(|c| c.effective_from <= at)
+        .max_by_key(|c| c.effective_from)
+}
+
 /// Whether `card` may be published after the latest version (its start and currency) and the last
 /// period with issued invoices: it starts after both and keeps the currency.
 pub fn may_publish(

@@ -1,0 +1,293 @@
+//! Right-sizing (DESIGN.md, Right-sizing and planning): for each workload and the slice it holds,
+//! the smallest MIG profile of the same GPU model that fits its memory and compute need, "give it
+//! back" for a slice held with no compute at all, and what the change is worth a month at today's
+//! rate card.
+//!
+//! Evidence comes from the hourly rollups: memory need is the p99 of the hours' peak memory (each
+//! hour's peak is the highest of its windows', so this p99 is never below the windows' own) x 1.15,
+//! never below the highest peak seen; compute need is the p95 of the hours' compute-active
+//! fraction x the slice's compute slices / the target utilisation of the profile asked for. The
+//! days of data are the span from the first hour held to the end of the last, and the monthly
+//! figures scale the held hours of that span to 730 hours.
+
+use rust_decimal::Decimal;
+use rust_decimal::prelude::FromPrimitive;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::HOURS_PER_MONTH;
+use super::store::Evidence;
+use crate::billing::rate_card::RateCard;
+use crate::domain::profiles::{self, MigProfile};
+use crate::domain::slice::SliceKind;
+
+/// Headroom on the p99 of peak memory.
+const MEMORY_HEADROOM: f64 = 1.15;
+/// Below this fraction of its known seconds busy, a slice did no work at all.
+const IDLE_FRACTION: f64 = 0.001;
+/// Days of data a recommendation needs; under 14 its confidence is medium.
+const MIN_DAYS: i64 = 7;
+const HIGH_DAYS: i64 = 14;
+
+/// How busy a workload's slice should be: the share of its compute need it may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetProfile {
+    /// 0.7.
+    Default,
+    /// 0.8: development may run hot.
+    Dev,
+    /// 0.65.
+    Prod,
+    /// 0.5: room to take a failed peer's load.
+    Ha,
+}
+
+impl TargetProfile {
+    pub fn utilisation(self) -> f64 {
+        match self {
+            TargetProfile::Default => 0.7,
+            TargetProfile::Dev => 0.8,
+            TargetProfile::Prod => 0.65,
+            TargetProfile::Ha => 0.5,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TargetProfile> {
+        Some(match s {
+            "default" => TargetProfile::Default,
+            "dev" => TargetProfile::Dev,
+            "prod" => TargetProfile::Prod,
+            "ha" => TargetProfile::Ha,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Today's slice is the smallest that fits.
+    Keep,
+    /// A smaller (or, when the workload is short of memory or compute, a larger) profile.
+    Resize,
+    /// Held with no compute all the time: release it.
+    GiveBack,
+    /// A time-sliced replica reserves nothing and pays for what it uses: nothing to resize.
+    PayPerUse,
+    /// Fewer than 7 days of data: no recommendation yet.
+    Wait,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// Under 7 days of data.
+    Low,
+    /// 7 to 13 days.
+    Medium,
+    /// 14 days or more.
+    High,
+}
+
+/// One workload's slices of one kind and profile, and what they should be.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Recommendation {
+    pub team: String,
+    pub namespace: Option<String>,
+    /// `Deployment`, `StatefulSet`, `Job`, `Pod`, `Workload` (a `slicemeter.io/workload` label) or
+    /// `User`.
+    pub workload_kind: String,
+    pub workload: String,
+    pub gpu_model: String,
+    #[schema(value_type = String, example = "mig")]
+    pub kind: SliceKind,
+    /// Today's MIG profile, if a MIG instance.
+    pub profile: Option<String>,
+    /// Slices of the workload behind these figures.
+    pub slices: i64,
+    pub action: Action,
+    /// The profile to move to (`resize`).
+    pub recommended_profile: Option<String>,
+    pub confidence: Confidence,
+    pub days_of_data: i64,
+    /// p99 of the hours' peak memory, in bytes.
+    pub memory_p99_bytes: i64,
+    pub memory_max_bytes: i64,
+    /// p99 x 1.15, never below the highest peak.
+    pub memory_need_bytes: i64,
+    pub memory_reserved_bytes: i64,
+    /// p95 of the hours' compute-active fraction of the slice; none where not measured.
+    pub compute_p95: Option<f64>,
+    /// In compute slices: p95 x the slice's compute slices / target utilisation.
+    pub compute_need_slices: Option<f64>,
+    /// Today's monthly charge for these slices (held hours of the data, scaled to 730 a month),
+    /// rounded as an invoice line is; none without a rate card in force.
+    pub monthly_today: Option<Decimal>,
+    /// The same hours on the recommended profile (0 to give back).
+    pub monthly_recommended: Option<Decimal>,
+    /// `monthly_today - monthly_recommended`: what the team saves a month (negative: pays more).
+    pub monthly_delta: Option<Decimal>,
+    /// Why, in a sentence.
+    pub reason: String,
+}
+
+/// What the evidence says, priced by `card` (the rate card in force), for `target`.
+pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -> Recommendation {
+    let kind = e.kind;
+    let confidence = match e.days {
+        d if d < MIN_DAYS => Confidence::Low,
+        d if d < HIGH_DAYS => Confidence::Medium,
+        _ => Confidence::High,
+    };
+    let memory_need = ((e.memory_p99_bytes as f64 * MEMORY_HEADROOM).ceil() as i64)
+        .max(e.memory_max_bytes);
+    let compute_need = e.compute_p95.map(|p| {
+        p * e.compute_share_f64() * f64::from(e.gpu_compute_slices) / target.utilisation()
+    });
+    let idle = e.known_seconds > Decimal::ZERO
+        && e.active_seconds <= e.known_seconds * Decimal::from_f64(IDLE_FRACTION).unwrap_or_default();
+
+    let table = profiles::table_model(&e.model);
+    let (action, recommended, reason): (Action, Option<&MigProfile>, String) = if kind
+        == SliceKind::Timeslice
+    {
+        (
+            Action::PayPerUse,
+            None,
+            "a time-sliced replica reserves nothing: it pays for the compute and memory it uses"
+                .into(),
+        )
+    } else if e.days < MIN_DAYS {
+        (
+            Action::Wait,
+            None,
+            format!(
+                "{} days of data; a recommendation needs {MIN_DAYS}",
+                e.days
+            ),
+        )
+    } else if idle {
+        (
+            Action::GiveBack,
+            None,
+            format!(
+                "held {} days with no compute activity",
+                e.days
+            ),
+        )
+    } else {
+        match (table, compute_need) {
+            (None, _) => (
+                Action::Keep,
+                None,
+                format!("no MIG profile table for {}", e.model),
+            ),
+            (Some(_), None) => (
+                Action::Keep,
+                None,
+                "compute activity was not measured".into(),
+            ),
+            (Some(t), Some(need)) => match smallest_fit(t, memory_need, need, card) {
+                None => (
+                    Action::Keep,
+                    None,
+                    "no MIG profile holds its memory and compute need".into(),
+                ),
+                Some(p) if e.profile.as_deref() == Some(p.profile.as_str()) => (
+                    Action::Keep,
+                    None,
+                    format!("{} is the smallest profile that fits", p.profile),
+                ),
+                Some(p) => (
+                    Action::Resize,
+                    Some(p),
+                    format!(
+                        "needs {:.1} GiB and {:.2} compute slices; {} has {} GiB and {}",
+                        memory_need as f64 / f64::from(1u32 << 30),
+                        need,
+                        p.profile,
+                        p.memory_gib,
+                        p.compute_slices
+                    ),
+                ),
+            },
+        }
+    };
+
+    // The lines, as an invoice would round them, over the held hours scaled to a month.
+    let monthly_hours = (e.span_seconds > 0).then(|| {
+        e.held_seconds * Decimal::from(HOURS_PER_MONTH) / Decimal::from(e.span_seconds)
+    });
+    let priced = card.zip(monthly_hours).filter(|_| kind.is_reserved());
+    let line = |card: &RateCard, share: Decimal, kind: SliceKind, hours: Decimal| {
+        let cost = card.hourly_cost(&e.model).0 * card.factors.of(kind);
+        card.currency.round(cost * share * hours)
+    };
+    let monthly_today =
+        priced.map(|(c, h)| line(c, c.weights.weigh(e.compute_share, e.memory_share), kind, h));
+    let monthly_recommended = priced.and_then(|(c, h)| match action {
+        Action::GiveBack => Some(Decimal::ZERO),
+        Action::Resize => recommended.map(|p| line(c, profile_share(p, c), SliceKind::Mig, h)),
+        Action::Keep => monthly_today,
+        Action::Wait | Action::PayPerUse => None,
+    });
+    Recommendation {
+        team: e.team.clone(),
+        namespace: e.namespace.clone(),
+        workload_kind: e.workload_kind.clone(),
+        workload: e.workload.clone(),
+        gpu_model: e.model.clone(),
+        kind,
+        profile: e.profile.clone(),
+        slices: e.slices,
+        action,
+        recommended_profile: recommended.map(|p| p.profile.clone()),
+        confidence,
+        days_of_data: e.days,
+        memory_p99_bytes: e.memory_p99_bytes,
+        memory_max_bytes: e.memory_max_bytes,
+        memory_need_bytes: memory_need,
+        memory_reserved_bytes: e.memory_reserved_bytes,
+        compute_p95: e.compute_p95,
+        compute_need_slices: compute_need,
+        monthly_delta: monthly_today.zip(monthly_recommended).map(|(a, b)| a - b),
+        monthly_today,
+        monthly_recommended,
+        reason,
+    }
+}
+
+/// A MIG profile's share of its card under the card's weights.
+fn profile_share(p: &MigProfile, card: &RateCard) -> Decimal {
+    card.weights.weigh(
+        Decimal::from(p.compute_slices) / Decimal::from(p.total_compute_slices),
+        Decimal::from(p.memory_slices) / Decimal::from(p.total_memory_slices),
+    )
+}
+
+/// The cheapest profile of the table model (by share; then fewer memory, then compute slices)
+/// with the memory and compute slices needed. Media-extension variants are left out: they are the
+/// same size and there is one a card.
+fn smallest_fit(
+    table_model: &str,
+    memory_need: i64,
+    compute_need: f64,
+    card: Option<&RateCard>,
+) -> Option<&'static MigProfile> {
+    let weights = card.map(|c| c.weights).unwrap_or_default();
+    profiles::of_model(table_model)
+        .filter(|p| !p.profile.ends_with("+me"))
+        .filter(|p| i64::try_from(p.memory_bytes()).unwrap_or(i64::MAX) >= memory_need)
+        .filter(|p| f64::from(p.compute_slices) >= compute_need)
+        .min_by_key(|p| {
+            (
+                weights.weigh(
+                    Decimal::from(p.compute_slices) / Decimal::from(p.total_compute_slices),
+                    Decimal::from(p.memory_slices) / Decimal::from(p.total_memory_slices),
+                ),
+                p.memory_slices,
+                p.compute_slices,
+            )
+        })
+}

@@ -1,0 +1,169 @@
+//! Right-sizing over the API: evidence from ingest, the recommended slice and what it saves.
+
+use std::str::FromStr;
+
+use axum::http::StatusCode;
+use chrono::{DateTime, Duration, DurationRound, Utc};
+use rust_decimal::Decimal;
+use serde_json::{Value, json};
+use slicemeter::domain::access::Role;
+
+use crate::billing::dec;
+use crate::support::*;
+
+const GIB: i64 = 1 << 30;
+
+/// A window of `slice` held the whole hour from `start` by a Deployment's pod.
+fn hour(slice: &str, start: DateTime<Utc>, team: &str, app: &str, peak: i64, busy: f64) -> Value {
+    json!({"slice_uuid": slice, "start": start.to_rfc3339(),
+           "end": (start + Duration::hours(1)).to_rfc3339(),
+           "consumer": {"namespace": team, "pod": format!("{app}-5d8c7b9f4-x7k2q"), "container": "main",
+                        "labels": {"pod-template-hash": "5d8c7b9f4"}},
+           "held_seconds": 3600.0, "memory_byte_seconds": 3600.0 * peak as f64 * 0.8,
+           "memory_peak_bytes": peak, "compute_active_seconds": 3600.0 * busy})
+}
+
+/// The H100 of `support` held for the last `days` full days: its 3g.40gb by nlp's `embedder`
+/// (6 GiB peak, 3 % busy), one 1g.10gb by search's `ranker` (2 GiB, never busy), the other by
+/// vision's `detector` for the last 5 days only (busy half the time).
+async fn fourteen_days(app: &TestApp) {
+    app.put_team("nlp", &["nlp"]).await;
+    app.put_team("search", &["search"]).await;
+    app.put_team("vision", &["vision"]).await;
+    let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
+    for d in (1..=14).rev() {
+        let day = end - Duration::days(d);
+        let mut windows = Vec::new();
+        for h in 0..24 {
+            let t = day + Duration::hours(h);
+            windows.push(hour(MIG_3G, t, "nlp", "embedder", 6 * GIB, 0.03));
+            windows.push(hour(MIG_1G_A, t, "search", "ranker", 2 * GIB, 0.0));
+            if d <= 5 {
+                windows.push(hour(MIG_1G_B, t, "vision", "detector", 3 * GIB, 0.5));
+            }
+        }
+        let b = batch(
+            &day.to_rfc3339(),
+            &(day + Duration::days(1)).to_rfc3339(),
+            windows,
+        );
+        let r = app.ingest(&app.admin, &b).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+}
+
+fn of<'a>(list: &'a Value, workload: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workload"] == workload)
+        .unwrap_or_else(|| panic!("no {workload} in {list}"))
+}
+
+/// An invoice line of `hours` on an H100 at the demo rate card (4.00 an hour, weights 0.5/0.5,
+/// MIG factor 1.00) for a profile of `compute`/7 and `memory`/8 slices, rounded to the cent.
+fn line(compute: i64, memory: i64, hours: i64) -> Decimal {
+    let half = Decimal::from_str("0.5").unwrap();
+    let share = half * Decimal::from(compute) / Decimal::from(7)
+        + half * Decimal::from(memory) / Decimal::from(8);
+    (Decimal::from(4) * share * Decimal::from(hours))
+        .round_dp_with_strategy(2, rust_decimal::RoundingStrategy::MidpointNearestEven)
+}
+
+#[tokio::test]
+async fn an_oversized_3g_is_cut_to_a_1g_an_idle_slice_given_back_and_five_days_wait() {
+    let app = TestApp::spawn().await;
+    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    fourteen_days(&app).await;
+    let r = app
+        .get(Some(&app.admin), "/v1/recommendations?days=14&profile=prod")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body.as_array().unwrap().len(), 3, "{}", r.body);
+
+    let embedder = of(&r.body, "embedder");
+    assert_eq!(embedder["team"], "nlp");
+    assert_eq!(embedder["workload_kind"], "Deployment");
+    assert_eq!(embedder["profile"], "3g.40gb");
+    assert_eq!(embedder["action"], "resize");
+    assert_eq!(embedder["recommended_profile"], "1g.10gb");
+    assert_eq!(embedder["confidence"], "high");
+    assert_eq!(embedder["days_of_data"], 14);
+    assert_eq!(embedder["memory_p99_bytes"], 6 * GIB);
+    assert_eq!(embedder["compute_p95"], 0.03);
+    // 730 hours a month on each profile, each line rounded once: 1355.71 - 391.07.
+    let (today, smaller) = (line(3, 4, 730), line(1, 1, 730));
+    assert_eq!(today, dec(&json!("1355.71")));
+    assert_eq!(dec(&embedder["monthly_today"]), today);
+    assert_eq!(dec(&embedder["monthly_recommended"]), smaller);
+    assert_eq!(dec(&embedder["monthly_delta"]), today - smaller);
+    assert_eq!(dec(&embedder["monthly_delta"]), dec(&json!("964.64")));
+
+    let ranker = of(&r.body, "ranker");
+    assert_eq!(ranker["action"], "give_back");
+    assert_eq!(ranker["recommended_profile"], Value::Null);
+    assert_eq!(dec(&ranker["monthly_delta"]), line(1, 1, 730));
+    assert_eq!(ranker["confidence"], "high");
+
+    let detector = of(&r.body, "detector");
+    assert_eq!(detector["action"], "wait");
+    assert_eq!(detector["confidence"], "low");
+    assert_eq!(detector["days_of_data"], 5);
+    assert_eq!(detector["monthly_delta"], Value::Null);
+    assert!(
+        detector["reason"]
+            .as_str()
+            .unwrap()
+            .contains("5 days of data; a recommendation needs 7"),
+        "{detector}"
+    );
+
+    // Judged as development (0.8 target) the embedder still fits a 1g; over 6 days nothing is
+    // recommended, at low confidence.
+    let dev = app
+        .get(Some(&app.admin), "/v1/recommendations?days=6&profile=dev")
+        .await;
+    assert_eq!(dev.status, StatusCode::OK, "{dev:?}");
+    let embedder = of(&dev.body, "embedder");
+    assert_eq!(embedder["action"], "wait");
+    assert_eq!(embedder["confidence"], "low");
+}
+
+#[tokio::test]
+async fn a_team_lead_gets_their_own_workloads_only() {
+    let app = TestApp::spawn().await;
+    fourteen_days(&app).await;
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let r = app.get(Some(&lead), "/v1/recommendations").await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let teams: Vec<&str> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["team"].as_str().unwrap())
+        .collect();
+    assert_eq!(teams, vec!["nlp"]);
+    // No rate card: the evidence and the advice, no money.
+    assert_eq!(r.body[0]["action"], "resize");
+    assert_eq!(r.body[0]["monthly_delta"], Value::Null);
+    let other = app
+        .get(Some(&lead), "/v1/recommendations?team=search")
+        .await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN, "{other:?}");
+    let own = app.get(Some(&lead), "/v1/recommendations?team=nlp").await;
+    assert_eq!(own.status, StatusCode::OK);
+    assert_eq!(own.body, r.body);
+    for (query, field) in [
+        ("days=0", "days"),
+        ("profile=turbo", "profile"),
+        ("days=x&profile=turbo", "days"),
+    ] {
+        let r = app
+            .get(Some(&app.admin), &format!("/v1/recommendations?{query}"))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {r:?}");
+        assert_eq!(r.body["error"]["fields"][0]["field"], field, "{query}");
+    }
+}
