@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 
 use super::args::{DbArgs, output};
 use crate::db;
+use crate::plan::recommend::TargetProfile;
 use crate::plan::{self, ConsolidationPlan};
 
 #[derive(Args)]
@@ -19,6 +20,12 @@ pub struct PlanArgs {
     /// Cards reported in the last this many days are planned.
     #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u32).range(1..=90))]
     pub days: u32,
+    /// Plan today's profiles as they are, without first taking each workload's recommendation.
+    #[arg(long)]
+    pub no_right_size: bool,
+    /// The recommendations' target utilisation: default (0.7), dev (0.8), prod (0.65), ha (0.5).
+    #[arg(long, default_value = "default", value_parser = parse_target)]
+    pub profile: TargetProfile,
     /// What to write: a summary, the whole plan as JSON, or the `mig-parted` configuration.
     #[arg(long, value_enum, default_value_t = Format::Summary)]
     pub format: Format,
@@ -36,8 +43,15 @@ pub enum Format {
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.db.database_url, 2).await?;
-    let plan =
-        plan::consolidation(&pool, args.model.as_deref(), args.days, chrono::Utc::now()).await?;
+    let right_size = (!args.no_right_size).then_some(args.profile);
+    let plan = plan::consolidation(
+        &pool,
+        args.model.as_deref(),
+        args.days,
+        right_size,
+        chrono::Utc::now(),
+    )
+    .await?;
     let text = match args.format {
         Format::Summary => summary(&plan),
         Format::Json => serde_json::to_string_pretty(&plan)? + "\n",
@@ -49,6 +63,10 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn parse_target(s: &str) -> Result<TargetProfile, String> {
+    TargetProfile::parse(s).ok_or_else(|| format!("{s:?} is not one of default, dev, prod, ha"))
+}
+
 fn summary(plan: &ConsolidationPlan) -> String {
     let currency = plan.currency.as_deref().unwrap_or("");
     let mut out = format!(
@@ -57,7 +75,7 @@ fn summary(plan: &ConsolidationPlan) -> String {
     );
     for m in &plan.models {
         out += &format!(
-            "{}: {} cards today, {} planned ({}), {} of {} instances move, {} freed, {} {currency}/month\n",
+            "{}: {} cards today, {} planned ({}), {} of {} instances given back, {} move, {} freed, {} {currency}/month\n",
             m.model,
             m.cards_today,
             m.cards_planned,
@@ -66,8 +84,9 @@ fn summary(plan: &ConsolidationPlan) -> String {
             } else {
                 "not proven the fewest"
             },
-            m.instances_moved,
+            m.instances_released,
             m.instances,
+            m.instances_moved,
             m.freed.len(),
             m.monthly_saving.round_dp(2),
         );

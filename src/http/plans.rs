@@ -46,15 +46,48 @@ struct PlanParams {
     /// Only this GPU model, as NVML names it (`NVIDIA H100 80GB HBM3`); every model by default.
     #[param(example = "NVIDIA H100 80GB HBM3", max_length = 200)]
     model: Option<String>,
-    /// Cards reported in the last this many days are planned (default 14, at most 90).
+    /// Cards reported in the last this many days are planned, and recommendations judged over
+    /// them (default 14, at most 90).
     #[param(value_type = Option<u32>, example = 14, minimum = 1, maximum = 90)]
     days: Option<String>,
+    /// `true` (default): each instance first takes its workload's recommendation (a smaller
+    /// profile, or given back; medium confidence or better); `false`: today's profiles as they are.
+    #[param(value_type = Option<bool>, example = true)]
+    right_size: Option<String>,
+    /// The recommendations' target utilisation: `default`, `dev`, `prod` or `ha`.
+    #[param(pattern = "^(default|dev|prod|ha)$", example = "prod")]
+    profile: Option<String>,
+}
+
+fn target_of(profile: Option<&str>, errors: &mut Vec<FieldError>) -> TargetProfile {
+    match profile {
+        None => TargetProfile::Default,
+        Some(p) => TargetProfile::parse(p).unwrap_or_else(|| {
+            errors.push(FieldError::new(
+                "profile",
+                format!("{p:?} is not one of default, dev, prod, ha"),
+            ));
+            TargetProfile::Default
+        }),
+    }
 }
 
 impl PlanParams {
-    fn checked(&self) -> Result<(Option<&str>, u32), ApiError> {
+    fn checked(&self) -> Result<(Option<&str>, u32, Option<TargetProfile>), ApiError> {
         let mut errors = Vec::new();
         let days = days_of(self.days.as_deref(), &mut errors);
+        let target = target_of(self.profile.as_deref(), &mut errors);
+        let right_size = match self.right_size.as_deref() {
+            None | Some("true") => true,
+            Some("false") => false,
+            Some(other) => {
+                errors.push(FieldError::new(
+                    "right_size",
+                    format!("{other:?} is neither true nor false"),
+                ));
+                false
+            }
+        };
         if let Some(m) = &self.model
             && (m.is_empty() || m.chars().count() > 200)
         {
@@ -69,7 +102,7 @@ impl PlanParams {
                 errors,
             ));
         }
-        Ok((self.model.as_deref(), days))
+        Ok((self.model.as_deref(), days, right_size.then_some(target)))
     }
 }
 
@@ -128,16 +161,7 @@ async fn recommendations(
     require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let mut errors = Vec::new();
     let days = days_of(params.days.as_deref(), &mut errors);
-    let target = match params.profile.as_deref() {
-        None => TargetProfile::Default,
-        Some(p) => TargetProfile::parse(p).unwrap_or_else(|| {
-            errors.push(FieldError::new(
-                "profile",
-                format!("{p:?} is not one of default, dev, prod, ha"),
-            ));
-            TargetProfile::Default
-        }),
-    };
+    let target = target_of(params.profile.as_deref(), &mut errors);
     if !errors.is_empty() {
         return Err(ApiError::invalid_fields(
             "the recommendations' parameters are invalid",
@@ -165,8 +189,8 @@ async fn read(
     params: &PlanParams,
 ) -> Result<ConsolidationPlan, ApiError> {
     require(principal, &[Role::Admin, Role::Finance])?;
-    let (model, days) = params.checked()?;
-    Ok(plan::consolidation(&state.pool, model, days, Utc::now()).await?)
+    let (model, days, right_size) = params.checked()?;
+    Ok(plan::consolidation(&state.pool, model, days, right_size, Utc::now()).await?)
 }
 
 /// For each GPU model, its MIG cards' instances (as held in the last hour each card was reported)

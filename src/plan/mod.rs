@@ -50,7 +50,10 @@ pub struct ModelPlan {
     pub cards_planned: usize,
     /// Whether the solver proved that no fewer cards can hold these instances.
     pub optimal: bool,
+    /// Instances today.
     pub instances: usize,
+    /// Given back on their workload's recommendation.
+    pub instances_released: usize,
     /// Instances that change card.
     pub instances_moved: usize,
     pub cards: Vec<CardPlan>,
@@ -73,7 +76,10 @@ pub struct CardPlan {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct PlacedInstance {
     pub slice_uuid: String,
+    /// Its profile in the plan.
     pub profile: String,
+    /// Its profile today (another when right-sizing shrinks it).
+    pub profile_today: String,
     /// Where it starts on the memory-slice axis (`nvidia-smi mig -lgipp`); none on GPUs the
     /// placement table does not cover.
     pub start: Option<u8>,
@@ -87,9 +93,10 @@ pub struct PlacedInstance {
 pub struct PlannedMove {
     /// 1, 2, ... in the order to carry them out.
     pub order: usize,
-    /// `move`: create on `to`, move the workload, delete on `from`; `stop`: delete on `from`
-    /// first (the workload is down) because every destination is full; `start`: create it on
-    /// `to` again.
+    /// `release`: delete it (given back); `shrink`: recreate it in place as `profile` (the
+    /// workload restarts); `move`: create on `to`, move the workload, delete on `from`; `stop`:
+    /// delete on `from` first (the workload is down) because every destination is full;
+    /// `start`: create it on `to` again.
     #[schema(example = "move")]
     pub action: String,
     pub slice_uuid: String,
@@ -111,25 +118,99 @@ pub enum PlanError {
 /// How long the solver may search one model's packing before it settles for its best layout.
 pub const SOLVE_LIMIT: Duration = Duration::from_secs(20);
 
+/// What the plan does to an instance before packing, from its workload's recommendation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Recreated in place as a smaller profile (a smaller instance fits where a larger one was).
+    Shrink {
+        profile: String,
+        compute_slices: u8,
+        memory_slices: u8,
+    },
+    /// Given back: deleted.
+    Release,
+}
+
 /// The plan for the MIG cards (of `model`, when given) reported in the last `days` days, freed
-/// cards priced by the rate card in force at `now`.
+/// cards priced by the rate card in force at `now`. With `right_size`, each instance first takes
+/// its workload's recommendation (`target`; medium confidence or better): a smaller profile, or
+/// given back. Larger profiles are left to the team: they cannot be made in place.
 pub async fn consolidation(
     pool: &sqlx::PgPool,
     model: Option<&str>,
     days: u32,
+    right_size: Option<recommend::TargetProfile>,
     now: DateTime<Utc>,
 ) -> Result<ConsolidationPlan, PlanError> {
     let since = now - chrono::Duration::days(i64::from(days));
     let cards = store::cards_today(pool, since, model).await?;
     let rate_cards = rate_card::store::rate_cards(pool).await?;
     let in_force = rate_card::in_force_at(&rate_cards, now);
+    let changes = match right_size {
+        Some(target) => changes(
+            &cards,
+            &recommendations(pool, None, days, target, now).await?,
+        ),
+        None => BTreeMap::new(),
+    };
     // The solver is CPU-bound for up to its time limit: off the async workers.
     tokio::task::spawn_blocking({
         let in_force = in_force.cloned();
-        move || plan(cards, in_force.as_ref(), days, now)
+        move || plan(cards, in_force.as_ref(), &changes, days, now)
     })
     .await
     .map_err(|e| PlanError::Solver(e.to_string()))?
+}
+
+/// Each instance's change, by slice uuid: its holder's recommendation for its profile.
+pub fn changes(
+    cards: &[CardToday],
+    recommendations: &[recommend::Recommendation],
+) -> BTreeMap<String, Change> {
+    use recommend::{Action, Confidence};
+    let mut out = BTreeMap::new();
+    for c in cards {
+        let table = profiles::table_model(&c.model);
+        for i in &c.instances {
+            let Some(h) = &i.holder else { continue };
+            let Some(r) = recommendations.iter().find(|r| {
+                r.team == h.team
+                    && r.namespace == h.namespace
+                    && r.workload_kind == h.workload_kind
+                    && r.workload == h.workload
+                    && r.gpu_model == c.model
+                    && r.kind == crate::domain::slice::SliceKind::Mig
+                    && r.profile.as_deref() == Some(i.profile.as_str())
+            }) else {
+                continue;
+            };
+            if r.confidence == Confidence::Low {
+                continue;
+            }
+            match (r.action, &r.recommended_profile) {
+                (Action::GiveBack, _) => {
+                    out.insert(i.slice_uuid.clone(), Change::Release);
+                }
+                (Action::Resize, Some(p)) => {
+                    let Some(p) = table.and_then(|t| profiles::by_name(t, p)) else {
+                        continue;
+                    };
+                    if p.compute_slices <= i.compute_slices && p.memory_slices <= i.memory_slices {
+                        out.insert(
+                            i.slice_uuid.clone(),
+                            Change::Shrink {
+                                profile: p.profile.clone(),
+                                compute_slices: p.compute_slices,
+                                memory_slices: p.memory_slices,
+                            },
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// Every workload's recommendation over the last `days` days (only `team`'s, when given), priced
@@ -156,6 +237,7 @@ pub async fn recommendations(
 pub fn plan(
     cards: Vec<CardToday>,
     card: Option<&RateCard>,
+    changes: &BTreeMap<String, Change>,
     days: u32,
     generated_at: DateTime<Utc>,
 ) -> Result<ConsolidationPlan, PlanError> {
@@ -165,7 +247,7 @@ pub fn plan(
     }
     let mut models = Vec::new();
     for (model, cards) in by_model {
-        models.push(plan_model(&model, cards, card)?);
+        models.push(plan_model(&model, cards, card, changes)?);
     }
     let monthly_saving = models.iter().map(|m| m.monthly_saving).sum();
     let mig_parted = mig_parted(&models);
@@ -183,6 +265,7 @@ fn plan_model(
     model: &str,
     cards: Vec<CardToday>,
     rate_card: Option<&RateCard>,
+    changes: &BTreeMap<String, Change>,
 ) -> Result<ModelPlan, PlanError> {
     let (total_compute, total_memory) = cards
         .first()
@@ -192,19 +275,50 @@ fn plan_model(
     let mut shapes: Vec<Shape> = Vec::new();
     let mut items: Vec<Item> = Vec::new();
     let mut refs: Vec<&InstanceToday> = Vec::new();
+    // The in-place steps come first: releases, then shrinks.
+    let mut in_place: Vec<PlannedMove> = Vec::new();
     for (n, c) in cards.iter().enumerate() {
         for i in &c.instances {
-            let s = match shapes.iter().position(|s| s.profile == i.profile) {
+            let (profile, compute_slices, memory_slices) = match changes.get(&i.slice_uuid) {
+                Some(Change::Release) => {
+                    in_place.push(PlannedMove {
+                        order: 0,
+                        action: "release".into(),
+                        slice_uuid: i.slice_uuid.clone(),
+                        profile: i.profile.clone(),
+                        from_gpu: c.gpu_uuid.clone(),
+                        to_gpu: c.gpu_uuid.clone(),
+                    });
+                    continue;
+                }
+                Some(Change::Shrink {
+                    profile,
+                    compute_slices,
+                    memory_slices,
+                }) => {
+                    in_place.push(PlannedMove {
+                        order: 0,
+                        action: "shrink".into(),
+                        slice_uuid: i.slice_uuid.clone(),
+                        profile: profile.clone(),
+                        from_gpu: c.gpu_uuid.clone(),
+                        to_gpu: c.gpu_uuid.clone(),
+                    });
+                    (profile.clone(), *compute_slices, *memory_slices)
+                }
+                None => (i.profile.clone(), i.compute_slices, i.memory_slices),
+            };
+            let s = match shapes.iter().position(|s| s.profile == profile) {
                 Some(s) => s,
                 None => {
                     let max_per_card = table
-                        .and_then(|t| profiles::by_name(t, &i.profile))
+                        .and_then(|t| profiles::by_name(t, &profile))
                         .map(|p| u8::try_from(p.max_instances).unwrap_or(u8::MAX))
                         .unwrap_or(total_compute);
                     shapes.push(Shape {
-                        profile: i.profile.clone(),
-                        compute_slices: i.compute_slices,
-                        memory_slices: i.memory_slices,
+                        profile: profile.clone(),
+                        compute_slices,
+                        memory_slices,
                         max_per_card,
                     });
                     shapes.len() - 1
@@ -218,6 +332,7 @@ fn plan_model(
             refs.push(i);
         }
     }
+    in_place.sort_by_key(|m| m.action != "release");
     let packing = pack::pack(
         &shapes,
         &items,
@@ -246,35 +361,40 @@ fn plan_model(
             .position(|&n| n == p.card)
             .expect("a placed instance's card is used");
         let i = refs[p.item];
+        let shape = &shapes[items[p.item].shape];
         planned[k].instances.push(PlacedInstance {
             slice_uuid: i.slice_uuid.clone(),
-            profile: i.profile.clone(),
+            profile: shape.profile.clone(),
+            profile_today: i.profile.clone(),
             start: p.start,
-            memory_slices: i.memory_slices,
-            compute_slices: i.compute_slices,
+            memory_slices: shape.memory_slices,
+            compute_slices: shape.compute_slices,
             stays: items[p.item].card == p.card,
         });
     }
     for c in &mut planned {
         c.instances.sort_by_key(|i| (i.start, i.slice_uuid.clone()));
     }
-    let moves: Vec<PlannedMove> = packing
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(k, s)| PlannedMove {
-            order: k + 1,
-            action: match s.kind {
-                StepKind::Move => "move",
-                StepKind::Stop => "stop",
-                StepKind::Start => "start",
+    let released = in_place.iter().filter(|m| m.action == "release").count();
+    let moves: Vec<PlannedMove> = in_place
+        .into_iter()
+        .chain(packing.steps.iter().map(|s| {
+            PlannedMove {
+                order: 0,
+                action: match s.kind {
+                    StepKind::Move => "move",
+                    StepKind::Stop => "stop",
+                    StepKind::Start => "start",
+                }
+                .to_owned(),
+                slice_uuid: refs[s.item].slice_uuid.clone(),
+                profile: shapes[items[s.item].shape].profile.clone(),
+                from_gpu: cards[s.from].gpu_uuid.clone(),
+                to_gpu: cards[s.to].gpu_uuid.clone(),
             }
-            .to_owned(),
-            slice_uuid: refs[s.item].slice_uuid.clone(),
-            profile: refs[s.item].profile.clone(),
-            from_gpu: cards[s.from].gpu_uuid.clone(),
-            to_gpu: cards[s.to].gpu_uuid.clone(),
-        })
+        }))
+        .enumerate()
+        .map(|(k, m)| PlannedMove { order: k + 1, ..m })
         .collect();
     let freed: Vec<String> = (0..cards.len())
         .filter(|n| !packing.used.contains(n))
@@ -289,7 +409,8 @@ fn plan_model(
         cards_today: cards.len(),
         cards_planned: packing.used.len(),
         optimal: packing.optimal,
-        instances: items.len(),
+        instances: items.len() + released,
+        instances_released: released,
         instances_moved: packing
             .placed
             .iter()

@@ -140,85 +140,78 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         d if d < HIGH_DAYS => Confidence::Medium,
         _ => Confidence::High,
     };
-    let memory_need = ((e.memory_p99_bytes as f64 * MEMORY_HEADROOM).ceil() as i64)
-        .max(e.memory_max_bytes);
+    let memory_need =
+        ((e.memory_p99_bytes as f64 * MEMORY_HEADROOM).ceil() as i64).max(e.memory_max_bytes);
     let compute_need = e.compute_p95.map(|p| {
         p * e.compute_share_f64() * f64::from(e.gpu_compute_slices) / target.utilisation()
     });
     let idle = e.known_seconds > Decimal::ZERO
-        && e.active_seconds <= e.known_seconds * Decimal::from_f64(IDLE_FRACTION).unwrap_or_default();
+        && e.active_seconds
+            <= e.known_seconds * Decimal::from_f64(IDLE_FRACTION).unwrap_or_default();
 
     let table = profiles::table_model(&e.model);
-    let (action, recommended, reason): (Action, Option<&MigProfile>, String) = if kind
-        == SliceKind::Timeslice
-    {
-        (
+    let (action, recommended, reason): (Action, Option<&MigProfile>, String) =
+        if kind == SliceKind::Timeslice {
+            (
             Action::PayPerUse,
             None,
             "a time-sliced replica reserves nothing: it pays for the compute and memory it uses"
                 .into(),
         )
-    } else if e.days < MIN_DAYS {
-        (
-            Action::Wait,
-            None,
-            format!(
-                "{} days of data; a recommendation needs {MIN_DAYS}",
-                e.days
-            ),
-        )
-    } else if idle {
-        (
-            Action::GiveBack,
-            None,
-            format!(
-                "held {} days with no compute activity",
-                e.days
-            ),
-        )
-    } else {
-        match (table, compute_need) {
-            (None, _) => (
-                Action::Keep,
+        } else if e.days < MIN_DAYS {
+            (
+                Action::Wait,
                 None,
-                format!("no MIG profile table for {}", e.model),
-            ),
-            (Some(_), None) => (
-                Action::Keep,
+                format!("{} days of data; a recommendation needs {MIN_DAYS}", e.days),
+            )
+        } else if idle {
+            (
+                Action::GiveBack,
                 None,
-                "compute activity was not measured".into(),
-            ),
-            (Some(t), Some(need)) => match smallest_fit(t, memory_need, need, card) {
-                None => (
+                format!("held {} days with no compute activity", e.days),
+            )
+        } else {
+            match (table, compute_need) {
+                (None, _) => (
                     Action::Keep,
                     None,
-                    "no MIG profile holds its memory and compute need".into(),
+                    format!("no MIG profile table for {}", e.model),
                 ),
-                Some(p) if e.profile.as_deref() == Some(p.profile.as_str()) => (
+                (Some(_), None) => (
                     Action::Keep,
                     None,
-                    format!("{} is the smallest profile that fits", p.profile),
+                    "compute activity was not measured".into(),
                 ),
-                Some(p) => (
-                    Action::Resize,
-                    Some(p),
-                    format!(
-                        "needs {:.1} GiB and {:.2} compute slices; {} has {} GiB and {}",
-                        memory_need as f64 / f64::from(1u32 << 30),
-                        need,
-                        p.profile,
-                        p.memory_gib,
-                        p.compute_slices
+                (Some(t), Some(need)) => match smallest_fit(t, memory_need, need, card) {
+                    None => (
+                        Action::Keep,
+                        None,
+                        "no MIG profile holds its memory and compute need".into(),
                     ),
-                ),
-            },
-        }
-    };
+                    Some(p) if e.profile.as_deref() == Some(p.profile.as_str()) => (
+                        Action::Keep,
+                        None,
+                        format!("{} is the smallest profile that fits", p.profile),
+                    ),
+                    Some(p) => (
+                        Action::Resize,
+                        Some(p),
+                        format!(
+                            "needs {:.1} GiB and {:.2} compute slices; {} has {} GiB and {}",
+                            memory_need as f64 / f64::from(1u32 << 30),
+                            need,
+                            p.profile,
+                            p.memory_gib,
+                            p.compute_slices
+                        ),
+                    ),
+                },
+            }
+        };
 
     // The lines, as an invoice would round them, over the held hours scaled to a month.
-    let monthly_hours = (e.span_seconds > 0).then(|| {
-        e.held_seconds * Decimal::from(HOURS_PER_MONTH) / Decimal::from(e.span_seconds)
-    });
+    let monthly_hours = (e.span_seconds > 0)
+        .then(|| e.held_seconds * Decimal::from(HOURS_PER_MONTH) / Decimal::from(e.span_seconds));
     let priced = card.zip(monthly_hours).filter(|_| kind.is_reserved());
     let line = |card: &RateCard, share: Decimal, kind: SliceKind, hours: Decimal| {
         let cost = card.hourly_cost(&e.model).0 * card.factors.of(kind);

@@ -24,6 +24,17 @@ pub struct InstanceToday {
     pub profile: String,
     pub compute_slices: u8,
     pub memory_slices: u8,
+    /// Who held it most in that hour.
+    pub holder: Option<Holder>,
+}
+
+/// A workload as right-sizing names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    pub team: String,
+    pub namespace: Option<String>,
+    pub workload_kind: String,
+    pub workload: String,
 }
 
 /// Every MIG-mode card (of `model`, when given) reported present since `since`, with the MIG
@@ -40,14 +51,21 @@ pub async fn cards_today(
            select g.gpu_uuid, g.node, g.model, g.compute_slices as gpu_compute,
                   g.memory_slices as gpu_memory,
                   i.slice_uuid as "slice_uuid?", i.profile as "profile?",
-                  i.compute_slices as "compute_slices?", i.memory_slices as "memory_slices?"
+                  i.compute_slices as "compute_slices?", i.memory_slices as "memory_slices?",
+                  i.team_id as "team_id?", i.namespace, i.w[1] as "workload_kind?",
+                  i.w[2] as "workload?"
            from last l
            join gpu g on g.gpu_id = l.gpu_id
            left join lateral (
-               select distinct s.slice_uuid, s.profile, s.compute_slices, s.memory_slices
+               select distinct on (s.slice_id) s.slice_uuid, s.profile, s.compute_slices,
+                      s.memory_slices, c.team_id, c.namespace,
+                      coalesce(workload_of(c.pod, c.labels, c.job_id, c.unix_user),
+                               array['Consumer', c.consumer_id::text]) as w
                from slice s
                join usage_hourly u on u.slice_id = s.slice_id and u.hour = l.hour
-               where s.gpu_id = l.gpu_id and s.kind = 'mig' and u.held_seconds > 0) i on true
+               join consumer c on c.consumer_id = u.consumer_id
+               where s.gpu_id = l.gpu_id and s.kind = 'mig' and u.held_seconds > 0
+               order by s.slice_id, u.held_seconds desc, c.consumer_id) i on true
            where g.mig_enabled and ($2::text is null or g.model = $2)
            order by g.model, g.node, g.gpu_uuid, i.slice_uuid"#,
         since,
@@ -71,11 +89,21 @@ pub async fn cards_today(
             (r.slice_uuid, r.profile, r.compute_slices, r.memory_slices)
         {
             let card = cards.last_mut().expect("pushed above");
+            let holder = match (r.team_id, r.workload_kind, r.workload) {
+                (Some(team), Some(workload_kind), Some(workload)) => Some(Holder {
+                    team,
+                    namespace: r.namespace,
+                    workload_kind,
+                    workload,
+                }),
+                _ => None,
+            };
             card.instances.push(InstanceToday {
                 slice_uuid: uuid,
                 profile,
                 compute_slices: u8::try_from(c).unwrap_or(u8::MAX),
                 memory_slices: u8::try_from(m).unwrap_or(u8::MAX),
+                holder,
             });
         }
     }

@@ -167,3 +167,62 @@ async fn a_team_lead_gets_their_own_workloads_only() {
         assert_eq!(r.body["error"]["fields"][0]["field"], field, "{query}");
     }
 }
+
+#[tokio::test]
+async fn the_plan_takes_the_recommendations_first_unless_told_not_to() {
+    let app = TestApp::spawn().await;
+    fourteen_days(&app).await;
+    let r = app
+        .get(Some(&app.admin), "/v1/plans/consolidation?profile=prod")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let m = &r.body["models"][0];
+    assert_eq!(m["cards_today"], 1);
+    assert_eq!(m["instances"], 3);
+    assert_eq!(m["instances_released"], 1);
+    let moves: Vec<(String, String, String)> = m["moves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["action"].as_str().unwrap().to_owned(),
+                x["slice_uuid"].as_str().unwrap().to_owned(),
+                x["profile"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // The idle 1g.10gb goes first, then the 3g.40gb is made a 1g.10gb where it is; the
+    // detector's (5 days of data) stays as it is.
+    assert_eq!(
+        moves,
+        vec![
+            ("release".into(), MIG_1G_A.into(), "1g.10gb".into()),
+            ("shrink".into(), MIG_3G.into(), "1g.10gb".into()),
+        ]
+    );
+    let card = &m["cards"][0]["instances"];
+    let shrunk = card
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["slice_uuid"] == MIG_3G)
+        .unwrap();
+    assert_eq!(shrunk["profile"], "1g.10gb");
+    assert_eq!(shrunk["profile_today"], "3g.40gb");
+    assert_eq!(card.as_array().unwrap().len(), 2);
+
+    let as_is = app
+        .get(Some(&app.admin), "/v1/plans/consolidation?right_size=false")
+        .await;
+    assert_eq!(as_is.status, StatusCode::OK, "{as_is:?}");
+    let m = &as_is.body["models"][0];
+    assert_eq!(m["instances_released"], 0);
+    assert_eq!(m["moves"], json!([]));
+    assert_eq!(m["cards"][0]["instances"].as_array().unwrap().len(), 3);
+    let bad = app
+        .get(Some(&app.admin), "/v1/plans/consolidation?right_size=maybe")
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.body["error"]["fields"][0]["field"], "right_size");
+}
