@@ -21,8 +21,9 @@ fn start(dir: &std::path::Path) -> Demo {
     let mut child = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
         .args([
             "demo",
+            // The default fleet: what the README's quick start shows.
             "--gpus",
-            "8",
+            "16",
             "--days",
             "32",
             "--listen",
@@ -139,6 +140,42 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
         .await
         .unwrap();
     assert_eq!(erp.status(), 200, "{:?}", erp.text().await);
+    // The simulated fleet holds slices it does not need: right-sizing says so, and the plan
+    // that follows frees a card.
+    let recommendations: serde_json::Value = client
+        .get(format!("{}/v1/recommendations?days=14", demo.base))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<&str> = recommendations
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"resize"), "{actions:?}");
+    assert!(actions.contains(&"give_back"), "{actions:?}");
+    let plan: serde_json::Value = client
+        .get(format!("{}/v1/plans/consolidation", demo.base))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let freed: usize = plan["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["freed"].as_array().unwrap().len())
+        .sum();
+    assert!(freed >= 1, "{plan}");
+    assert_ne!(plan["monthly_saving"], "0", "{plan}");
     stop(demo);
     assert!(
         !pg.join("data/postmaster.pid").exists(),

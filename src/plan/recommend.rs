@@ -23,8 +23,8 @@ use crate::domain::slice::SliceKind;
 
 /// Headroom on the p99 of peak memory.
 const MEMORY_HEADROOM: f64 = 1.15;
-/// Below this fraction of its known seconds busy, a slice did no work at all.
-const IDLE_FRACTION: f64 = 0.001;
+/// Below this fraction of its known seconds busy (1 %), a slice did no real work.
+const IDLE_FRACTION: f64 = 0.01;
 /// Days of data a recommendation needs; under 14 its confidence is medium.
 const MIN_DAYS: i64 = 7;
 const HIGH_DAYS: i64 = 14;
@@ -150,64 +150,82 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
             <= e.known_seconds * Decimal::from_f64(IDLE_FRACTION).unwrap_or_default();
 
     let table = profiles::table_model(&e.model);
-    let (action, recommended, reason): (Action, Option<&MigProfile>, String) =
-        if kind == SliceKind::Timeslice {
-            (
+    let (action, recommended, reason): (Action, Option<&MigProfile>, String) = if kind
+        == SliceKind::Timeslice
+    {
+        (
             Action::PayPerUse,
             None,
             "a time-sliced replica reserves nothing: it pays for the compute and memory it uses"
                 .into(),
         )
-        } else if e.days < MIN_DAYS {
-            (
-                Action::Wait,
+    } else if e.days < MIN_DAYS {
+        (
+            Action::Wait,
+            None,
+            format!("{} days of data; a recommendation needs {MIN_DAYS}", e.days),
+        )
+    } else if idle {
+        (
+            Action::GiveBack,
+            None,
+            format!("held {} days with no compute activity", e.days),
+        )
+    } else {
+        match (table, compute_need) {
+            (None, _) => (
+                Action::Keep,
                 None,
-                format!("{} days of data; a recommendation needs {MIN_DAYS}", e.days),
-            )
-        } else if idle {
-            (
-                Action::GiveBack,
+                format!("no MIG profile table for {}", e.model),
+            ),
+            (Some(_), None) => (
+                Action::Keep,
                 None,
-                format!("held {} days with no compute activity", e.days),
-            )
-        } else {
-            match (table, compute_need) {
-                (None, _) => (
+                "compute activity was not measured".into(),
+            ),
+            (Some(t), Some(need)) => match smallest_fit(t, memory_need, need, card) {
+                None => (
                     Action::Keep,
                     None,
-                    format!("no MIG profile table for {}", e.model),
+                    "no MIG profile holds its memory and compute need".into(),
                 ),
-                (Some(_), None) => (
+                Some(p) if e.profile.as_deref() == Some(p.profile.as_str()) => (
                     Action::Keep,
                     None,
-                    "compute activity was not measured".into(),
+                    format!("{} is the smallest profile that fits", p.profile),
                 ),
-                (Some(t), Some(need)) => match smallest_fit(t, memory_need, need, card) {
-                    None => (
+                // Off MIG, a profile is advice only when it blocks less than the slice does.
+                Some(p)
+                    if kind != SliceKind::Mig
+                        && card.is_some_and(|c| {
+                            profile_share(p, c) >= c.weights.weigh(e.compute_share, e.memory_share)
+                        }) =>
+                {
+                    (
                         Action::Keep,
                         None,
-                        "no MIG profile holds its memory and compute need".into(),
-                    ),
-                    Some(p) if e.profile.as_deref() == Some(p.profile.as_str()) => (
-                        Action::Keep,
-                        None,
-                        format!("{} is the smallest profile that fits", p.profile),
-                    ),
-                    Some(p) => (
-                        Action::Resize,
-                        Some(p),
                         format!(
-                            "needs {:.1} GiB and {:.2} compute slices; {} has {} GiB and {}",
-                            memory_need as f64 / f64::from(1u32 << 30),
-                            need,
+                            "the smallest MIG profile that fits, {}, blocks no less than this {}",
                             p.profile,
-                            p.memory_gib,
-                            p.compute_slices
+                            kind.as_str()
                         ),
+                    )
+                }
+                Some(p) => (
+                    Action::Resize,
+                    Some(p),
+                    format!(
+                        "needs {:.1} GiB and {:.2} compute slices; {} has {} GiB and {}",
+                        memory_need as f64 / f64::from(1u32 << 30),
+                        need,
+                        p.profile,
+                        p.memory_gib,
+                        p.compute_slices
                     ),
-                },
-            }
-        };
+                ),
+            },
+        }
+    };
 
     // The lines, as an invoice would round them, over the held hours scaled to a month.
     let monthly_hours = (e.span_seconds > 0)

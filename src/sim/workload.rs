@@ -1,6 +1,9 @@
 //! What runs on a simulated slice: each week a slice is free, idle-held by a forgotten notebook,
 //! training, serving with a daily cycle, or serving in bursts; pods restart and leave gaps, so slices
-//! change hands. Everything is a function of (seed, slice, time).
+//! change hands. Some large slices are held all month by a service that needs a fraction of them
+//! (6 GiB and a few percent of compute on a large MIG instance, 10 GiB on a whole GPU), some
+//! slices by a notebook forgotten all month: what right-sizing is for. Pods carry their owners as Kubernetes labels them: Jobs train,
+//! Deployments serve, notebooks are bare pods. Everything is a function of (seed, slice, time).
 
 use std::collections::BTreeMap;
 use std::f64::consts::PI;
@@ -19,6 +22,8 @@ pub enum Workload {
     BurstyInference,
     /// Held but idle for days: the case chargeback exists to show.
     IdleHeld,
+    /// A service on a slice far larger than it needs, all month.
+    Oversized,
 }
 
 impl Workload {
@@ -28,8 +33,44 @@ impl Workload {
             Workload::DailyInference => "chat-api",
             Workload::BurstyInference => "embedder",
             Workload::IdleHeld => "notebook",
+            Workload::Oversized => "reranker",
         }
     }
+}
+
+/// The characters Kubernetes draws generated name suffixes from.
+const NAME_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn suffix(h: u64, len: usize) -> String {
+    (0..len)
+        .map(|i| NAME_CHARS[((h >> (i * 5)) % NAME_CHARS.len() as u64) as usize] as char)
+        .collect()
+}
+
+/// A pod of `workload` with the owner labels Kubernetes gives it: a Job's for training, a
+/// Deployment's (`pod-template-hash`, changing with each week's rollout) for serving, none for a
+/// notebook.
+fn pod_of(
+    workload: Workload,
+    generation: u64,
+    template: u64,
+) -> (String, BTreeMap<String, String>) {
+    let app = workload.app();
+    let mut labels = BTreeMap::from([("app".to_owned(), app.to_owned())]);
+    let pod = match workload {
+        Workload::Training => {
+            let job = format!("{app}-{}", suffix(generation, 5));
+            labels.insert("batch.kubernetes.io/job-name".to_owned(), job.clone());
+            format!("{job}-{}", suffix(generation >> 25, 5))
+        }
+        Workload::DailyInference | Workload::BurstyInference | Workload::Oversized => {
+            let hash = suffix(template, 9);
+            labels.insert("pod-template-hash".to_owned(), hash.clone());
+            format!("{app}-{hash}-{}", suffix(generation, 5))
+        }
+        Workload::IdleHeld => format!("{app}-{}", suffix(generation, 5)),
+    };
+    (pod, labels)
 }
 
 const BLOCK_MS: i64 = 4 * 3_600_000;
@@ -58,8 +99,51 @@ impl SimFleet {
         t_ms.div_euclid(BLOCK_MS)
     }
 
+    /// What holds `slice` all month, if anything does: an oversized service on half the MIG
+    /// instances of four memory slices or more and of the whole GPUs, a forgotten notebook on a
+    /// tenth of the other reserved slices.
+    fn all_month(&self, slice: &SimSlice) -> Option<Workload> {
+        let large = match slice.report.kind.as_str() {
+            "mig" => slice.report.memory_slices.unwrap_or(0) >= 4,
+            "whole" => true,
+            _ => false,
+        };
+        let r = unit(hash(&[self.seed, slice.id, 21]));
+        if large && r < 0.5 {
+            Some(Workload::Oversized)
+        } else if slice.report.kind != "timeslice" && r > 0.9 {
+            Some(Workload::IdleHeld)
+        } else {
+            None
+        }
+    }
+
     pub fn plan(&self, slice: &SimSlice, block: i64) -> Plan {
         let (seed, id) = (self.seed, slice.id);
+        if let Some(workload) = self.all_month(slice) {
+            let team = &self.teams[slice.home_team];
+            let generation = hash(&[seed, id, 22]);
+            let key = hash(&[generation, slice.home_team as u64, 23]);
+            let holder = self.consumer(key, || {
+                let (pod, mut labels) = pod_of(workload, generation, hash(&[seed, 24]));
+                if team.labels_pods {
+                    labels.insert(ConsumerReport::TEAM_LABEL.to_owned(), team.id.clone());
+                }
+                ConsumerReport {
+                    namespace: Some(team.namespaces[0].clone()),
+                    pod: Some(pod),
+                    container: Some("main".to_owned()),
+                    labels,
+                    ..ConsumerReport::default()
+                }
+            });
+            return Plan {
+                block,
+                holder: Some(holder),
+                workload,
+                level: unit(hash(&[generation, 10])),
+            };
+        }
         let week = block.div_euclid(BLOCKS_PER_WEEK);
         let w = week as u64;
         let r = unit(hash(&[seed, id, w, 1]));
@@ -114,13 +198,14 @@ impl SimFleet {
             where_.to_bits(),
         ]);
         let holder = self.consumer(key, || {
-            let mut labels = BTreeMap::from([("app".to_owned(), workload.app().to_owned())]);
+            let (pod, mut labels) =
+                pod_of(workload, pod_hash, hash(&[seed, w, team_idx as u64, 24]));
             if label {
                 labels.insert(ConsumerReport::TEAM_LABEL.to_owned(), team.id.clone());
             }
             ConsumerReport {
                 namespace: Some(namespace),
-                pod: Some(format!("{}-{:05x}", workload.app(), pod_hash & 0xf_ffff)),
+                pod: Some(pod),
                 container: Some("main".to_owned()),
                 labels,
                 ..ConsumerReport::default()
@@ -159,6 +244,18 @@ impl SimFleet {
                 (0.3 + 0.2 * level, compute)
             }
             Workload::IdleHeld => (0.03 + 0.07 * level, 0.005 * noise),
+            Workload::Oversized => {
+                let need = if slice.report.kind == "whole" {
+                    10.0
+                } else {
+                    6.0
+                };
+                let bytes = need * (0.9 + 0.1 * noise) * f64::from(1u32 << 30);
+                (
+                    (bytes / slice.memory_reserved_bytes as f64).min(1.0),
+                    0.015 + 0.02 * noise,
+                )
+            }
         };
         let bytes = memory * slice.scale * slice.memory_reserved_bytes as f64;
         SimReading {
@@ -203,6 +300,36 @@ mod tests {
             slices.len()
         );
         assert!(idle_blocks > 0 && free_blocks > 0);
+    }
+
+    #[test]
+    fn some_large_slices_are_held_all_month_by_one_deployment_pod_at_a_fraction_of_them() {
+        let f = SimFleet::generate(7, 24);
+        let mut oversized = 0;
+        for s in f.nodes.iter().flat_map(|n| &n.gpus).flat_map(|g| &g.slices) {
+            let first = f.plan(s, 120_000);
+            if f.all_month(s) != Some(Workload::Oversized) {
+                continue;
+            }
+            oversized += 1;
+            let pod = first.holder.as_ref().unwrap();
+            assert!(pod.labels.contains_key("pod-template-hash"), "{pod:?}");
+            for block in 120_000..120_000 + 180 {
+                let p = f.plan(s, block);
+                assert_eq!(p.holder.as_ref().unwrap().pod, pod.pod, "one pod all month");
+                let r = f.reading(s, &p, block * 4 * 3_600_000);
+                assert!(r.memory_used_bytes <= 10 << 30, "{r:?}");
+                assert!(r.compute_active_ppm < 40_000, "{r:?}");
+            }
+            // It holds at least twice what it needs.
+            let need: u64 = if s.report.kind == "whole" {
+                10 << 30
+            } else {
+                6 << 30
+            };
+            assert!(s.memory_reserved_bytes >= 2 * need, "{:?}", s.report);
+        }
+        assert!(oversized > 0, "no oversized slice in the fleet");
     }
 
     #[test]
