@@ -91,9 +91,14 @@ fn summary(plan: &ConsolidationPlan) -> String {
             m.monthly_saving.round_dp(2),
         );
         for mv in &m.moves {
+            let place = if mv.from_gpu == mv.to_gpu {
+                format!("on {}", mv.to_gpu)
+            } else {
+                format!("{} -> {}", mv.from_gpu, mv.to_gpu)
+            };
             out += &format!(
-                "  {:>4}. {:<5} {} ({}) {} -> {}\n",
-                mv.order, mv.action, mv.slice_uuid, mv.profile, mv.from_gpu, mv.to_gpu
+                "  {:>4}. {:<7} {} ({}) {place}\n",
+                mv.order, mv.action, mv.slice_uuid, mv.profile
             );
         }
     }

@@ -56,6 +56,10 @@ pub struct ModelPlan {
     pub instances_released: usize,
     /// Instances that change card.
     pub instances_moved: usize,
+    /// Today's layouts, placed as NVIDIA's table allows (the collector does not report where an
+    /// instance starts): what the plan starts from.
+    pub today: Vec<CardPlan>,
+    /// The plan's layouts: the cards that hold instances.
     pub cards: Vec<CardPlan>,
     pub moves: Vec<PlannedMove>,
     /// The cards left empty, by uuid.
@@ -87,6 +91,9 @@ pub struct PlacedInstance {
     pub compute_slices: u8,
     /// Whether it is on this card today.
     pub stays: bool,
+    /// Who held it most in the last hour of today's layout.
+    pub team: Option<String>,
+    pub workload: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -370,6 +377,8 @@ fn plan_model(
             memory_slices: shape.memory_slices,
             compute_slices: shape.compute_slices,
             stays: items[p.item].card == p.card,
+            team: i.holder.as_ref().map(|h| h.team.clone()),
+            workload: i.holder.as_ref().map(|h| h.workload.clone()),
         });
     }
     for c in &mut planned {
@@ -404,6 +413,44 @@ fn plan_model(
     let monthly_saving = hourly_cost.unwrap_or_default()
         * Decimal::from(freed.len())
         * Decimal::from(HOURS_PER_MONTH);
+    let today = cards
+        .iter()
+        .map(|c| {
+            let shapes: Vec<profiles::Instance> = c
+                .instances
+                .iter()
+                .map(|i| profiles::Instance {
+                    compute_slices: i.compute_slices,
+                    memory_slices: i.memory_slices,
+                })
+                .collect();
+            let starts = profiles::check_layout(&shapes, total_compute, total_memory)
+                .ok()
+                .flatten();
+            let mut instances: Vec<PlacedInstance> = c
+                .instances
+                .iter()
+                .enumerate()
+                .map(|(k, i)| PlacedInstance {
+                    slice_uuid: i.slice_uuid.clone(),
+                    profile: i.profile.clone(),
+                    profile_today: i.profile.clone(),
+                    start: starts.as_ref().map(|s| s[k]),
+                    memory_slices: i.memory_slices,
+                    compute_slices: i.compute_slices,
+                    stays: true,
+                    team: i.holder.as_ref().map(|h| h.team.clone()),
+                    workload: i.holder.as_ref().map(|h| h.workload.clone()),
+                })
+                .collect();
+            instances.sort_by_key(|i| (i.start, i.slice_uuid.clone()));
+            CardPlan {
+                gpu_uuid: c.gpu_uuid.clone(),
+                node: c.node.clone(),
+                instances,
+            }
+        })
+        .collect();
     Ok(ModelPlan {
         model: model.to_owned(),
         cards_today: cards.len(),
@@ -416,6 +463,7 @@ fn plan_model(
             .iter()
             .filter(|p| items[p.item].card != p.card)
             .count(),
+        today,
         cards: planned,
         moves,
         freed,

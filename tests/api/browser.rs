@@ -46,6 +46,8 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
 
     let app = TestApp::spawn().await;
     crate::exports::simulated_month(&app).await;
+    // MIG cards of the last hour, for the plan page.
+    crate::plans::quarter_used_cards(&app).await;
     let report = app
         .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
         .await;
@@ -88,6 +90,8 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
         "fleet.png",
         "team.png",
         "team-phone.png",
+        "plan.png",
+        "plan-phone.png",
         "forbidden.png",
     ] {
         assert!(screenshots.join(shot).exists(), "no screenshot {shot}");

@@ -17,7 +17,7 @@ fn gpu(n: u32) -> String {
 
 /// Four H100s on one node, each a quarter used: a 3g.40gb, a 2g.20gb and two 1g.10gb, each on a
 /// card of its own, held for the last full hour.
-async fn quarter_used_cards(app: &TestApp) {
+pub async fn quarter_used_cards(app: &TestApp) {
     app.put_team("nlp", &["nlp"]).await;
     let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
     let start = end - Duration::hours(1);

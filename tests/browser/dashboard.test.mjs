@@ -285,6 +285,56 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await phone.context.close();
 }
 
+// --- Finance: the plan page ------------------------------------------------------------------
+{
+  const plan = await api(FINANCE_TOKEN, '/v1/plans/consolidation');
+  const { context, page } = await newSession();
+  await signIn(page, FINANCE_TOKEN);
+  await page.click('nav a:text("Plan")');
+  await page.waitForURL(/\/ui\/plan$/);
+  const freed = plan.models.reduce((n, m) => n + m.freed.length, 0);
+  assert.ok(freed > 0, 'the fixture frees a card');
+  assert.equal(Number(await page.textContent('[data-field="freed"]')), freed, 'cards freed');
+  sameDecimal(amount(await page.textContent('[data-field="saving"]')), plan.monthly_saving, 'monthly saving');
+  const model = plan.models.find((m) => m.freed.length > 0);
+  const section = page.locator(`section[data-model="${model.model}"]`);
+  assert.match(await section.locator('[data-field="summary"]').textContent(),
+    new RegExp(`${model.cards_today} cards today, ${model.cards_planned} planned`));
+  await checkCharts(page, ['today-0', 'planned-0']);
+  // The planned map: a bar per card kept and one per card freed.
+  const bars = await page.locator('svg[data-chart="planned-0"] rect[stroke="#bbb"]').count();
+  assert.equal(bars, model.cards.length + model.freed.length, 'bars on the planned map');
+  const hovers = await page.locator('svg[data-chart="planned-0"] .mark title').allTextContents();
+  for (const c of model.cards) for (const i of c.instances) {
+    assert.ok(hovers.some((h) => h.startsWith(`${i.profile} at memory slices ${i.start}-`)), `${i.slice_uuid} placed at ${i.start}`);
+  }
+  assert.equal(await page.locator('table[data-table="moves"] tbody tr').count(), model.moves.length, 'one row per move');
+  await checkAccessibility(page, 'plan');
+  await page.screenshot({ path: `${SCREENSHOTS}/plan.png`, fullPage: true });
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.click('a:text("Download the mig-parted configuration")'),
+  ]);
+  const yaml = await (await import('node:fs/promises')).readFile(await download.path(), 'utf8');
+  assert.match(yaml, /^version: v1\nmig-configs:\n/, 'a mig-parted file');
+  assert.equal(yaml, plan.mig_parted, 'the same file as the API\'s');
+  await context.close();
+
+  const phone = await newSession({ width: 390, height: 844 });
+  await signIn(phone.page, FINANCE_TOKEN);
+  await phone.page.goto(`${BASE_URL}/ui/plan`);
+  const overflow = await phone.page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the plan page is ${overflow} px wider than a phone`);
+  await phone.page.screenshot({ path: `${SCREENSHOTS}/plan-phone.png`, fullPage: true });
+  await phone.context.close();
+
+  const lead = await newSession();
+  await signIn(lead.page, LEAD_TOKEN);
+  const r = await lead.page.goto(`${BASE_URL}/ui/plan`);
+  assert.equal(r.status(), 403, 'a lead opening the plan page');
+  await lead.context.close();
+}
+
 const remote = requests.filter((u) => !/^(https?:\/\/(127\.0\.0\.1|localhost)(:\d+)?\/|data:|blob:)/.test(u));
 assert.deepEqual(remote, [], 'requests that left the machine');
 console.log(`${requests.length} requests, all on loopback; screenshots in ${SCREENSHOTS}`);

@@ -8,6 +8,7 @@ mod export;
 mod ingest;
 mod load;
 mod pages;
+mod plan;
 mod scale;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,8 @@ enum Command {
     Load(load::LoadBenchArgs),
     /// The fleet dashboard page's bytes and server time, plain and gzip'd, against a bar per GPU.
     Pages(pages::PagesBenchArgs),
+    /// Right-sizing and the consolidation plan over a fleet of MIG cards, with peak memory.
+    Plan(plan::PlanBenchArgs),
     /// A month of a large fleet written into the rollups with SQL, read as finance reads it.
     Scale(scale::ScaleBenchArgs),
     /// The process `export` measures (not for people).
@@ -47,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Export(args) => export::export(args).await,
         Command::Load(args) => load::load(args).await,
         Command::Pages(args) => pages::pages(args).await,
+        Command::Plan(args) => plan::plan(args).await,
         Command::Scale(args) => scale::scale(args).await,
         Command::FocusChild(args) => export::focus_child(args).await,
     }

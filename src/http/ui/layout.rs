@@ -157,6 +157,7 @@ pub fn page(title: &str, viewer: Option<&Principal>, body: Markup) -> Markup {
                                 }
                                 _ => {
                                     a href="/ui/fleet" { "Fleet" }
+                                    a href="/ui/plan" { "Plan" }
                                 }
                             }
                             a href="/docs/" { "API" }

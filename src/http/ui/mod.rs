@@ -9,6 +9,7 @@ mod fleet;
 mod format;
 mod invoices;
 mod layout;
+mod plan;
 mod signin;
 mod team;
 
@@ -30,6 +31,8 @@ pub fn router() -> Router<AppState> {
         .route("/ui/assets/app.css", get(css))
         .route("/ui/fleet", get(fleet::fleet))
         .route("/ui/team/{team}", get(team::team))
+        .route("/ui/plan", get(plan::plan_page))
+        .route("/ui/plan/mig-parted.yaml", get(plan::mig_parted))
         .route("/ui/invoices/run", post(invoices::run_invoices))
         .route(
             "/ui/invoices/issue",

@@ -25,6 +25,10 @@ use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::http::error::{ApiError, ErrorCode};
 use crate::http::state::AppState;
+use crate::plan::{
+    self,
+    recommend::{Action, Recommendation, TargetProfile},
+};
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
 use crate::reports::slices::SliceDay;
@@ -96,17 +100,29 @@ pub async fn team(
 
     let frozen = report.state == PeriodState::Issued;
     let slices = team_slice_lines(&state, &team, month, frozen, &cards).await?;
-    let body = team_body(
-        &info.display_name,
-        &team,
-        month,
-        &report,
-        &currency,
-        &history,
-        slices,
-        &invoices,
-        &q,
-    );
+    let recommendations = plan::recommendations(
+        &state.pool,
+        Some(team.as_str()),
+        RIGHT_SIZING_DAYS,
+        TargetProfile::Default,
+        Utc::now(),
+    )
+    .await
+    .map_err(ApiError::from)?;
+    let body = html! {
+        (team_body(
+            &info.display_name,
+            &team,
+            month,
+            &report,
+            &currency,
+            &history,
+            slices,
+            &invoices,
+            &q,
+        ))
+        (right_sizing(&recommendations, &currency))
+    };
     Ok(page(
         &format!("{} {month}", info.display_name),
         Some(&viewer),
@@ -332,6 +348,77 @@ fn team_body(
         section aria-labelledby="invoices-h" {
             h2 id="invoices-h" { "Invoices" }
             (invoice_table(invoices, currency, false))
+        }
+    }
+}
+
+/// The days of data right-sizing judges by on the team page.
+const RIGHT_SIZING_DAYS: u32 = 14;
+
+/// The team's workloads that could hold less (`/v1/recommendations`), each with what it saves a
+/// month: the largest saving first.
+fn right_sizing(recs: &[Recommendation], currency: &Currency) -> Markup {
+    let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
+    let mut act: Vec<&Recommendation> = recs
+        .iter()
+        .filter(|r| matches!(r.action, Action::Resize | Action::GiveBack))
+        .collect();
+    act.sort_by_key(|r| std::cmp::Reverse(r.monthly_delta));
+    let waiting = recs.iter().filter(|r| r.action == Action::Wait).count();
+    let saving: Decimal = act
+        .iter()
+        .filter_map(|r| r.monthly_delta)
+        .filter(|d| *d > Decimal::ZERO)
+        .sum();
+    let gib = |b: i64| number(Decimal::from(b) / Decimal::from(1u64 << 30), 1);
+    html! {
+        section aria-labelledby="right-sizing-h" {
+            h2 id="right-sizing-h" { "Right-sizing, from the last " (RIGHT_SIZING_DAYS) " days" }
+            @if act.is_empty() {
+                p { "Every workload holds what it needs"
+                    @if waiting > 0 { " (" (waiting) " with under 7 days of data, not judged yet)" }
+                    "." }
+            } @else {
+                p class="notice" data-field="right-sizing-summary" {
+                    strong { (act.len()) " workload" @if act.len() != 1 { "s" } }
+                    " could hold less: " strong { (m(saving)) } " a month at today's rate card."
+                    @if waiting > 0 { " " (waiting) " more have under 7 days of data." }
+                }
+                div class="scroll" {
+                    table data-table="right-sizing" {
+                        caption { "What each workload holds, what it needs, and the smaller slice that would do" }
+                        thead { tr {
+                            th scope="col" { "Workload" }
+                            th scope="col" { "Holds" }
+                            th scope="col" { "Advice" }
+                            th scope="col" class="num" { "Saving / month" }
+                            th scope="col" class="num" { "Memory p99 / reserved" }
+                            th scope="col" class="num" { "Compute p95" }
+                            th scope="col" { "Confidence" }
+                        } }
+                        tbody {
+                            @for r in &act {
+                                tr data-workload=(r.workload) {
+                                    td { (r.namespace.as_deref().unwrap_or("—")) " / " (r.workload)
+                                         " " span class="muted" { "(" (r.workload_kind) ")" } }
+                                    td { (r.gpu_model.trim_start_matches("NVIDIA ")) " " (r.kind.as_str())
+                                         @if let Some(p) = &r.profile { " " (p) }
+                                         @if r.slices > 1 { " x " (r.slices) } }
+                                    td { @match (r.action, &r.recommended_profile) {
+                                        (Action::GiveBack, _) => { "Give it back" }
+                                        (_, Some(p)) => { "Move to " strong { (p) } }
+                                        _ => { "—" }
+                                    } }
+                                    td class="num" data-field="saving" { (r.monthly_delta.map_or("—".to_owned(), m)) }
+                                    td class="num" { (gib(r.memory_p99_bytes)) " / " (gib(r.memory_reserved_bytes)) " GiB" }
+                                    td class="num" { (r.compute_p95.map_or("unknown".to_owned(), |p| format!("{:.1} %", p * 100.0))) }
+                                    td { (format!("{:?}", r.confidence).to_lowercase()) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }
