@@ -115,7 +115,7 @@ pub fn fleet_cost(p: &PresenceAggregate, card: &RateCard) -> (Decimal, PriceSour
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use rust_decimal_macros::dec;

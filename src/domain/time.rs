@@ -2,6 +2,10 @@
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Timelike, Utc};
 
+/// Hours in an average month (365 x 24 / 12): what monthly figures projected from a span of
+/// days are priced over.
+pub const AVERAGE_MONTH_HOURS: u32 = 730;
+
 /// The start of the UTC hour that holds `t`.
 pub fn floor_hour(t: DateTime<Utc>) -> DateTime<Utc> {
     t.with_nanosecond(0)

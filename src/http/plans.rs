@@ -194,8 +194,9 @@ async fn read(
 }
 
 /// For each GPU model, its MIG cards' instances (as held in the last hour each card was reported)
-/// packed onto the fewest cards, exactly (an integer program over every card configuration
-/// NVIDIA's placement table allows; `optimal` says whether the solver proved it), then with as
+/// packed onto the fewest cards (an integer program over every card configuration NVIDIA's
+/// placement table allows; `optimal` says the packing meets its linear relaxation's bound, so
+/// that no fewer cards can do), right-sized first unless `right_size=false`, then with as
 /// few instances moved as the greedy assignment finds: each card's new layout with explicit
 /// placements, the ordered moves, the cards freed and their monthly cost (hourly cost under the
 /// rate card in force x 730 hours), and the `mig-parted` configuration. Advice: nothing is

@@ -24,10 +24,8 @@ use utoipa::ToSchema;
 
 use crate::billing::rate_card::{self, RateCard};
 use crate::domain::profiles;
+use crate::domain::time::AVERAGE_MONTH_HOURS;
 use pack::{Item, PackError, Shape, StepKind};
-
-/// Hours in an average month (365 x 24 / 12): what a freed card saves is priced over them.
-pub const HOURS_PER_MONTH: u32 = 730;
 
 /// The plan for the fleet's MIG cards, one entry per GPU model.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -48,7 +46,8 @@ pub struct ModelPlan {
     pub model: String,
     pub cards_today: usize,
     pub cards_planned: usize,
-    /// Whether the solver proved that no fewer cards can hold these instances.
+    /// Whether the packing meets the linear relaxation's bound: no fewer cards can hold these
+    /// instances.
     pub optimal: bool,
     /// Instances today.
     pub instances: usize,
@@ -412,7 +411,7 @@ fn plan_model(
     let hourly_cost = rate_card.map(|c| c.hourly_cost(model).0);
     let monthly_saving = hourly_cost.unwrap_or_default()
         * Decimal::from(freed.len())
-        * Decimal::from(HOURS_PER_MONTH);
+        * Decimal::from(AVERAGE_MONTH_HOURS);
     let today = cards
         .iter()
         .map(|c| {

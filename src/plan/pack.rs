@@ -4,16 +4,19 @@
 //! one card can hold (checked against NVIDIA's placement table by [`check_layout`]) is a column,
 //! and the program chooses how many cards take each, covering every profile's count, with as few
 //! cards as it can. The columns are few (a 7/8 card holds a few dozen maximal multisets), so the
-//! program is small whatever the fleet's size; `microlp` (pure Rust) solves it by branch and
-//! bound and says whether it proved the optimum. Then, with the number of cards fixed, the new
-//! layouts go to today's cards so that as many instances as possible stay where they are (greedy
-//! by overlap: the second objective is minimised, not proved minimal), and the moves are ordered by
-//! simulating them, so that no card ever holds an invalid layout on the way.
+//! program is small whatever the fleet's size. `microlp` (pure Rust) solves its linear relaxation,
+//! whose optimum rounded up bounds every packing from below; the relaxation's solution rounded down
+//! packs most instances, and the integer program (branch and bound) packs the few left. A packing
+//! that meets the bound is proven the fewest (`optimal`); one that does not is said to be unproven.
+//! Then, with the number of cards fixed, the new layouts go to today's cards so that as many
+//! instances as possible stay where they are (greedy by overlap: the second objective is
+//! minimised, not proved minimal), and the moves are ordered by simulating them, so that no card
+//! ever holds an invalid layout on the way.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use microlp::{ComparisonOp, OptimizationDirection, Problem, SolutionStatus};
+use microlp::{ComparisonOp, OptimizationDirection, Problem};
 
 use crate::domain::profiles::{Instance, check_layout};
 
@@ -73,7 +76,7 @@ pub struct Step {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Packing {
-    /// Whether the solver proved that no fewer cards can hold the instances.
+    /// Whether the packing meets the linear relaxation's bound: no fewer cards can hold them.
     pub optimal: bool,
     /// The cards that hold instances in the plan (indices into today's cards).
     pub used: Vec<usize>,
@@ -128,36 +131,30 @@ pub fn pack(
     }
     let configs = maximal_configs(shapes, &demand, &fits);
 
-    let mut problem = Problem::new(OptimizationDirection::Minimize);
-    problem.set_time_limit(time_limit);
-    let bound = i32::try_from(items.len()).unwrap_or(i32::MAX);
-    let vars: Vec<_> = configs
-        .iter()
-        .map(|_| problem.add_integer_var(1.0, (0, bound)))
-        .collect();
-    for (s, &d) in demand.iter().enumerate() {
-        if d == 0 {
-            continue;
-        }
-        let row: Vec<_> = configs
-            .iter()
-            .zip(&vars)
-            .filter(|(c, _)| c[s] > 0)
-            .map(|(c, v)| (*v, f64::from(c[s])))
-            .collect();
-        problem.add_constraint(row.as_slice(), ComparisonOp::Ge, f64::from(d));
-    }
-    let solution = problem
-        .solve()
-        .map_err(|e| PackError::Solver(e.to_string()))?
-        .into_solution()
-        .map_err(|_| PackError::Solver("no solution within the time limit".into()))?;
-    let optimal = solution.status() == SolutionStatus::Optimal;
+    // The linear relaxation first: its optimum, rounded up, bounds every packing from below.
+    // Its solution rounded down is most of a packing; the few instances left are packed by the
+    // integer program, which stays small (at most one fractional column per profile).
+    let relaxed = solve(&configs, &demand, false, time_limit)?;
+    let bound = (relaxed.iter().sum::<f64>() - 1e-6).ceil().max(0.0) as usize;
     let mut chosen: Vec<Vec<u8>> = Vec::new();
-    for (c, v) in configs.iter().zip(&vars) {
-        let n = solution.var_value(*v).round() as usize;
+    let mut left = demand.clone();
+    for (c, x) in configs.iter().zip(&relaxed) {
+        let n = (x + 1e-9).floor().max(0.0) as usize;
+        for _ in 0..n {
+            for (s, l) in left.iter_mut().enumerate() {
+                *l = l.saturating_sub(u32::from(c[s]));
+            }
+        }
         chosen.extend(std::iter::repeat_n(c.clone(), n));
     }
+    if left.iter().any(|&l| l > 0) {
+        let rest = solve(&configs, &left, true, time_limit)?;
+        for (c, x) in configs.iter().zip(&rest) {
+            chosen.extend(std::iter::repeat_n(c.clone(), x.round().max(0.0) as usize));
+        }
+    }
+    // Proven the fewest when the packing meets the bound.
+    let optimal = chosen.iter().filter(|c| c.iter().any(|&n| n > 0)).count() <= bound;
     // Cover exactly: what a chosen card could hold beyond the demand stays empty.
     let mut surplus: Vec<i64> = (0..shapes.len())
         .map(|s| chosen.iter().map(|c| i64::from(c[s])).sum::<i64>() - i64::from(demand[s]))
@@ -356,6 +353,47 @@ fn finish(
         placed,
         steps,
     }
+}
+
+/// How many cards take each configuration so that every shape's demand is covered with the fewest
+/// cards: integer (branch and bound) or the linear relaxation.
+fn solve(
+    configs: &[Vec<u8>],
+    demand: &[u32],
+    integer: bool,
+    time_limit: Duration,
+) -> Result<Vec<f64>, PackError> {
+    let mut problem = Problem::new(OptimizationDirection::Minimize);
+    problem.set_time_limit(time_limit);
+    let most: u32 = demand.iter().sum();
+    let vars: Vec<_> = configs
+        .iter()
+        .map(|_| {
+            if integer {
+                problem.add_integer_var(1.0, (0, i32::try_from(most).unwrap_or(i32::MAX)))
+            } else {
+                problem.add_var(1.0, (0.0, f64::from(most)))
+            }
+        })
+        .collect();
+    for (s, &d) in demand.iter().enumerate() {
+        if d == 0 {
+            continue;
+        }
+        let row: Vec<_> = configs
+            .iter()
+            .zip(&vars)
+            .filter(|(c, _)| c[s] > 0)
+            .map(|(c, v)| (*v, f64::from(c[s])))
+            .collect();
+        problem.add_constraint(row.as_slice(), ComparisonOp::Ge, f64::from(d));
+    }
+    let solution = problem
+        .solve()
+        .map_err(|e| PackError::Solver(e.to_string()))?
+        .into_solution()
+        .map_err(|_| PackError::Solver("no solution within the time limit".into()))?;
+    Ok(vars.iter().map(|v| solution.var_value(*v)).collect())
 }
 
 /// Every multiset of shapes one card holds to which no instance of a shape in demand can be added.

@@ -15,11 +15,11 @@ use rust_decimal::prelude::FromPrimitive;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::HOURS_PER_MONTH;
 use super::store::Evidence;
 use crate::billing::rate_card::RateCard;
 use crate::domain::profiles::{self, MigProfile};
 use crate::domain::slice::SliceKind;
+use crate::domain::time::AVERAGE_MONTH_HOURS;
 
 /// Headroom on the p99 of peak memory.
 const MEMORY_HEADROOM: f64 = 1.15;
@@ -228,8 +228,9 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
     };
 
     // The lines, as an invoice would round them, over the held hours scaled to a month.
-    let monthly_hours = (e.span_seconds > 0)
-        .then(|| e.held_seconds * Decimal::from(HOURS_PER_MONTH) / Decimal::from(e.span_seconds));
+    let monthly_hours = (e.span_seconds > 0).then(|| {
+        e.held_seconds * Decimal::from(AVERAGE_MONTH_HOURS) / Decimal::from(e.span_seconds)
+    });
     let priced = card.zip(monthly_hours).filter(|_| kind.is_reserved());
     let line = |card: &RateCard, share: Decimal, kind: SliceKind, hours: Decimal| {
         let cost = card.hourly_cost(&e.model).0 * card.factors.of(kind);
@@ -301,4 +302,94 @@ fn smallest_fit(
                 p.compute_slices,
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use rust_decimal_macros::dec;
+
+    use super::*;
+    use crate::billing::pricing::tests::card;
+
+    const GIB: i64 = 1 << 30;
+
+    /// An H100 slice held all of 14 days by one workload.
+    fn held(
+        kind: SliceKind,
+        profile: Option<&str>,
+        c: u8,
+        m: u8,
+        peak_gib: i64,
+        busy: f64,
+    ) -> Evidence {
+        let held = Decimal::from(14 * 86_400);
+        Evidence {
+            team: "nlp".into(),
+            namespace: Some("nlp".into()),
+            workload_kind: "Deployment".into(),
+            workload: "embedder".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+            kind,
+            profile: profile.map(str::to_owned),
+            compute_share: Decimal::from(c) / Decimal::from(7),
+            memory_share: Decimal::from(m) / Decimal::from(8),
+            memory_reserved_bytes: 80 * GIB * i64::from(m) / 8,
+            gpu_compute_slices: 7,
+            slices: 1,
+            span_seconds: 14 * 86_400,
+            days: 14,
+            held_seconds: held,
+            known_seconds: held,
+            active_seconds: held * Decimal::from_f64(busy).unwrap(),
+            memory_p99_bytes: peak_gib * GIB,
+            memory_max_bytes: peak_gib * GIB,
+            compute_p95: Some(busy),
+        }
+    }
+
+    #[test]
+    fn a_squeezed_instance_is_told_to_grow_and_what_it_costs_more() {
+        // A 1g.10gb at 9 GiB: it needs 10.35 GiB with headroom; a 1g.20gb holds it.
+        let r = recommend(
+            &held(SliceKind::Mig, Some("1g.10gb"), 1, 1, 9, 0.3),
+            Some(&card()),
+            TargetProfile::Default,
+        );
+        assert_eq!(r.action, Action::Resize);
+        assert_eq!(r.recommended_profile.as_deref(), Some("1g.20gb"));
+        assert!(r.monthly_delta.unwrap() < Decimal::ZERO, "{r:?}");
+        // 4.00 x (1/7 + 1/8)/2 x 730 = 391.07 today; 4.00 x (1/7 + 2/8)/2 x 730 = 573.57.
+        assert_eq!(r.monthly_today, Some(dec!(391.07)));
+        assert_eq!(r.monthly_delta, Some(dec!(-182.50)));
+    }
+
+    #[test]
+    fn off_mig_a_profile_is_advice_only_when_it_blocks_less() {
+        // An MPS share of a seventh of the SMs and 10 GiB pinned, at 8 GiB: the 1g.10gb holds it
+        // but blocks no less (1/7, 1/8 of the memory slices against 1/7 and 10/80).
+        let mut mps = held(SliceKind::Mps, None, 1, 1, 8, 0.3);
+        mps.memory_share = dec!(0.125);
+        let r = recommend(&mps, Some(&card()), TargetProfile::Default);
+        assert_eq!(r.action, Action::Keep, "{r:?}");
+        // A whole H100 at 10 GiB and 3 % busy: a 1g.20gb.
+        let whole = recommend(
+            &held(SliceKind::Whole, None, 7, 8, 10, 0.03),
+            Some(&card()),
+            TargetProfile::Default,
+        );
+        assert_eq!(whole.action, Action::Resize);
+        assert_eq!(whole.recommended_profile.as_deref(), Some("1g.20gb"));
+        assert_eq!(whole.monthly_today, Some(dec!(2920.00)));
+    }
+
+    #[test]
+    fn the_target_utilisation_decides_between_two_profiles() {
+        // A 3g.40gb at 8 GiB, 45 % busy: 1.35 slices busy; dev (0.8) needs 1.69 (a 2g.20gb),
+        // ha (0.5) 2.7 (the 3g.40gb it has).
+        let e = held(SliceKind::Mig, Some("3g.40gb"), 3, 4, 8, 0.45);
+        let dev = recommend(&e, Some(&card()), TargetProfile::Dev);
+        assert_eq!(dev.recommended_profile.as_deref(), Some("2g.20gb"));
+        let ha = recommend(&e, Some(&card()), TargetProfile::Ha);
+        assert_eq!(ha.action, Action::Keep);
+    }
 }
