@@ -58,6 +58,8 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
         .map(|t| t["team"].as_str().unwrap().to_owned())
         .find(|t| t != "unattributed")
         .expect("a team with usage");
+    // An oversized slice of the lead's team, for the team page's right-sizing.
+    crate::recommendations::oversized_for(&app, &lead_team).await;
     let finance = app.token(Role::Finance, None, None).await;
     let lead = app.token(Role::TeamLead, Some(&lead_team), None).await;
 

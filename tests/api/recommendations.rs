@@ -226,3 +226,38 @@ async fn the_plan_takes_the_recommendations_first_unless_told_not_to() {
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.body["error"]["fields"][0]["field"], "right_size");
 }
+
+/// A 3g.40gb of an H100 of its own held the last 14 days by `team`'s `embedder` Deployment
+/// (labelled with the team) at 6 GiB and 3 % busy: what the team page's right-sizing shows.
+pub async fn oversized_for(app: &TestApp, team: &str) {
+    let gpu = "GPU-00000000-0000-4000-8000-000000000300";
+    let slice = "MIG-00000000-0000-4000-8000-000000000301";
+    let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
+    for d in (1..=14).rev() {
+        let day = end - Duration::days(d);
+        let windows: Vec<Value> = (0..24)
+            .map(|h| {
+                let mut w = hour(
+                    slice,
+                    day + Duration::hours(h),
+                    "rs-demo",
+                    "embedder",
+                    6 * GIB,
+                    0.03,
+                );
+                w["consumer"]["labels"]["team"] = json!(team);
+                w
+            })
+            .collect();
+        let b = json!({"node": "gpu-node-09", "period": {"start": day.to_rfc3339(),
+                                                         "end": (day + Duration::days(1)).to_rfc3339()},
+                       "gpus": [{"uuid": gpu, "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
+                                 "compute_slices": 7, "memory_slices": 8, "mig_enabled": true}],
+                       "slices": [{"uuid": slice, "gpu_uuid": gpu, "kind": "mig", "profile": "3g.40gb",
+                                   "profile_id": 9, "compute_slices": 3, "memory_slices": 4,
+                                   "memory_bytes": 42412802048_i64}],
+                       "windows": windows});
+        let r = app.ingest(&app.admin, &b).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+}

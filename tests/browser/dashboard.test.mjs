@@ -245,6 +245,13 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await checkAccessibility(page, 'team');
   const slices = await page.locator('tr[data-slice]').count();
   assert.ok(slices > 0, 'the slice table has rows');
+  // Right-sizing: the lead's oversized workload, with the API's saving.
+  const recs = await api(LEAD_TOKEN, '/v1/recommendations');
+  const embedder = recs.find((r) => r.workload === 'embedder' && r.action === 'resize');
+  assert.ok(embedder, 'the API recommends a smaller slice for the embedder');
+  const row = page.locator('table[data-table="right-sizing"] tr[data-workload="embedder"]');
+  assert.match(await row.textContent(), new RegExp(`Move to ${embedder.recommended_profile}`));
+  sameDecimal(amount(await row.locator('[data-field="saving"]').textContent()), embedder.monthly_delta, 'right-sizing saving');
   await page.screenshot({ path: `${SCREENSHOTS}/team.png`, fullPage: true });
 
   // Sorting by a heading, by keyboard.
@@ -306,7 +313,8 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   assert.equal(bars, model.cards.length + model.freed.length, 'bars on the planned map');
   const hovers = await page.locator('svg[data-chart="planned-0"] .mark title').allTextContents();
   for (const c of model.cards) for (const i of c.instances) {
-    assert.ok(hovers.some((h) => h.startsWith(`${i.profile} at memory slices ${i.start}-`)), `${i.slice_uuid} placed at ${i.start}`);
+    const placed = new RegExp(`^${i.profile.replace('.', '\\.')}( \\(today [^)]+\\))? at memory slices ${i.start}-`);
+    assert.ok(hovers.some((h) => placed.test(h)), `${i.slice_uuid} placed at ${i.start}`);
   }
   assert.equal(await page.locator('table[data-table="moves"] tbody tr').count(), model.moves.length, 'one row per move');
   await checkAccessibility(page, 'plan');
