@@ -16,6 +16,8 @@ use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
+use crate::domain::team::TeamId;
+use crate::domain::text;
 use crate::plan::recommend::{Recommendation, TargetProfile};
 use crate::plan::{self, ConsolidationPlan, PlanError};
 
@@ -89,12 +91,9 @@ impl PlanParams {
             }
         };
         if let Some(m) = &self.model
-            && (m.is_empty() || m.chars().count() > 200)
+            && let Err(e) = text::check(m, 200)
         {
-            errors.push(FieldError::new(
-                "model",
-                "a GPU model name is 1 to 200 characters",
-            ));
+            errors.push(FieldError::new("model", format!("a GPU model name {e}")));
         }
         if !errors.is_empty() {
             return Err(ApiError::invalid_fields(
@@ -162,21 +161,29 @@ async fn recommendations(
     let mut errors = Vec::new();
     let days = days_of(params.days.as_deref(), &mut errors);
     let target = target_of(params.profile.as_deref(), &mut errors);
+    let asked = match params.team.as_deref().map(TeamId::parse) {
+        Some(Err(e)) => {
+            errors.push(FieldError::new("team", e.to_string()));
+            None
+        }
+        Some(Ok(t)) => Some(t),
+        None => None,
+    };
     if !errors.is_empty() {
         return Err(ApiError::invalid_fields(
             "the recommendations' parameters are invalid",
             errors,
         ));
     }
-    let team = match (principal.team_scope(), params.team.as_deref()) {
-        (Some(own), Some(asked)) if own.as_str() != asked => {
+    let team = match (principal.team_scope(), asked) {
+        (Some(own), Some(asked)) if *own != asked => {
             return Err(ApiError::new(
                 ErrorCode::Forbidden,
                 format!("a team lead of {own} sees their own team's recommendations only"),
             ));
         }
         (Some(own), _) => Some(own.as_str().to_owned()),
-        (None, asked) => asked.map(str::to_owned),
+        (None, asked) => asked.map(|t| t.as_str().to_owned()),
     };
     Ok(Json(
         plan::recommendations(&state.pool, team.as_deref(), days, target, Utc::now()).await?,

@@ -168,6 +168,7 @@ async fn a_plan_for_one_model_and_its_bad_parameters() {
         ("days=91", "days"),
         ("days=fourteen", "days"),
         ("model=", "model"),
+        ("model=H100%00", "model"),
     ] {
         let r = app
             .get(

@@ -159,6 +159,8 @@ async fn a_team_lead_gets_their_own_workloads_only() {
         ("days=0", "days"),
         ("profile=turbo", "profile"),
         ("days=x&profile=turbo", "days"),
+        ("team=a%00b", "team"),
+        ("team=Not%20A%20Team", "team"),
     ] {
         let r = app
             .get(Some(&app.admin), &format!("/v1/recommendations?{query}"))
