@@ -2,6 +2,7 @@
 //! each GPU model's MIG instances packed onto the fewest cards.
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -38,6 +39,30 @@ impl From<PlanError> for ApiError {
     }
 }
 
+/// The shape of the mig-parted file, for the API document (the file itself is YAML text).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct MigPartedFile {
+    #[schema(example = "v1")]
+    version: String,
+    /// One named configuration per card: `slicemeter-<gpu uuid>`.
+    #[schema(rename = "mig-configs")]
+    mig_configs: std::collections::BTreeMap<String, Vec<MigPartedEntry>>,
+}
+
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+struct MigPartedEntry {
+    /// `all`: the collector does not report a card's index on its node.
+    #[schema(example = "all")]
+    devices: String,
+    #[schema(rename = "mig-enabled")]
+    mig_enabled: bool,
+    /// Instances per profile.
+    #[schema(rename = "mig-devices")]
+    mig_devices: std::collections::BTreeMap<String, u32>,
+}
+
 /// The most days of layouts a plan reads.
 const MAX_DAYS: u32 = 90;
 
@@ -46,7 +71,10 @@ const MAX_DAYS: u32 = 90;
 #[serde(deny_unknown_fields)]
 struct PlanParams {
     /// Only this GPU model, as NVML names it (`NVIDIA H100 80GB HBM3`); every model by default.
-    #[param(example = "NVIDIA H100 80GB HBM3", max_length = 200)]
+    #[param(
+        example = "NVIDIA H100 80GB HBM3",
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]{1,200}$"
+    )]
     model: Option<String>,
     /// Cards reported in the last this many days are planned, and recommendations judged over
     /// them (default 14, at most 90).
@@ -110,7 +138,7 @@ impl PlanParams {
 #[serde(deny_unknown_fields)]
 struct RecommendationParams {
     /// Only this team's workloads (a team lead: their own, the default).
-    #[param(example = "nlp", max_length = 64)]
+    #[param(example = "nlp", pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
     team: Option<String>,
     /// The days of data to judge by (default 14, at most 90); under 7 nothing is recommended.
     #[param(value_type = Option<u32>, example = 14, minimum = 1, maximum = 90)]
@@ -155,9 +183,10 @@ fn days_of(days: Option<&str>, errors: &mut Vec<FieldError>) -> u32 {
 async fn recommendations(
     State(state): State<AppState>,
     principal: Principal,
-    Query(params): Query<RecommendationParams>,
+    params: Result<Query<RecommendationParams>, QueryRejection>,
 ) -> Result<Json<Vec<Recommendation>>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let Query(params) = params?;
     let mut errors = Vec::new();
     let days = days_of(params.days.as_deref(), &mut errors);
     let target = target_of(params.profile.as_deref(), &mut errors);
@@ -190,12 +219,8 @@ async fn recommendations(
     ))
 }
 
-async fn read(
-    state: &AppState,
-    principal: &Principal,
-    params: &PlanParams,
-) -> Result<ConsolidationPlan, ApiError> {
-    require(principal, &[Role::Admin, Role::Finance])?;
+/// The plan the parameters ask for (the caller is checked first).
+async fn read(state: &AppState, params: &PlanParams) -> Result<ConsolidationPlan, ApiError> {
     let (model, days, right_size) = params.checked()?;
     Ok(plan::consolidation(&state.pool, model, days, right_size, Utc::now()).await?)
 }
@@ -220,9 +245,11 @@ async fn read(
 async fn consolidation(
     State(state): State<AppState>,
     principal: Principal,
-    Query(params): Query<PlanParams>,
+    params: Result<Query<PlanParams>, QueryRejection>,
 ) -> Result<Json<ConsolidationPlan>, ApiError> {
-    Ok(Json(read(&state, &principal, &params).await?))
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let Query(params) = params?;
+    Ok(Json(read(&state, &params).await?))
 }
 
 /// The plan's `mig-parted` configuration (`version: v1`, one named configuration per card that
@@ -231,7 +258,7 @@ async fn consolidation(
     params(PlanParams),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "the mig-parted configuration", body = String, content_type = "application/yaml"),
+        (status = 200, description = "the mig-parted configuration: `version: v1` and `mig-configs`, one per card that holds instances", body = MigPartedFile, content_type = "application/yaml"),
         (status = 400, description = "bad parameters, each named", body = ErrorBody),
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "needs admin or finance", body = ErrorBody),
@@ -239,9 +266,11 @@ async fn consolidation(
 async fn mig_parted(
     State(state): State<AppState>,
     principal: Principal,
-    Query(params): Query<PlanParams>,
+    params: Result<Query<PlanParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let plan = read(&state, &principal, &params).await?;
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let Query(params) = params?;
+    let plan = read(&state, &params).await?;
     Ok((
         StatusCode::OK,
         [

@@ -476,6 +476,9 @@ fn plan_model(
 /// on its node, so `devices` is `all`: apply a card's configuration with only that card visible
 /// to `mig-parted`, or replace `all` with its index.
 pub fn mig_parted(models: &[ModelPlan]) -> String {
+    if models.iter().all(|m| m.cards.is_empty()) {
+        return "version: v1\nmig-configs: {}\n".to_owned();
+    }
     let mut out = String::from("version: v1\nmig-configs:\n");
     for m in models {
         for c in &m.cards {
