@@ -281,7 +281,9 @@ fn finish(
             continue;
         }
         used.push(n);
-        let starts = layout(&members).expect("a chosen layout fits its card");
+        // A chosen layout always fits; today's (kept when the solver found nothing better) may
+        // not, if a card was cut anew within its last hour: it is then shown without starts.
+        let starts = layout(&members).ok().flatten();
         for (k, &i) in members.iter().enumerate() {
             placed.push(Placed {
                 item: i,
