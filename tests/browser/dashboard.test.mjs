@@ -245,6 +245,13 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await checkAccessibility(page, 'team');
   const slices = await page.locator('tr[data-slice]').count();
   assert.ok(slices > 0, 'the slice table has rows');
+  // Time-sliced replicas reserve nothing: no efficiency of a reservation, no reserved memory.
+  const timesliced = page.locator('tr[data-slice]', { has: page.locator('td:text-is("timeslice")') });
+  assert.ok(await timesliced.count() > 0, 'the fixture has time-sliced replicas');
+  for (const row of await timesliced.all()) {
+    assert.equal((await row.locator('[data-field="slice-efficiency"]').textContent()).trim(), 'pay-per-use');
+    assert.match(await row.textContent(), /none reserved/);
+  }
   // Right-sizing: the lead's oversized workload, with the API's saving.
   const recs = await api(LEAD_TOKEN, '/v1/recommendations');
   const embedder = recs.find((r) => r.workload === 'embedder' && r.action === 'resize');

@@ -334,9 +334,18 @@ fn team_body(
                                     td { (s.node) }
                                     td class="num" { (number(s.held_hours, 1)) }
                                     td class="num" { (number(s.gpu_eq_hours, 2)) }
-                                    td class="num" { (number(s.memory_used_gib, 1)) " / " (number(s.memory_reserved_gib, 1)) " GiB" }
+                                    // A time-sliced replica reserves nothing: it pays for what it uses.
+                                    @if s.kind == "timeslice" {
+                                        td class="num" { (number(s.memory_used_gib, 1)) " GiB / none reserved" }
+                                    } @else {
+                                        td class="num" { (number(s.memory_used_gib, 1)) " / " (number(s.memory_reserved_gib, 1)) " GiB" }
+                                    }
                                     td class="num" { (s.active_hours.map_or("unknown".to_owned(), |a| number(a, 1))) " / " (number(s.held_hours, 1)) " h" }
-                                    td class="num" { (percent(s.efficiency)) }
+                                    @if s.kind == "timeslice" {
+                                        td class="num" data-field="slice-efficiency" { "pay-per-use" }
+                                    } @else {
+                                        td class="num" data-field="slice-efficiency" { (percent(s.efficiency)) }
+                                    }
                                     td class="num" { (m(currency.round(s.cost))) }
                                 }
                             }
