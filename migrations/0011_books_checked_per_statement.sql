@@ -14,8 +14,8 @@ drop function book_rows_frozen();
 alter table book_slice_day drop constraint book_slice_day_period_fkey;
 alter table book_model_day drop constraint book_model_day_period_fkey;
 
--- Raises unless every period named is a book that is not issued.
-create function book_periods_writable(periods date[]) returns void
+-- Raises unless every period named is not an issued book (removed rows: their book may be gone).
+create function book_periods_not_issued(periods date[]) returns void
 language plpgsql as $$
 declare
     p date;
@@ -31,53 +31,44 @@ begin
 end;
 $$;
 
-create function book_rows_inserted() returns trigger language plpgsql as $$
+-- Raises unless every period named is a book that is not issued (`op`: what the statement did,
+-- for the message).
+create function book_periods_writable(periods date[], tbl text, op text) returns void
+language plpgsql as $$
 declare
-    periods date[];
-    missing date;
+    p date;
 begin
-    select array_agg(distinct period) into periods from new_rows;
-    select x.period into missing
+    select x.period into p
     from unnest(periods) as x(period) left join book b using (period)
     where b.period is null
     limit 1;
     if found then
-        raise exception 'insert on table "%" names period %, which has no books', tg_table_name, missing
+        raise exception '% on table "%" names period %, which has no books', op, tbl, p
             using errcode = 'foreign_key_violation';
     end if;
-    perform book_periods_writable(periods);
+    perform book_periods_not_issued(periods);
+end;
+$$;
+
+create function book_rows_inserted() returns trigger language plpgsql as $$
+begin
+    perform book_periods_writable(array(select distinct period from new_rows), tg_table_name, 'insert');
     return null;
 end;
 $$;
 
 create function book_rows_removed() returns trigger language plpgsql as $$
-declare
-    periods date[];
 begin
-    select array_agg(distinct period) into periods from old_rows;
-    perform book_periods_writable(periods);
+    perform book_periods_not_issued(array(select distinct period from old_rows));
     return null;
 end;
 $$;
 
 -- An update is a removal of the old rows and an insertion of the new.
 create function book_rows_updated() returns trigger language plpgsql as $$
-declare
-    periods date[];
-    missing date;
 begin
-    select array_agg(distinct period) into periods from old_rows;
-    perform book_periods_writable(periods);
-    select array_agg(distinct period) into periods from new_rows;
-    select x.period into missing
-    from unnest(periods) as x(period) left join book b using (period)
-    where b.period is null
-    limit 1;
-    if found then
-        raise exception 'update on table "%" names period %, which has no books', tg_table_name, missing
-            using errcode = 'foreign_key_violation';
-    end if;
-    perform book_periods_writable(periods);
+    perform book_periods_not_issued(array(select distinct period from old_rows));
+    perform book_periods_writable(array(select distinct period from new_rows), tg_table_name, 'update');
     return null;
 end;
 $$;

@@ -11,7 +11,7 @@ mod health;
 mod ingest;
 mod invoices;
 pub mod limits;
-mod plans;
+pub(crate) mod plans;
 mod rate_cards;
 mod reports;
 pub mod server;

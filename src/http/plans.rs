@@ -270,8 +270,12 @@ async fn mig_parted(
 ) -> Result<Response, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let Query(params) = params?;
-    let plan = read(&state, &params).await?;
-    Ok((
+    Ok(mig_parted_response(read(&state, &params).await?))
+}
+
+/// The plan's `mig-parted` file as a download; the dashboard serves the same.
+pub(crate) fn mig_parted_response(plan: ConsolidationPlan) -> Response {
+    (
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, "application/yaml; charset=utf-8"),
@@ -282,5 +286,5 @@ async fn mig_parted(
         ],
         plan.mig_parted,
     )
-        .into_response())
+        .into_response()
 }

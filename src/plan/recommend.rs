@@ -11,20 +11,19 @@
 //! figures scale the held hours of that span to 730 hours.
 
 use rust_decimal::Decimal;
-use rust_decimal::prelude::FromPrimitive;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::store::Evidence;
 use crate::billing::rate_card::RateCard;
 use crate::domain::profiles::{self, MigProfile};
-use crate::domain::slice::SliceKind;
+use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::time::AVERAGE_MONTH_HOURS;
 
 /// Headroom on the p99 of peak memory.
 const MEMORY_HEADROOM: f64 = 1.15;
 /// Below this fraction of its known seconds busy (1 %), a slice did no real work.
-const IDLE_FRACTION: f64 = 0.01;
+const IDLE_FRACTION: Decimal = Decimal::from_parts(1, 0, 0, false, 2);
 /// Days of data a recommendation needs; under 14 its confidence is medium.
 const MIN_DAYS: i64 = 7;
 const HIGH_DAYS: i64 = 14;
@@ -145,9 +144,8 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
     let compute_need = e.compute_p95.map(|p| {
         p * e.compute_share_f64() * f64::from(e.gpu_compute_slices) / target.utilisation()
     });
-    let idle = e.known_seconds > Decimal::ZERO
-        && e.active_seconds
-            <= e.known_seconds * Decimal::from_f64(IDLE_FRACTION).unwrap_or_default();
+    let idle =
+        e.known_seconds > Decimal::ZERO && e.active_seconds <= e.known_seconds * IDLE_FRACTION;
 
     let table = profiles::table_model(&e.model);
     let (action, recommended, reason): (Action, Option<&MigProfile>, String) = if kind
@@ -198,7 +196,8 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
                 Some(p)
                     if kind != SliceKind::Mig
                         && card.is_some_and(|c| {
-                            profile_share(p, c) >= c.weights.weigh(e.compute_share, e.memory_share)
+                            profile_share(p, &c.weights)
+                                >= c.weights.weigh(e.compute_share, e.memory_share)
                         }) =>
                 {
                     (
@@ -240,7 +239,9 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         priced.map(|(c, h)| line(c, c.weights.weigh(e.compute_share, e.memory_share), kind, h));
     let monthly_recommended = priced.and_then(|(c, h)| match action {
         Action::GiveBack => Some(Decimal::ZERO),
-        Action::Resize => recommended.map(|p| line(c, profile_share(p, c), SliceKind::Mig, h)),
+        Action::Resize => {
+            recommended.map(|p| line(c, profile_share(p, &c.weights), SliceKind::Mig, h))
+        }
         Action::Keep => monthly_today,
         Action::Wait | Action::PayPerUse => None,
     });
@@ -270,9 +271,9 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
     }
 }
 
-/// A MIG profile's share of its card under the card's weights.
-fn profile_share(p: &MigProfile, card: &RateCard) -> Decimal {
-    card.weights.weigh(
+/// A MIG profile's share of its card under `weights`.
+fn profile_share(p: &MigProfile, weights: &ShareWeights) -> Decimal {
+    weights.weigh(
         Decimal::from(p.compute_slices) / Decimal::from(p.total_compute_slices),
         Decimal::from(p.memory_slices) / Decimal::from(p.total_memory_slices),
     )
@@ -294,10 +295,7 @@ fn smallest_fit(
         .filter(|p| f64::from(p.compute_slices) >= compute_need)
         .min_by_key(|p| {
             (
-                weights.weigh(
-                    Decimal::from(p.compute_slices) / Decimal::from(p.total_compute_slices),
-                    Decimal::from(p.memory_slices) / Decimal::from(p.total_memory_slices),
-                ),
+                profile_share(p, &weights),
                 p.memory_slices,
                 p.compute_slices,
             )
@@ -306,6 +304,7 @@ fn smallest_fit(
 
 #[cfg(test)]
 mod tests {
+    use rust_decimal::prelude::FromPrimitive;
     use rust_decimal_macros::dec;
 
     use super::*;

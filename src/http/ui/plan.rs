@@ -3,7 +3,6 @@
 //! in order, and the `mig-parted` file. The figures are the API's (`/v1/plans/consolidation`).
 
 use axum::extract::{Query, State};
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use maud::html;
@@ -13,6 +12,7 @@ use super::charts::{self, GpuBar, Palette, SliceMark};
 use super::format::money;
 use super::layout::{UiError, Viewer, empty_state, page};
 use crate::domain::access::Principal;
+use crate::http::plans::mig_parted_response;
 use crate::http::state::AppState;
 use crate::plan::recommend::TargetProfile;
 use crate::plan::{self, CardPlan, ConsolidationPlan};
@@ -150,18 +150,7 @@ pub async fn mig_parted(
     Viewer(viewer): Viewer,
     Query(q): Query<PlanQuery>,
 ) -> Result<Response, UiError> {
-    let plan = read(&state, &viewer, &q).await?;
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/yaml; charset=utf-8"),
-            (
-                header::CONTENT_DISPOSITION,
-                "attachment; filename=\"slicemeter-mig-parted.yaml\"",
-            ),
-        ],
-        plan.mig_parted,
-    )
-        .into_response())
+    Ok(mig_parted_response(read(&state, &viewer, &q).await?))
 }
 
 /// A bar per card on the memory-slice axis: each instance where it is placed, as wide as its
