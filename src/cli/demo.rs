@@ -178,7 +178,7 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
     println!("admin token (id {admin_id}, shown once): {admin}");
     println!("dashboard: {base}/ui/ (sign in with the token above)");
     println!(
-        "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team&step=day'",
+        "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team,namespace,workload&step=month'",
         (Utc::now() - chrono::Duration::days(i64::from(args.days))).date_naive(),
         (Utc::now() + chrono::Duration::days(1)).date_naive()
     );

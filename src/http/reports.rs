@@ -13,12 +13,11 @@ use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
-use crate::domain::slice::ShareWeights;
 use crate::domain::time::Month;
 use crate::domain::time::{floor_hour, start_of};
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
-use crate::reports::usage::{self, GroupBy, Step, UsageReport};
+use crate::reports::usage::{GroupBy, Step, UsageReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -78,8 +77,13 @@ struct UsageParams {
         pattern = r"^\d{4}-\d{2}-\d{2}(T\d{2}:00:00(\.0+)?(Z|[+-]\d{2}:00))?$"
     )]
     to: Option<String>,
-    /// `team` (default), `gpu_model`, `kind`, `profile` or `node`.
-    #[param(pattern = "^(team|gpu_model|kind|profile|node)$")]
+    /// What rows are grouped by, comma-separated, up to six: `team` (default), `gpu_model`, `kind`,
+    /// `profile`, `node`, `namespace`, `workload` (the pod's Deployment, StatefulSet or Job, else
+    /// the pod), `pod`, `container`, `label:<key>` (a pod label's value), e.g. `team,namespace`.
+    #[param(
+        example = "team,namespace,workload",
+        pattern = r"^(team|gpu_model|kind|profile|node|namespace|workload|pod|container|label:[A-Za-z0-9._/-]{1,317})(,(team|gpu_model|kind|profile|node|namespace|workload|pod|container|label:[A-Za-z0-9._/-]{1,317})){0,5}$"
+    )]
     group_by: Option<String>,
     /// `hour`, `day` (default) or `month`.
     #[param(pattern = "^(hour|day|month)$")]
@@ -128,8 +132,12 @@ fn instant(
     Some(t)
 }
 
-/// Slice-hours held, GPU-equivalent hours (held hours x physical share, weights 0.5/0.5), memory GiB-hours
-/// used, compute-active hours and efficiency, per bucket and group. A team lead sees only their team.
+/// Slice-hours held, GPU-equivalent hours (held hours x physical share, by the newest rate card's
+/// weights, 0.5/0.5 by default), memory GiB-hours used, compute-active hours, efficiency, cost and
+/// idle cost, per bucket and group. Costs are the invoice lines' figures: for every open month the
+/// range covers whole, the rows add up to the month's usage lines to the cent; an issued month's
+/// rows are what its hours cost now (issued lines plus the corrections late data brings). A team
+/// lead sees only their team.
 #[utoipa::path(get, path = "/v1/reports/usage", tag = "reports",
     params(UsageParams),
     security(("bearer" = [])),
@@ -184,22 +192,16 @@ async fn usage_report(
             errors,
         ));
     };
-    let sums = reports::usage_sums(
-        &state.pool,
-        &state.reports,
-        from,
-        to,
-        group_by,
-        step,
-        principal.team_scope(),
-    )
-    .await?;
-    Ok(Json(usage::build(
-        from,
-        to,
-        group_by,
-        step,
-        ShareWeights::default(),
-        &sums,
-    )))
+    Ok(Json(
+        reports::usage_report(
+            &state.pool,
+            &state.reports,
+            from,
+            to,
+            &group_by,
+            step,
+            principal.team_scope(),
+        )
+        .await?,
+    ))
 }

@@ -129,6 +129,26 @@ pub struct Recommendation {
     pub monthly_delta: Option<Decimal>,
     /// Why, in a sentence.
     pub reason: String,
+    /// Sharing the card under MPS instead, where the target allows less isolation than MIG's
+    /// (`default`, `dev`) and that costs less than the recommended slice.
+    pub shared_alternative: Option<SharedAlternative>,
+}
+
+/// An MPS share sized to the workload's need: its thread percentage covers the compute need, its
+/// pinned memory the memory need. MPS isolates less than MIG (no memory or fault isolation), which
+/// the rate card's lower MPS factor prices.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SharedAlternative {
+    #[schema(value_type = String, example = "mps")]
+    pub kind: SliceKind,
+    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`.
+    pub active_thread_percentage: u8,
+    /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`, whole GiB.
+    pub pinned_memory_bytes: i64,
+    /// The same hours under this share, rounded as an invoice line is.
+    pub monthly: Decimal,
+    /// `monthly_today - monthly`.
+    pub monthly_delta: Decimal,
 }
 
 /// What the evidence says, priced by `card` (the rate card in force), for `target`.
@@ -245,6 +265,33 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         Action::Keep => monthly_today,
         Action::Wait | Action::PayPerUse => None,
     });
+    let shared_alternative = priced
+        .zip(compute_need)
+        .filter(|_| matches!(target, TargetProfile::Default | TargetProfile::Dev))
+        .filter(|_| matches!(action, Action::Keep | Action::Resize))
+        .and_then(|((c, h), need)| {
+            let threads = (need / f64::from(e.gpu_compute_slices.max(1)) * 100.0)
+                .ceil()
+                .clamp(1.0, 100.0) as u8;
+            let gib = 1i64 << 30;
+            let pinned = (memory_need + gib - 1) / gib * gib;
+            if pinned >= e.gpu_memory_bytes {
+                return None;
+            }
+            let share = c.weights.weigh(
+                Decimal::from(threads) / Decimal::ONE_HUNDRED,
+                Decimal::from(pinned) / Decimal::from(e.gpu_memory_bytes),
+            );
+            let monthly = line(c, share, SliceKind::Mps, h);
+            let today = monthly_today?;
+            (monthly < monthly_recommended.unwrap_or(today)).then(|| SharedAlternative {
+                kind: SliceKind::Mps,
+                active_thread_percentage: threads,
+                pinned_memory_bytes: pinned,
+                monthly,
+                monthly_delta: today - monthly,
+            })
+        });
     Recommendation {
         team: e.team.clone(),
         namespace: e.namespace.clone(),
@@ -268,6 +315,7 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         monthly_today,
         monthly_recommended,
         reason,
+        shared_alternative,
     }
 }
 
@@ -334,6 +382,7 @@ mod tests {
             memory_share: Decimal::from(m) / Decimal::from(8),
             memory_reserved_bytes: 80 * GIB * i64::from(m) / 8,
             gpu_compute_slices: 7,
+            gpu_memory_bytes: 85_520_809_984,
             slices: 1,
             span_seconds: 14 * 86_400,
             days: 14,
@@ -379,6 +428,37 @@ mod tests {
         assert_eq!(whole.action, Action::Resize);
         assert_eq!(whole.recommended_profile.as_deref(), Some("1g.20gb"));
         assert_eq!(whole.monthly_today, Some(dec!(2920.00)));
+    }
+
+    #[test]
+    fn a_small_need_may_share_the_card_under_mps_where_the_target_allows_it() {
+        // The 3g.40gb at 6 GiB and 3 % busy: 0.1286 compute slices needed at 0.7, 1.84 % of the
+        // H100's SMs (2 % of the threads); 6.9 GiB of memory (7 GiB pinned).
+        let e = held(SliceKind::Mig, Some("3g.40gb"), 3, 4, 6, 0.03);
+        let r = recommend(&e, Some(&card()), TargetProfile::Default);
+        assert_eq!(r.recommended_profile.as_deref(), Some("1g.10gb"));
+        let alt = r.shared_alternative.expect("an MPS share");
+        assert_eq!(alt.kind, SliceKind::Mps);
+        assert_eq!(alt.active_thread_percentage, 2);
+        assert_eq!(alt.pinned_memory_bytes, 7 * GIB);
+        // 4.00 x 0.90 x (0.5 x 0.02 + 0.5 x 7 GiB / 85,520,809,984 B) x 730 = 141.76.
+        let share = dec!(0.01) + dec!(0.5) * Decimal::from(7 * GIB) / dec!(85520809984);
+        assert_eq!(alt.monthly, (dec!(3.6) * share * dec!(730)).round_dp(2));
+        assert_eq!(alt.monthly, dec!(141.76));
+        assert_eq!(alt.monthly_delta, r.monthly_today.unwrap() - dec!(141.76));
+        // Production and HA keep MIG's isolation: no MPS advice.
+        for target in [TargetProfile::Prod, TargetProfile::Ha] {
+            assert_eq!(
+                recommend(&e, Some(&card()), target).shared_alternative,
+                None
+            );
+        }
+        // A workload that needs most of the card gains nothing from sharing it.
+        let big = held(SliceKind::Whole, None, 7, 8, 70, 0.9);
+        assert_eq!(
+            recommend(&big, Some(&card()), TargetProfile::Default).shared_alternative,
+            None
+        );
     }
 
     #[test]

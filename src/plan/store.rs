@@ -125,6 +125,7 @@ pub struct Evidence {
     pub memory_share: Decimal,
     pub memory_reserved_bytes: i64,
     pub gpu_compute_slices: u8,
+    pub gpu_memory_bytes: i64,
     pub slices: i64,
     /// From the first hour held to the end of the last, in seconds.
     pub span_seconds: i64,
@@ -156,6 +157,7 @@ pub async fn evidence(
         r#"select c.team_id, c.namespace, w.w[1] as "workload_kind!", w.w[2] as "workload!",
                   g.model, s.kind as "kind: SliceKind", s.profile, s.compute_share, s.memory_share,
                   s.memory_reserved_bytes, g.compute_slices as gpu_compute_slices,
+                  g.memory_bytes as gpu_memory_bytes,
                   count(distinct s.slice_id) as "slices!",
                   (extract(epoch from max(u.hour) - min(u.hour)) + 3600)::int8 as "span_seconds!",
                   sum(u.held_seconds) as "held_seconds!",
@@ -177,7 +179,8 @@ pub async fn evidence(
            where u.hour >= $1 and u.hour < $2 and u.held_seconds > 0
              and ($3::text is null or c.team_id = $3)
            group by c.team_id, c.namespace, w.w[1], w.w[2], g.model, s.kind, s.profile,
-                    s.compute_share, s.memory_share, s.memory_reserved_bytes, g.compute_slices
+                    s.compute_share, s.memory_share, s.memory_reserved_bytes, g.compute_slices,
+                    g.memory_bytes
            order by c.team_id, c.namespace, w.w[2], g.model, s.kind, s.profile"#,
         from,
         to,
@@ -199,6 +202,7 @@ pub async fn evidence(
             memory_share: r.memory_share,
             memory_reserved_bytes: r.memory_reserved_bytes,
             gpu_compute_slices: u8::try_from(r.gpu_compute_slices).unwrap_or(7),
+            gpu_memory_bytes: r.gpu_memory_bytes,
             slices: r.slices,
             span_seconds: r.span_seconds,
             days: (r.span_seconds + 86_399) / 86_400,

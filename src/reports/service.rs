@@ -2,9 +2,9 @@
 //! and pending corrections) and from the rollups (consumers no team claims). What a month's report
 //! is made of is read once for every team and kept while the database has not changed
 //! ([`ReportCache`]), so the fleet page, every team's page and the API share one read; so are the
-//! usage report's sums.
+//! usage report's sums, priced to add up to those months' invoice lines.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +13,9 @@ use sqlx::PgPool;
 
 use super::monthly::{self, MonthlyReport, UnattributedConsumer};
 use super::store;
-use super::usage::{GroupBy, Step, UsageSums};
-use crate::billing::period::{Books, Line, PeriodBill, PeriodState};
+use super::usage::{self, GroupBy, Invoiced, Step, UsageReport, UsageSums};
+use crate::billing::period::{Books, Line, LineKind, PeriodBill, PeriodState};
+use crate::billing::rate_card::store as rate_cards;
 use crate::billing::service::{self as billing, Error};
 use crate::db::cache::SnapshotCache;
 use crate::domain::team::TeamId;
@@ -58,19 +59,19 @@ impl ReportCache {
 }
 
 /// The usage report's sums (`store::usage_sums`), kept while the database has not changed.
-pub async fn usage_sums(
+async fn usage_sums(
     pool: &PgPool,
     cache: &ReportCache,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    group_by: GroupBy,
+    group_by: &GroupBy,
     step: Step,
     team: Option<&TeamId>,
 ) -> Result<Arc<Vec<UsageSums>>, sqlx::Error> {
     let key = UsageKey {
         from,
         to,
-        group_by,
+        group_by: group_by.clone(),
         step,
         team: team.cloned(),
     };
@@ -80,6 +81,71 @@ pub async fn usage_sums(
             store::usage_sums(pool, from, to, group_by, step, team)
         })
         .await
+}
+
+/// The usage report of `[from, to)` (`team`: a team lead's view of their own team): the rollups'
+/// sums priced by the rate cards in force, each open month the range covers whole adding up to its
+/// invoice lines as billing prices them now (its drafts). An issued month adds up to what its hours
+/// cost now: its invoice lines plus the corrections its late data brings. A month billing cannot
+/// price (hours without a rate card) is priced on its own, its unpriced rows without a cost.
+pub async fn usage_report(
+    pool: &PgPool,
+    cache: &ReportCache,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: &GroupBy,
+    step: Step,
+    team: Option<&TeamId>,
+) -> Result<UsageReport, Error> {
+    let sums = usage_sums(pool, cache, from, to, group_by, step, team).await?;
+    let cards = rate_cards::rate_cards(pool).await?;
+    let months: BTreeSet<Month> = sums
+        .iter()
+        .map(|s| Month::of(s.bucket))
+        .filter(|m| m.start() >= from && m.end() <= to)
+        .collect();
+    let mut invoiced = Invoiced::default();
+    for m in months {
+        let inputs = match self::month(pool, cache, m).await {
+            Ok(inputs) => inputs,
+            Err(Error::Billing(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let bill = inputs.bill();
+        // An issued month's books are as issued; these rows are what its hours cost now, late data
+        // included: the issued lines plus the corrections billed on a later period.
+        if bill.negative.is_some() || inputs.books().frozen() {
+            continue;
+        }
+        for (t, lines) in &bill.lines {
+            if team.is_some_and(|own| own != t) {
+                continue;
+            }
+            for l in lines {
+                let k = &l.key;
+                if let (LineKind::Usage, Some(model), Some(kind)) =
+                    (k.kind, &k.gpu_model, k.slice_kind)
+                {
+                    invoiced.0.insert(
+                        (
+                            m,
+                            t.clone(),
+                            model.clone(),
+                            kind,
+                            k.profile.clone(),
+                            k.rate_card,
+                        ),
+                        l.amount,
+                    );
+                }
+            }
+        }
+    }
+    // GPU-equivalent hours by the newest rate card's weights, as the dashboard has always drawn them.
+    let weights = cards.values().last().map(|c| c.weights).unwrap_or_default();
+    Ok(usage::build(
+        from, to, group_by, step, weights, &sums, &cards, &invoiced,
+    ))
 }
 
 impl MonthInputs {

@@ -9,52 +9,74 @@ use sqlx::{PgConnection, PgPool};
 
 use super::monthly::UnattributedConsumer;
 use super::slices::SliceDay;
-use super::usage::{GroupBy, Step, UsageSums};
+use super::usage::{Dimension, GroupBy, Step, UsageSums};
 use crate::billing::invoice::{InvoiceKind, InvoiceStatus};
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::time::{Month, whole_days};
 
-/// Sums of the rollups per (bucket, group key, reserved), the terms DESIGN.md's share formula is
-/// linear in, weighted by each slice's compute and memory share. `reports::usage` applies the weights.
+/// Sums of the rollups per bucket, invoice line (team, GPU model, kind, profile, rate card version
+/// in force), reserved or not, and what else `group_by` asks for (node, the consumer's namespace,
+/// workload, pod, container, label values): the terms DESIGN.md's share formula is linear in,
+/// weighted by each slice's compute and memory share. `reports::usage` applies the weights and prices.
 pub async fn usage_sums(
     pool: &PgPool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    group_by: GroupBy,
+    group_by: &GroupBy,
     step: Step,
     team: Option<&TeamId>,
 ) -> Result<Vec<UsageSums>, sqlx::Error> {
-    // Whole days from the day rollups (unless the step is an hour), the rest from the hourly ones.
+    // Whole days from the day rollups (unless the step is an hour), the rest from the hourly ones,
+    // and so are days a rate card version starts after midnight: each hour priced by its own card.
     let days = whole_days(from, to).filter(|_| step != Step::Hour);
+    let labels = group_by.label_keys();
     let rows = sqlx::query!(
-        // Sum per (bucket, slice, team) first, additions only; weigh by the slices' shares after.
-        r#"with rollup as (
+        // Sum per (bucket, slice, team, card, consumer fields) first, additions only; weigh by the
+        // slices' shares after.
+        r#"with split as (
+               select distinct date_trunc('day', r.effective_from, 'UTC') as day
+               from rate_card r
+               where r.effective_from <> date_trunc('day', r.effective_from, 'UTC')
+                 and r.effective_from >= $5 and r.effective_from < $6),
+           rollup as (
                select d.day as at, d.slice_id, d.consumer_id, d.held_seconds, d.compute_known_seconds,
                       d.compute_active_seconds, d.memory_byte_seconds, d.window_count
                from usage_daily d
-               where d.day >= $6 and d.day < $7
+               where d.day >= $5 and d.day < $6 and d.day not in (select day from split)
                union all
                select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
                       h.compute_active_seconds, h.memory_byte_seconds, h.window_count
                from usage_hourly h
                where h.hour >= $1 and h.hour < $2
-                 and ($6::timestamptz is null or h.hour < $6 or h.hour >= $7)),
+                 and ($5::timestamptz is null or h.hour < $5 or h.hour >= $6
+                      or date_trunc('day', h.hour, 'UTC') in (select day from split))),
            per_slice as (
-               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id,
+               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id, r.rate_card_id,
+                      case when $8 then c.namespace end as namespace,
+                      case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
+                      end as workload,
+                      case when $10 then c.pod end as pod,
+                      case when $11 then c.container end as container,
+                      case when cardinality($12::text[]) > 0 then
+                          array(select c.labels ->> k.key
+                                from unnest($12::text[]) with ordinality as k(key, n)
+                                order by k.n)
+                      end as labels,
                       sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
                       sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
                       sum(u.window_count)::int8 as windows
                from rollup u
                join consumer c using (consumer_id)
-               where ($5::text is null or c.team_id = $5)
-               group by 1, 2, 3)
-           select p.bucket as "bucket!",
-                  (case $4::text when 'team' then p.team_id
-                                 when 'gpu_model' then g.model
-                                 when 'kind' then s.kind
-                                 when 'profile' then coalesce(s.profile, s.kind)
-                                 when 'node' then g.node end) as "key!",
+               left join rate_card_span r
+                      on u.at >= r.effective_from
+                     and (r.effective_until is null or u.at < r.effective_until)
+               where ($4::text is null or c.team_id = $4)
+               group by 1, 2, 3, 4, 5, 6, 7, 8, 9)
+           select p.bucket as "bucket!", p.team_id as "team!: TeamId", g.model as "model!",
+                  s.kind as "kind!: SliceKind", s.profile, p.rate_card_id as "rate_card?",
+                  (case when $7 then g.node end) as node, p.namespace, p.workload, p.pod,
+                  p.container, p.labels as "labels: Vec<Option<String>>",
                   s.reserved as "reserved!",
                   round(sum(p.held), 9) as "held_seconds!",
                   round(sum(p.held * s.compute_share), 9) as "held_compute!",
@@ -69,15 +91,20 @@ pub async fn usage_sums(
            from per_slice p
            join slice s using (slice_id)
            join gpu g using (gpu_id)
-           group by 1, 2, 3
-           order by 1, 2, 3"#,
+           group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
+           order by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13"#,
         from,
         to,
         step.as_str(),
-        group_by.as_str(),
         team.map(TeamId::as_str),
         days.map(|d| d.0),
-        days.map(|d| d.1)
+        days.map(|d| d.1),
+        group_by.has(&Dimension::Node),
+        group_by.has(&Dimension::Namespace),
+        group_by.has(&Dimension::Workload),
+        group_by.has(&Dimension::Pod),
+        group_by.has(&Dimension::Container),
+        &labels
     )
     .fetch_all(pool)
     .await?;
@@ -85,7 +112,17 @@ pub async fn usage_sums(
         .into_iter()
         .map(|r| UsageSums {
             bucket: r.bucket,
-            key: r.key,
+            team: r.team,
+            model: r.model,
+            kind: r.kind,
+            profile: r.profile,
+            rate_card: r.rate_card,
+            node: r.node,
+            namespace: r.namespace,
+            workload: r.workload,
+            pod: r.pod,
+            container: r.container,
+            labels: r.labels.unwrap_or_default(),
             reserved: r.reserved,
             sums: crate::occupancy_sums!(r),
         })

@@ -1,8 +1,14 @@
 //! The usage report: slice-hours held, GPU-equivalent hours (held hours x physical share), memory and
-//! compute used, and efficiency, grouped by team, GPU model, kind, profile or node, per hour, day or
-//! month.
+//! compute used, efficiency and cost, grouped by any combination of team, GPU model, kind, profile,
+//! node, namespace, workload, pod, container and pod labels, per hour, day or month.
+//!
+//! Cost is priced as billing prices it (the rate card in force each hour, `billing::pricing`) and
+//! rounded once per invoice line: each (month, invoice line) is apportioned over the rows it spans by
+//! their exact amounts, carried to the minor unit, so that the rows add up to the line's amount to
+//! the cent: the open months' invoice lines given as [`Invoiced`], else the line's exact total
+//! rounded (a month covered in part, an issued month's hours as they cost now).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -11,44 +17,151 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::domain::slice::ShareWeights;
+use super::focus::CarryRounder;
+use crate::billing::pricing::{UsageAggregate, price};
+use crate::billing::rate_card::{Currency, RateCard};
+use crate::domain::slice::{ShareWeights, SliceKind};
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum GroupBy {
+/// One thing rows are grouped by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dimension {
     Team,
     GpuModel,
     Kind,
     Profile,
     Node,
+    Namespace,
+    /// The pod's owner where its labels say it (Deployment, StatefulSet, Job), else the pod; off
+    /// Kubernetes the job, else the unix user (SQL `workload_of`).
+    Workload,
+    Pod,
+    Container,
+    /// A pod label's value (`label:<key>`).
+    Label(String),
 }
 
-impl GroupBy {
-    pub fn as_str(self) -> &'static str {
+/// The names `group_by` takes, in the order error messages list them.
+const NAMES: &str =
+    "team, gpu_model, kind, profile, node, namespace, workload, pod, container, label:<key>";
+
+/// At most this many dimensions in one `group_by`.
+pub const MAX_DIMENSIONS: usize = 6;
+
+impl Dimension {
+    pub fn name(&self) -> String {
         match self {
-            GroupBy::Team => "team",
-            GroupBy::GpuModel => "gpu_model",
-            GroupBy::Kind => "kind",
-            GroupBy::Profile => "profile",
-            GroupBy::Node => "node",
+            Dimension::Team => "team".into(),
+            Dimension::GpuModel => "gpu_model".into(),
+            Dimension::Kind => "kind".into(),
+            Dimension::Profile => "profile".into(),
+            Dimension::Node => "node".into(),
+            Dimension::Namespace => "namespace".into(),
+            Dimension::Workload => "workload".into(),
+            Dimension::Pod => "pod".into(),
+            Dimension::Container => "container".into(),
+            Dimension::Label(key) => format!("label:{key}"),
         }
+    }
+}
+
+impl FromStr for Dimension {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "team" => Dimension::Team,
+            "gpu_model" => Dimension::GpuModel,
+            "kind" => Dimension::Kind,
+            "profile" => Dimension::Profile,
+            "node" => Dimension::Node,
+            "namespace" => Dimension::Namespace,
+            "workload" => Dimension::Workload,
+            "pod" => Dimension::Pod,
+            "container" => Dimension::Container,
+            _ => match s.strip_prefix("label:") {
+                // A Kubernetes label key: an optional DNS prefix and `/`, then a name of up to 63.
+                Some(key)
+                    if !key.is_empty()
+                        && key.len() <= 317
+                        && key
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b)) =>
+                {
+                    Dimension::Label(key.to_owned())
+                }
+                Some(key) => {
+                    return Err(format!(
+                        "{key:?} is not a label key (letters, digits, '-', '_', '.', '/', up to 317 characters)"
+                    ));
+                }
+                None => return Err(format!("{s:?} is not one of {NAMES}")),
+            },
+        })
+    }
+}
+
+/// The dimensions of a report, in the order asked for (`group_by=team,namespace`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupBy(Vec<Dimension>);
+
+impl GroupBy {
+    pub fn of(dimensions: Vec<Dimension>) -> GroupBy {
+        GroupBy(dimensions)
+    }
+
+    pub fn dimensions(&self) -> &[Dimension] {
+        &self.0
+    }
+
+    pub fn has(&self, d: &Dimension) -> bool {
+        self.0.contains(d)
+    }
+
+    /// The label keys asked for, in order.
+    pub fn label_keys(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter_map(|d| match d {
+                Dimension::Label(k) => Some(k.clone()),
+                _ => None,
+            })
+            .collect()
     }
 }
 
 impl FromStr for GroupBy {
     type Err = String;
+    /// Comma-separated dimensions, each once; every wrong one is named.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [
-            GroupBy::Team,
-            GroupBy::GpuModel,
-            GroupBy::Kind,
-            GroupBy::Profile,
-            GroupBy::Node,
-        ]
-        .into_iter()
-        .find(|g| g.as_str() == s)
-        .ok_or_else(|| format!("group_by {s:?} is not one of team, gpu_model, kind, profile, node"))
+        let mut dims = Vec::new();
+        let mut errors = Vec::new();
+        for part in s.split(',') {
+            match part.parse::<Dimension>() {
+                Ok(d) if dims.contains(&d) => errors.push(format!("{part:?} is given twice")),
+                Ok(d) => dims.push(d),
+                Err(e) => errors.push(e),
+            }
+        }
+        if dims.len() > MAX_DIMENSIONS {
+            errors.push(format!(
+                "{} dimensions; a report groups by at most {MAX_DIMENSIONS}",
+                dims.len()
+            ));
+        }
+        if errors.is_empty() {
+            Ok(GroupBy(dims))
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+impl fmt::Display for GroupBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<String> = self.0.iter().map(Dimension::name).collect();
+        f.write_str(&names.join(","))
     }
 }
 
@@ -82,23 +195,68 @@ impl FromStr for Step {
     }
 }
 
-impl fmt::Display for GroupBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Rollup sums of one (bucket, key, reserved) group.
+/// Rollup sums of one bucket, invoice line (team, model, kind, profile, rate card) and whatever
+/// else the report groups by.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageSums {
     pub bucket: DateTime<Utc>,
-    pub key: String,
+    pub team: TeamId,
+    pub model: String,
+    pub kind: SliceKind,
+    pub profile: Option<String>,
+    /// The rate card version in force; none for hours no card covers.
+    pub rate_card: Option<i64>,
+    /// The GPU's node, read only when grouped by node; likewise the consumer's fields below.
+    pub node: Option<String>,
+    pub namespace: Option<String>,
+    pub workload: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    /// The values of the label keys grouped by, in order.
+    pub labels: Vec<Option<String>>,
     /// Reserved kinds pay their share for every held second; time-sliced replicas their measured one.
     pub reserved: bool,
     pub sums: OccupancySums,
 }
 
-/// What a group held and used, in hours.
+/// A row's values, one per dimension.
+type Key = Vec<Option<String>>;
+
+impl UsageSums {
+    fn key(&self, group_by: &GroupBy) -> Key {
+        let mut labels = self.labels.iter();
+        group_by
+            .0
+            .iter()
+            .map(|d| match d {
+                Dimension::Team => Some(self.team.as_str().to_owned()),
+                Dimension::GpuModel => Some(self.model.clone()),
+                Dimension::Kind => Some(self.kind.as_str().to_owned()),
+                Dimension::Profile => Some(
+                    self.profile
+                        .clone()
+                        .unwrap_or_else(|| self.kind.as_str().to_owned()),
+                ),
+                Dimension::Node => self.node.clone(),
+                Dimension::Namespace => self.namespace.clone(),
+                Dimension::Workload => self.workload.clone(),
+                Dimension::Pod => self.pod.clone(),
+                Dimension::Container => self.container.clone(),
+                Dimension::Label(_) => labels.next().cloned().flatten(),
+            })
+            .collect()
+    }
+}
+
+/// An invoice line of one month: (month, team, model, kind, profile, rate card).
+pub type MonthLine = (Month, TeamId, String, SliceKind, Option<String>, i64);
+
+/// The usage lines' amounts of the open months a report covers whole, as billing prices them now:
+/// what the report's costs add up to.
+#[derive(Debug, Clone, Default)]
+pub struct Invoiced(pub BTreeMap<MonthLine, Decimal>);
+
+/// What a group held and used, in hours, and what it cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, ToSchema)]
 pub struct UsageFigures {
     /// Hours someone held a slice, whatever its size.
@@ -122,11 +280,19 @@ pub struct UsageFigures {
     /// Used over held GPU-equivalent hours, 0 to 1; null when compute activity is unknown.
     #[schema(value_type = Option<String>, example = "0.3605")]
     pub efficiency: Option<Decimal>,
+    /// What the group's hours cost under the rate cards in force, in the report's currency, its
+    /// invoice lines' share (see the report's `currency`); null where some hour has no rate card.
+    #[schema(value_type = Option<String>, example = "1337.14")]
+    pub cost: Option<Decimal>,
+    /// The idle part of `cost`: cost x (1 - efficiency); null when either is unknown.
+    #[schema(value_type = Option<String>, example = "855.77")]
+    pub idle_cost: Option<Decimal>,
     /// Occupancy windows behind these figures.
     pub windows: i64,
 }
 
-/// Exact accumulator behind [`UsageFigures`]: rounding happens once, when it is presented.
+/// Exact accumulator behind [`UsageFigures`]: rounding happens once, when it is presented, except
+/// for cost, whose pieces are already an invoice line's share in minor units.
 #[derive(Debug, Clone, Default)]
 struct Acc {
     held: Decimal,
@@ -137,6 +303,8 @@ struct Acc {
     active: Decimal,
     unknown: Decimal,
     windows: i64,
+    cost: Decimal,
+    cost_unknown: bool,
 }
 
 impl Acc {
@@ -163,11 +331,17 @@ impl Acc {
         self.active += o.active;
         self.unknown += o.unknown;
         self.windows += o.windows;
+        self.cost += o.cost;
+        self.cost_unknown |= o.cost_unknown;
     }
 
-    fn figures(&self) -> UsageFigures {
+    fn figures(&self, currency: Option<&Currency>) -> UsageFigures {
         let hours = |s: Decimal| (s / Decimal::from(3600)).round_dp(6).normalize();
         let used = (!self.used_unknown).then_some(self.used_eq);
+        let efficiency = used.and_then(|u| {
+            (self.held_eq > Decimal::ZERO).then(|| (u / self.held_eq).round_dp(4).normalize())
+        });
+        let cost = currency.filter(|_| !self.cost_unknown).map(|_| self.cost);
         UsageFigures {
             slice_hours: hours(self.held),
             gpu_equivalent_hours: hours(self.held_eq),
@@ -175,9 +349,15 @@ impl Acc {
             memory_gib_hours: hours(self.memory_gib_seconds),
             compute_active_hours: hours(self.active),
             compute_unknown_hours: hours(self.unknown),
-            efficiency: used.and_then(|u| {
-                (self.held_eq > Decimal::ZERO).then(|| (u / self.held_eq).round_dp(4).normalize())
-            }),
+            efficiency,
+            cost,
+            idle_cost: match (cost, currency, used) {
+                (Some(c), Some(cur), Some(u)) if self.held_eq > Decimal::ZERO => {
+                    Some(cur.round(c * (Decimal::ONE - u / self.held_eq)))
+                }
+                (Some(_), Some(_), Some(_)) => Some(Decimal::ZERO),
+                _ => None,
+            },
             windows: self.windows,
         }
     }
@@ -187,15 +367,16 @@ impl Acc {
 pub struct UsageRow {
     /// Start of the hour, day or month (UTC).
     pub bucket: DateTime<Utc>,
-    /// The team, GPU model, kind, profile or node.
-    pub key: String,
+    /// The row's value for each dimension of `group_by`; null where the usage has none (a pod
+    /// without the label, a consumer outside Kubernetes).
+    pub key: BTreeMap<String, Option<String>>,
     #[serde(flatten)]
     pub figures: UsageFigures,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct UsageTotal {
-    pub key: String,
+    pub key: BTreeMap<String, Option<String>>,
     #[serde(flatten)]
     pub figures: UsageFigures,
 }
@@ -204,10 +385,18 @@ pub struct UsageTotal {
 pub struct UsageReport {
     pub from: DateTime<Utc>,
     pub to: DateTime<Utc>,
-    pub group_by: GroupBy,
+    /// The dimensions, as asked for: `team`, `gpu_model`, `kind`, `profile`, `node`, `namespace`,
+    /// `workload`, `pod`, `container`, `label:<key>`.
+    #[schema(example = json!(["team", "namespace"]))]
+    pub group_by: Vec<String>,
     pub step: Step,
     /// The weights of DESIGN.md's share formula used for GPU-equivalent hours.
     pub weights: ShareWeights,
+    /// The currency of every cost; null when the hours' rate cards use several.
+    #[schema(example = "USD")]
+    pub currency: Option<String>,
+    /// Why some costs are null, if they are.
+    pub cost_note: Option<String>,
     /// One row per bucket and key, ordered by bucket then key.
     pub rows: Vec<UsageRow>,
     /// One row per key over the whole range.
@@ -216,151 +405,170 @@ pub struct UsageReport {
     pub total: UsageFigures,
 }
 
-/// Builds the report from the rollup sums (ordered by bucket, key).
+/// A range's figures before they are presented: rows by (bucket, key), each row's cost the sum of
+/// its invoice lines' shares.
+struct Priced {
+    rows: BTreeMap<(DateTime<Utc>, Key), Acc>,
+    currency: Option<Currency>,
+    cost_note: Option<String>,
+}
+
+/// Prices the rollup sums and apportions each (month, invoice line) over the rows it spans.
+fn priced(
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: &GroupBy,
+    weights: &ShareWeights,
+    sums: &[UsageSums],
+    cards: &BTreeMap<i64, RateCard>,
+    invoiced: &Invoiced,
+) -> Priced {
+    let mut rows: BTreeMap<(DateTime<Utc>, Key), Acc> = BTreeMap::new();
+    // Each month's invoice line, and its exact amount per row.
+    let mut lines: BTreeMap<MonthLine, BTreeMap<(DateTime<Utc>, Key), Decimal>> = BTreeMap::new();
+    let mut currencies = BTreeSet::new();
+    let mut unpriced = None;
+    for s in sums {
+        let row = (s.bucket, s.key(group_by));
+        let acc = rows.entry(row.clone()).or_default();
+        acc.add_sums(s, weights);
+        let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
+            acc.cost_unknown = true;
+            unpriced.get_or_insert(s.bucket);
+            continue;
+        };
+        currencies.insert(card.currency.code.clone());
+        let charge = price(
+            &UsageAggregate {
+                team: s.team.clone(),
+                model: s.model.clone(),
+                kind: s.kind,
+                profile: s.profile.clone(),
+                rate_card: card.id,
+                slices: 1,
+                sums: s.sums,
+            },
+            card,
+        );
+        let line = (
+            Month::of(s.bucket),
+            s.team.clone(),
+            s.model.clone(),
+            s.kind,
+            s.profile.clone(),
+            card.id,
+        );
+        *lines.entry(line).or_default().entry(row).or_default() += charge.amount;
+    }
+    for (line, pieces) in &lines {
+        let currency = &cards[&line.5].currency;
+        let exact: Decimal = pieces.values().sum();
+        let month = line.0;
+        let target = invoiced
+            .0
+            .get(line)
+            .copied()
+            .filter(|_| month.start() >= from && month.end() <= to)
+            .unwrap_or_else(|| currency.round(exact));
+        let mut rounder = CarryRounder::new();
+        let n = pieces.len();
+        for (i, (row, piece)) in pieces.iter().enumerate() {
+            // Scaled so that the pieces add up to the target, whatever it is.
+            let scaled = if exact.is_zero() {
+                Decimal::ZERO
+            } else {
+                *piece * target / exact
+            };
+            let amount = if i + 1 == n {
+                rounder.last(scaled, target)
+            } else {
+                rounder.next(scaled, currency)
+            };
+            rows.get_mut(row).expect("every piece has its row").cost += amount;
+        }
+    }
+    let (currency, cost_note) = match (currencies.len(), unpriced) {
+        (n, _) if n > 1 => (
+            None,
+            Some(format!(
+                "the hours' rate cards use several currencies ({}): costs are not added up across them",
+                currencies.into_iter().collect::<Vec<_>>().join(", ")
+            )),
+        ),
+        (_, Some(at)) => (
+            currencies.first().and_then(|c| Currency::parse(c).ok()),
+            Some(format!(
+                "no rate card is in force for some hours (the first in the bucket of {}): rows with such hours have no cost",
+                at.to_rfc3339()
+            )),
+        ),
+        _ => (
+            currencies.first().and_then(|c| Currency::parse(c).ok()),
+            None,
+        ),
+    };
+    Priced {
+        rows,
+        currency,
+        cost_note,
+    }
+}
+
+/// Builds the report from the rollup sums: rows and totals per key, priced by `cards`, adding up
+/// to `invoiced` for the months the range covers whole.
+#[allow(clippy::too_many_arguments)]
 pub fn build(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    group_by: GroupBy,
+    group_by: &GroupBy,
     step: Step,
     weights: ShareWeights,
     sums: &[UsageSums],
+    cards: &BTreeMap<i64, RateCard>,
+    invoiced: &Invoiced,
 ) -> UsageReport {
-    let mut rows: BTreeMap<(DateTime<Utc>, &str), Acc> = BTreeMap::new();
-    for s in sums {
-        rows.entry((s.bucket, s.key.as_str()))
-            .or_default()
-            .add_sums(s, &weights);
-    }
-    let mut totals: BTreeMap<&str, Acc> = BTreeMap::new();
+    let Priced {
+        rows,
+        currency,
+        cost_note,
+    } = priced(from, to, group_by, &weights, sums, cards, invoiced);
+    let names: Vec<String> = group_by.0.iter().map(Dimension::name).collect();
+    let named = |key: &Key| -> BTreeMap<String, Option<String>> {
+        names.iter().cloned().zip(key.iter().cloned()).collect()
+    };
+    let mut totals: BTreeMap<&Key, Acc> = BTreeMap::new();
     let mut total = Acc::default();
     for ((_, key), acc) in &rows {
         totals.entry(key).or_default().add(acc);
         total.add(acc);
     }
+    let c = currency.as_ref();
     UsageReport {
         from,
         to,
-        group_by,
+        group_by: names.clone(),
         step,
         weights,
+        currency: currency.as_ref().map(|c| c.code.clone()),
+        cost_note,
         rows: rows
             .iter()
             .map(|((bucket, key), acc)| UsageRow {
                 bucket: *bucket,
-                key: (*key).to_owned(),
-                figures: acc.figures(),
+                key: named(key),
+                figures: acc.figures(c),
             })
             .collect(),
         totals: totals
             .iter()
             .map(|(key, acc)| UsageTotal {
-                key: (*key).to_owned(),
-                figures: acc.figures(),
+                key: named(key),
+                figures: acc.figures(c),
             })
             .collect(),
-        total: total.figures(),
+        total: total.figures(c),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rust_decimal_macros::dec;
-
-    fn sums(
-        reserved: bool,
-        held: Decimal,
-        compute_share: Decimal,
-        memory_share: Decimal,
-    ) -> UsageSums {
-        UsageSums {
-            bucket: "2026-10-01T00:00:00Z".parse().unwrap(),
-            key: "nlp".into(),
-            reserved,
-            sums: OccupancySums {
-                held_seconds: held,
-                held_compute: held * compute_share,
-                held_memory: held * memory_share,
-                known_seconds: held,
-                known_compute: held * compute_share,
-                active_seconds: held / dec!(4),
-                active_compute: held / dec!(4) * compute_share,
-                memory_gib_seconds: dec!(0),
-                memory_used: held / dec!(2) * memory_share,
-                windows: 1,
-            },
-        }
-    }
-
-    #[test]
-    fn a_3g_40gb_held_for_an_hour_is_0_46_gpu_hours_and_its_efficiency_weighs_compute_and_memory() {
-        let s = sums(true, dec!(3600), dec!(3) / dec!(7), dec!(0.5));
-        let r = build(
-            s.bucket,
-            s.bucket,
-            GroupBy::Team,
-            Step::Hour,
-            ShareWeights::default(),
-            &[s],
-        );
-        let f = &r.total;
-        assert_eq!(f.slice_hours, dec!(1));
-        assert_eq!(f.gpu_equivalent_hours, dec!(0.464286));
-        // 25 % busy on 3/7 of compute, half of its memory used: (0.5*3/7*0.25 + 0.5*0.5*0.5) / 0.4642857
-        assert_eq!(f.efficiency, Some(dec!(0.3846)));
-    }
-
-    #[test]
-    fn unknown_compute_makes_efficiency_unknown_not_zero() {
-        let mut s = sums(true, dec!(3600), dec!(1), dec!(1));
-        s.sums.known_seconds = dec!(0);
-        s.sums.known_compute = dec!(0);
-        s.sums.active_seconds = dec!(0);
-        s.sums.active_compute = dec!(0);
-        let r = build(
-            s.bucket,
-            s.bucket,
-            GroupBy::Team,
-            Step::Hour,
-            ShareWeights::default(),
-            &[s],
-        );
-        assert_eq!(r.total.efficiency, None);
-        assert_eq!(r.total.used_gpu_equivalent_hours, None);
-        assert_eq!(r.total.compute_unknown_hours, dec!(1));
-        assert_eq!(r.total.gpu_equivalent_hours, dec!(1));
-    }
-
-    #[test]
-    fn a_timeslice_replica_blocks_what_it_measurably_used() {
-        // A quarter busy and half the GPU's memory: 0.5*0.25 + 0.5*0.5 = 0.375 GPU-hours.
-        let s = sums(false, dec!(3600), dec!(1), dec!(1));
-        let r = build(
-            s.bucket,
-            s.bucket,
-            GroupBy::Team,
-            Step::Hour,
-            ShareWeights::default(),
-            &[s],
-        );
-        assert_eq!(r.total.gpu_equivalent_hours, dec!(0.375));
-        assert_eq!(r.total.efficiency, Some(dec!(1)));
-    }
-
-    #[test]
-    fn group_by_and_step_name_their_choices_when_wrong() {
-        assert!("team".parse::<GroupBy>().is_ok());
-        assert!(
-            "cluster"
-                .parse::<GroupBy>()
-                .unwrap_err()
-                .contains("team, gpu_model, kind, profile, node")
-        );
-        assert!(
-            "week"
-                .parse::<Step>()
-                .unwrap_err()
-                .contains("hour, day, month")
-        );
-    }
-}
+mod tests;

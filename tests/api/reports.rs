@@ -164,7 +164,7 @@ async fn usage_report_totals_equal_sums_computed_from_the_stored_windows() {
         let totals = r.body["totals"].as_array().unwrap();
         assert_eq!(totals.len(), want.len(), "{group_by}: {totals:?}");
         for t in totals {
-            let key = t["key"].as_str().unwrap();
+            let key = t["key"][group_by].as_str().unwrap();
             let e = &want[key];
             let what = format!("{group_by} {key}");
             assert_hours(&t["slice_hours"], hours(e.held), &what);
@@ -232,7 +232,7 @@ async fn a_team_lead_sees_only_their_own_team_in_the_usage_report() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| t["key"].as_str().unwrap())
+        .map(|t| t["key"]["team"].as_str().unwrap())
         .collect();
     assert_eq!(keys, vec![team.as_str()]);
     // Grouped otherwise, the figures are still only the team's.
@@ -327,7 +327,7 @@ async fn unattributed_usage_is_reported_and_moves_when_its_namespace_gets_a_team
         )
     };
     let before = report().await;
-    assert_eq!(before.body["totals"][0]["key"], "unattributed");
+    assert_eq!(before.body["totals"][0]["key"]["team"], "unattributed");
     assert_eq!(
         dec(&before.body["totals"][0]["slice_hours"]),
         Decimal::new(15, 1)
@@ -340,7 +340,7 @@ async fn unattributed_usage_is_reported_and_moves_when_its_namespace_gets_a_team
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| t["key"].as_str().unwrap())
+        .map(|t| t["key"]["team"].as_str().unwrap())
         .collect();
     assert_eq!(keys, vec!["research"]);
     // 3g.40gb for an hour + 1g.10gb for half an hour.
@@ -613,4 +613,208 @@ async fn an_upgrade_sums_the_stored_hours_into_day_rollups() {
             .await
             .unwrap();
     assert_eq!(present, vec![Decimal::from(7200), Decimal::from(600)]);
+}
+
+/// Each team's lines of `period`'s invoices that `pick` picks, summed.
+async fn invoiced_lines(
+    app: &TestApp,
+    period: &str,
+    pick: impl Fn(&serde_json::Value) -> bool,
+) -> BTreeMap<String, Decimal> {
+    let list = app
+        .get(Some(&app.admin), &format!("/v1/invoices?period={period}"))
+        .await;
+    let mut out = BTreeMap::new();
+    for i in list.body.as_array().unwrap() {
+        if i["kind"] != "invoice" || i["status"] == "void" {
+            continue;
+        }
+        let full = app
+            .get(Some(&app.admin), &format!("/v1/invoices/{}", i["id"]))
+            .await;
+        let sum: Decimal = full.body["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| pick(l))
+            .map(|l| Decimal::from_str(l["amount"].as_str().unwrap()).unwrap())
+            .sum();
+        *out.entry(i["team"].as_str().unwrap().to_owned())
+            .or_default() += sum;
+    }
+    out
+}
+
+/// Each team's usage lines of `period`'s invoices, summed.
+async fn invoiced_usage(app: &TestApp, period: &str) -> BTreeMap<String, Decimal> {
+    invoiced_lines(app, period, |l| l["line_kind"] == "usage").await
+}
+
+/// Each team's cost in a usage report's rows.
+fn cost_by_team(report: &serde_json::Value) -> BTreeMap<String, Decimal> {
+    let mut out = BTreeMap::new();
+    for r in report["rows"].as_array().unwrap() {
+        let team = r["key"]["team"].as_str().unwrap().to_owned();
+        let cost = Decimal::from_str(r["cost"].as_str().expect("every row is priced")).unwrap();
+        *out.entry(team).or_default() += cost;
+    }
+    out.remove("unattributed");
+    out
+}
+
+#[tokio::test]
+async fn usage_by_namespace_and_workload_adds_up_to_the_invoices_and_the_team_totals() {
+    let app = TestApp::spawn().await;
+    // A month under two rate cards (one from the 16th), August's last day issued before late
+    // data arrived, September drafted.
+    crate::exports::simulated_month(&app).await;
+    let by = |range: &str, group_by: &str, step: &str| {
+        format!("/v1/reports/usage?{range}&group_by={group_by}&step={step}")
+    };
+    let september = "from=2026-09-01&to=2026-10-01";
+    let fine = app
+        .get(
+            Some(&app.admin),
+            &by(september, "team,namespace,workload", "day"),
+        )
+        .await;
+    assert_eq!(fine.status, StatusCode::OK, "{fine:?}");
+    assert_eq!(fine.body["currency"], "USD");
+    assert_eq!(fine.body["cost_note"], serde_json::Value::Null);
+    assert_eq!(
+        fine.body["group_by"],
+        serde_json::json!(["team", "namespace", "workload"])
+    );
+    let totals = fine.body["totals"].as_array().unwrap();
+    let teams: std::collections::BTreeSet<&str> = totals
+        .iter()
+        .map(|t| t["key"]["team"].as_str().unwrap())
+        .collect();
+    assert!(
+        totals.len() > teams.len() * 2,
+        "workloads are finer than teams: {} rows, {} teams",
+        totals.len(),
+        teams.len()
+    );
+    // Deployments' pods are one workload under the Deployment's name, not one per pod.
+    let workloads: Vec<&str> = totals
+        .iter()
+        .filter_map(|t| t["key"]["workload"].as_str())
+        .collect();
+    let pods = app
+        .get(Some(&app.admin), &by(september, "pod", "month"))
+        .await;
+    assert!(
+        workloads.len() < pods.body["totals"].as_array().unwrap().len(),
+        "{workloads:?}"
+    );
+
+    // Day by day, by workload, the month's rows add up to each team's invoice to the cent ...
+    let invoiced = invoiced_usage(&app, "2026-09").await;
+    assert!(invoiced.len() >= 3, "{invoiced:?}");
+    assert_eq!(cost_by_team(&fine.body), invoiced);
+    // ... and to the team totals of a coarser report, and to the monthly report less its spread
+    // of idle capacity.
+    let coarse = app
+        .get(Some(&app.admin), &by(september, "team", "month"))
+        .await;
+    assert_eq!(cost_by_team(&coarse.body), invoiced);
+    assert_eq!(fine.body["total"]["cost"], coarse.body["total"]["cost"]);
+
+    // August was issued before gpu-node-01's late day arrived: its rows are what its hours cost
+    // now, which is what was issued plus the corrections September's drafts bill for August.
+    let august = "from=2026-08-01&to=2026-09-01";
+    let issued = app
+        .get(Some(&app.admin), &by(august, "team,workload", "month"))
+        .await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
+    let mut want = invoiced_usage(&app, "2026-08").await;
+    let corrections = invoiced_lines(&app, "2026-09", |l| {
+        l["line_kind"] == "correction" && l["corrects_period"] == "2026-08"
+    })
+    .await;
+    assert!(
+        corrections.values().any(|c| !c.is_zero()),
+        "the late day brings corrections: {corrections:?}"
+    );
+    for (team, c) in corrections {
+        *want.entry(team).or_default() += c;
+    }
+    assert_eq!(cost_by_team(&issued.body), want);
+
+    // A team lead's rows are their team's, with the same figures as finance sees for it.
+    let (team, want) = invoiced.iter().next().unwrap();
+    let lead = app.token(Role::TeamLead, Some(team), None).await;
+    let own = app
+        .get(
+            Some(&lead),
+            &by(september, "team,namespace,workload", "day"),
+        )
+        .await;
+    assert_eq!(own.status, StatusCode::OK, "{own:?}");
+    assert_eq!(
+        cost_by_team(&own.body),
+        BTreeMap::from([(team.clone(), *want)])
+    );
+    let theirs: Vec<&serde_json::Value> = fine.body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["key"]["team"] == team.as_str())
+        .collect();
+    assert_eq!(own.body["rows"].as_array().unwrap().len(), theirs.len());
+}
+
+#[tokio::test]
+async fn usage_groups_by_pod_container_and_label_with_null_where_there_is_none() {
+    let app = TestApp::spawn().await;
+    simulated(&app, 3, 8, "2026-10-30T20:00:00Z", 3).await;
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=label:app,container&step=month",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let totals = r.body["totals"].as_array().unwrap();
+    assert!(!totals.is_empty());
+    for t in totals {
+        let key = t["key"].as_object().unwrap();
+        assert_eq!(
+            key.keys().collect::<Vec<_>>(),
+            vec!["container", "label:app"]
+        );
+    }
+    assert!(
+        totals.iter().any(|t| t["key"]["label:app"].is_string()),
+        "the simulated pods carry an app label: {totals:?}"
+    );
+    // Whatever the grouping, the figures add up to the same whole.
+    let by_team = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=team&step=month",
+        )
+        .await;
+    assert_eq!(r.body["total"], by_team.body["total"]);
+    let by_pod = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=pod,kind&step=month",
+        )
+        .await;
+    assert_eq!(by_pod.body["total"], by_team.body["total"]);
+
+    // Each wrong dimension is named.
+    let bad = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/usage?from=2026-10-30&to=2026-11-01&group_by=team,team,cluster,label:a%20b",
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{bad:?}");
+    let message = bad.body["error"]["fields"][0]["message"].as_str().unwrap();
+    assert!(message.contains("\"team\" is given twice"), "{message}");
+    assert!(message.contains("\"cluster\" is not one of"), "{message}");
+    assert!(message.contains("\"a b\" is not a label key"), "{message}");
 }

@@ -243,27 +243,67 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
     Number(own.teams[0].gpu_equivalent_hours).toFixed(2), 'own GPU-equivalent hours');
   await checkCharts(page, ['history']);
   await checkAccessibility(page, 'team');
-  const slices = await page.locator('tr[data-slice]').count();
-  assert.ok(slices > 0, 'the slice table has rows');
+  // The workload table: a row per workload and slice, its costs the usage API's (the invoices').
+  const next = new Date(`${MONTH}-01T00:00:00Z`);
+  next.setUTCMonth(next.getUTCMonth() + 1);
+  const usage = await api(LEAD_TOKEN, `/v1/reports/usage?from=${MONTH}-01&to=${next.toISOString().slice(0, 10)}` +
+    '&group_by=namespace,workload,gpu_model,kind,profile&step=month');
+  const workloadRows = page.locator('table[data-table="workloads"] tbody tr');
+  assert.equal(await workloadRows.count(), usage.totals.length, 'a table row per workload and slice');
+  const cents = (xs) => xs.reduce((s, x) => s + Math.round(Number(x) * 100), 0);
+  const tableCosts = await page.locator('table[data-table="workloads"] [data-field="cost"]').allTextContents();
+  assert.equal(cents(tableCosts.map(amount)), cents(usage.totals.map((t) => t.cost)), 'the table adds up to the usage API');
+  // Cost and efficiency are in view at 1280 px, without scrolling the table.
+  for (const heading of ['Cost', 'Efficiency']) {
+    const box = await page.locator(`table[data-table="workloads"] th a:text-is("${heading}")`).boundingBox();
+    assert.ok(box && box.x + box.width <= 1280, `the ${heading} heading is in view at 1280 px: ${JSON.stringify(box)}`);
+  }
   // Time-sliced replicas reserve nothing: no efficiency of a reservation, no reserved memory.
-  const timesliced = page.locator('tr[data-slice]', { has: page.locator('td:text-is("timeslice")') });
+  const timesliced = page.locator('table[data-table="workloads"] tr[data-kind="timeslice"]');
   assert.ok(await timesliced.count() > 0, 'the fixture has time-sliced replicas');
   for (const row of await timesliced.all()) {
-    assert.equal((await row.locator('[data-field="slice-efficiency"]').textContent()).trim(), 'pay-per-use');
+    assert.equal((await row.locator('[data-field="efficiency"]').textContent()).trim(), 'pay-per-use');
     assert.match(await row.textContent(), /none reserved/);
   }
-  // Right-sizing: the lead's oversized workload, with the API's saving.
+  // Right-sizing: the lead's oversized workload, with the API's saving, in its summary and inline.
   const recs = await api(LEAD_TOKEN, '/v1/recommendations');
   const embedder = recs.find((r) => r.workload === 'embedder' && r.action === 'resize');
   assert.ok(embedder, 'the API recommends a smaller slice for the embedder');
   const row = page.locator('table[data-table="right-sizing"] tr[data-workload="embedder"]');
   assert.match(await row.textContent(), new RegExp(`Move to ${embedder.recommended_profile}`));
   sameDecimal(amount(await row.locator('[data-field="saving"]').textContent()), embedder.monthly_delta, 'right-sizing saving');
+  // Or MPS, with less isolation, where the target allows it.
+  assert.ok(embedder.shared_alternative, 'the API offers an MPS share for the embedder');
+  const mps = await row.locator('[data-field="mps"]').textContent();
+  assert.match(mps, new RegExp(`${embedder.shared_alternative.active_thread_percentage} % of the threads`));
+  sameDecimal(amount(mps.split('saves')[1]), embedder.shared_alternative.monthly_delta, 'MPS saving');
+  // Inline, beside the workload's row of a month it ran in (its last 14 days).
+  const recent = new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 7);
+  await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${recent}`);
+  const inline = page.locator('table[data-table="workloads"] tr[data-workload="embedder"]', { hasText: 'rs-demo' });
+  assert.equal(await inline.count(), 1, `the embedder's row in ${recent}`);
+  const advice = await inline.locator('[data-field="saving"]').textContent();
+  assert.match(advice, new RegExp(`Move to ${embedder.recommended_profile}`));
+  sameDecimal(amount(advice.split(':')[1]), embedder.monthly_delta, 'inline saving');
+  await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
+  // The table as CSV: the same rows, the same costs.
+  const [csvDownload] = await Promise.all([
+    page.waitForEvent('download'),
+    page.click('a:text("Download this table (CSV)")'),
+  ]);
+  assert.equal(csvDownload.suggestedFilename(), `slicemeter-workloads-${LEAD_TEAM}-${MONTH}.csv`);
+  const csvRows = parseCsv(readFileSync(await csvDownload.path(), 'utf8'));
+  const costAt = csvRows[0].indexOf('cost');
+  assert.ok(costAt > 0 && csvRows[0].includes('workload') && csvRows[0].includes('memory_p99_gib'), `CSV header ${csvRows[0]}`);
+  assert.equal(csvRows.length - 1, usage.totals.length, 'a CSV record per table row');
+  assert.equal(cents(csvRows.slice(1).map((r) => r[costAt])), cents(usage.totals.map((t) => t.cost)), 'the CSV adds up');
   await page.screenshot({ path: `${SCREENSHOTS}/team.png`, fullPage: true });
 
   // Sorting by a heading, by keyboard.
   await page.focus('th a:text("Held hours")');
   await Promise.all([page.waitForURL(/sort=held/), page.keyboard.press('Enter')]);
+  const held = (await page.locator('table[data-table="workloads"] tbody tr td:nth-child(7)').allTextContents()).map((t) => Number(amount(t)));
+  assert.deepEqual(held, [...held].sort((a, b) => b - a), 'sorted by held hours, most first');
 
   const leaks = async (what) => {
     const text = await page.evaluate(() => document.documentElement.outerHTML);
@@ -284,6 +324,9 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await page.screenshot({ path: `${SCREENSHOTS}/forbidden.png`, fullPage: true });
   const all = await api(FINANCE_TOKEN, `/v1/invoices?period=${MONTH}`);
   const foreign = all.find((i) => i.team !== LEAD_TEAM);
+  const workloadsCsv = await page.goto(`${BASE_URL}/ui/team/${foreign.team}/workloads.csv?month=${MONTH}`);
+  assert.equal(workloadsCsv.status(), 404, 'another team\'s workload CSV');
+  await leaks('another team\'s workload CSV');
   const csv = await page.goto(`${BASE_URL}/ui/invoices/${foreign.id}.csv`);
   assert.equal(csv.status(), 404, 'another team\'s invoice CSV');
   await leaks('another team\'s invoice');

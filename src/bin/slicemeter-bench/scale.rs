@@ -16,7 +16,7 @@ use slicemeter::domain::time::Month;
 use slicemeter::reports::exports::{self, ExportConfig};
 use slicemeter::reports::service as reports;
 use slicemeter::reports::store as report_store;
-use slicemeter::reports::usage::{GroupBy, Step};
+use slicemeter::reports::usage::{Dimension, GroupBy, Step};
 
 use slicemeter::http::state::ServerConfig;
 
@@ -172,7 +172,7 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         &pool,
         month.start(),
         month.end(),
-        GroupBy::Team,
+        &GroupBy::of(vec![Dimension::Team]),
         Step::Day,
         None,
     )
@@ -182,6 +182,23 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         t.elapsed(),
         floor,
         &format!("({} rows)", sums.len()),
+    );
+    let t = Instant::now();
+    let by_workload = reports::usage_report(
+        &pool,
+        &cache,
+        month.start(),
+        month.end(),
+        &GroupBy::of(vec![Dimension::Team, Dimension::Namespace, Dimension::Workload]),
+        Step::Month,
+        None,
+    )
+    .await?;
+    line(
+        "usage report, by team, namespace and workload, priced",
+        t.elapsed(),
+        floor,
+        &format!("({} rows)", by_workload.rows.len()),
     );
     let t = Instant::now();
     let mut stream = Box::pin(

@@ -24,6 +24,7 @@ use crate::domain::access::Principal;
 use crate::domain::slice::ShareWeights;
 use crate::domain::time::Month;
 use crate::fleet::store::{self as fleet_store, FleetSliceRow};
+use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
@@ -55,25 +56,18 @@ pub async fn fleet(
         },
         Ok(report) => {
             let currency = currency_of(&report, &cards);
-            let sums = reports::usage_sums(
+            // The fleet's day by day, whoever held it.
+            let daily = reports::usage_report(
                 &state.pool,
                 &state.reports,
                 month.start(),
                 month.end(),
-                GroupBy::Team,
+                &GroupBy::of(Vec::new()),
                 Step::Day,
                 None,
             )
-            .await?;
-            let weights = cards.values().last().map(|c| c.weights).unwrap_or_default();
-            let daily = usage::build(
-                month.start(),
-                month.end(),
-                GroupBy::Team,
-                Step::Day,
-                weights,
-                &sums,
-            );
+            .await
+            .map_err(ApiError::from)?;
             let capacity = report_store::capacity_by_day(&state.pool, month).await?;
             let fleet = fleet_store::slices(&state.pool, Utc::now()).await?;
             let teams = team_store::list(&state.pool, None).await?;

@@ -12,6 +12,7 @@ mod layout;
 mod plan;
 mod signin;
 mod team;
+mod workloads;
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
@@ -31,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/assets/app.css", get(css))
         .route("/ui/fleet", get(fleet::fleet))
         .route("/ui/team/{team}", get(team::team))
+        .route("/ui/team/{team}/workloads.csv", get(team::workloads_csv))
         .route("/ui/plan", get(plan::plan_page))
         .route("/ui/plan/mig-parted.yaml", get(plan::mig_parted))
         .route("/ui/invoices/run", post(invoices::run_invoices))

@@ -2,12 +2,10 @@
 //! month, what it holds against what it uses slice by slice, and its invoices. Per-slice figures are
 //! the FOCUS export's read model (`reports::slices`), priced by billing's own function.
 
-use std::collections::BTreeMap;
-
 use axum::extract::{Path, Query, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
-use futures_util::TryStreamExt;
 use maud::{Markup, html};
 use rust_decimal::Decimal;
 
@@ -17,13 +15,13 @@ use super::layout::{
     IDLE_EFFICIENCY, MonthQuery, UiError, Viewer, currency_of, empty_state, f, invoice_table,
     month_form, page,
 };
+use super::workloads::{self, WorkloadLine};
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
-use crate::billing::period::PeriodState;
-use crate::billing::rate_card::{Currency, RateCard, store as rate_cards};
+use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::domain::access::Principal;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::http::error::{ApiError, ErrorCode};
+use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::plan::{
     self,
@@ -31,24 +29,68 @@ use crate::plan::{
 };
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
-use crate::reports::slices::SliceDay;
-use crate::reports::store as report_store;
 use crate::teams::store as team_store;
 
-/// One row of the team's slice table.
-struct SliceLine {
-    slice: String,
-    model: String,
-    kind: String,
-    profile: Option<String>,
-    node: String,
-    held_hours: Decimal,
-    gpu_eq_hours: Decimal,
-    memory_used_gib: Decimal,
-    memory_reserved_gib: Decimal,
-    active_hours: Option<Decimal>,
-    efficiency: Option<Decimal>,
-    cost: Decimal,
+/// The team `team` names, if `viewer` may see it: another team's page is not found for a lead.
+async fn visible_team(
+    state: &AppState,
+    viewer: &Principal,
+    team: &str,
+) -> Result<(TeamId, team_store::TeamRow), UiError> {
+    let team = TeamId::parse(team).map_err(|_| UiError::NotFound)?;
+    match viewer {
+        Principal::TeamLead { team: own, .. } if own != &team => return Err(UiError::NotFound),
+        Principal::Collector { .. } => return Err(UiError::NotFound),
+        _ => {}
+    }
+    let exists = team_store::list(&state.pool, Some(&team)).await?;
+    let info = exists.into_iter().next().ok_or(UiError::NotFound)?;
+    Ok((team, info))
+}
+
+/// The team page's workload table as CSV, sorted as on the page.
+pub async fn workloads_csv(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Path(team): Path<String>,
+    Query(q): Query<MonthQuery>,
+) -> Result<Response, UiError> {
+    let (team, _) = visible_team(&state, &viewer, &team).await?;
+    let month = q.month()?;
+    let cards = rate_cards::rate_cards(&state.pool).await?;
+    let report =
+        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(&team))
+            .await?;
+    let currency = currency_of(&report, &cards);
+    let recommendations = plan::recommendations(
+        &state.pool,
+        Some(team.as_str()),
+        RIGHT_SIZING_DAYS,
+        TargetProfile::Default,
+        Utc::now(),
+    )
+    .await
+    .map_err(ApiError::from)?;
+    let mut lines = workloads::lines(&state.pool, &state.reports, &team, month, &recommendations)
+        .await
+        .map_err(ApiError::from)?;
+    workloads::sort(
+        &mut lines,
+        q.sort.as_deref().unwrap_or("cost"),
+        q.dir.as_deref() != Some("asc"),
+    );
+    let body = workloads::to_csv(&lines, &currency).map_err(ApiError::internal)?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"slicemeter-workloads-{team}-{month}.csv\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
 }
 
 pub async fn team(
@@ -57,16 +99,7 @@ pub async fn team(
     Path(team): Path<String>,
     Query(q): Query<MonthQuery>,
 ) -> Result<Response, UiError> {
-    let team = TeamId::parse(&team).map_err(|_| UiError::NotFound)?;
-    match &viewer {
-        Principal::TeamLead { team: own, .. } if own != &team => return Err(UiError::NotFound),
-        Principal::Collector { .. } => return Err(UiError::NotFound),
-        _ => {}
-    }
-    let exists = team_store::list(&state.pool, Some(&team)).await?;
-    let Some(info) = exists.into_iter().next() else {
-        return Err(UiError::NotFound);
-    };
+    let (team, info) = visible_team(&state, &viewer, &team).await?;
     let month = q.month()?;
     let cards = rate_cards::rate_cards(&state.pool).await?;
     let report =
@@ -98,8 +131,6 @@ pub async fn team(
         history.push((m, cost, invoiced.is_some()));
     }
 
-    let frozen = report.state == PeriodState::Issued;
-    let slices = team_slice_lines(&state, &team, month, frozen, &cards).await?;
     let recommendations = plan::recommendations(
         &state.pool,
         Some(team.as_str()),
@@ -109,6 +140,9 @@ pub async fn team(
     )
     .await
     .map_err(ApiError::from)?;
+    let workloads = workloads::lines(&state.pool, &state.reports, &team, month, &recommendations)
+        .await
+        .map_err(ApiError::from)?;
     let body = html! {
         (team_body(
             &info.display_name,
@@ -117,7 +151,7 @@ pub async fn team(
             &report,
             &currency,
             &history,
-            slices,
+            workloads,
             &invoices,
             &q,
         ))
@@ -131,79 +165,6 @@ pub async fn team(
     .into_response())
 }
 
-/// The team's slices in `month`: its slice-days (from the month's books once issued), each priced
-/// under the rate card in force, summed per slice.
-async fn team_slice_lines(
-    state: &AppState,
-    team: &TeamId,
-    month: Month,
-    from_book: bool,
-    cards: &BTreeMap<i64, RateCard>,
-) -> Result<Vec<SliceLine>, UiError> {
-    let mut conn = state.pool.acquire().await?;
-    let days: Vec<SliceDay> = report_store::slice_days(&mut conn, month, from_book, Some(team))
-        .try_collect()
-        .await?;
-    drop(conn);
-    let hour = Decimal::from(3600);
-    let gib = Decimal::from(1u64 << 30);
-    // Each slice's line, and its used GPU-equivalent hours (unknown once any day's are).
-    let mut by_slice: BTreeMap<&str, (SliceLine, Option<Decimal>)> = BTreeMap::new();
-    for d in &days {
-        let charge = d
-            .charge(cards)
-            .map_err(|e| UiError::Api(ApiError::conflict(ErrorCode::CannotBill, &e)))?;
-        let (line, used) = by_slice.entry(d.slice_uuid.as_str()).or_insert_with(|| {
-            (
-                SliceLine {
-                    slice: d.slice_uuid.clone(),
-                    model: d.model.clone(),
-                    kind: d.kind.as_str().to_owned(),
-                    profile: d.profile.clone(),
-                    node: d.node.clone(),
-                    held_hours: Decimal::ZERO,
-                    gpu_eq_hours: Decimal::ZERO,
-                    memory_used_gib: Decimal::ZERO,
-                    memory_reserved_gib: Decimal::from(d.memory_reserved_bytes) / gib,
-                    active_hours: Some(Decimal::ZERO),
-                    efficiency: None,
-                    cost: Decimal::ZERO,
-                },
-                Some(Decimal::ZERO),
-            )
-        });
-        line.held_hours += d.held_seconds / hour;
-        line.gpu_eq_hours += charge.gpu_equivalent_hours;
-        line.memory_used_gib += d.memory_byte_seconds / gib;
-        if d.known_seconds < d.held_seconds {
-            line.active_hours = None;
-        } else if let Some(a) = &mut line.active_hours {
-            *a += d.active_seconds / hour;
-        }
-        line.cost += charge.amount;
-        *used = match (*used, charge.used_gpu_equivalent_hours) {
-            (Some(a), Some(b)) => Some(a + b),
-            _ => None,
-        };
-    }
-    Ok(by_slice
-        .into_values()
-        .map(|(mut line, used)| {
-            // Average memory used over the held time, against what the slice reserves.
-            let held_s = line.held_hours * hour;
-            line.memory_used_gib = if held_s > Decimal::ZERO {
-                line.memory_used_gib / held_s
-            } else {
-                Decimal::ZERO
-            };
-            line.efficiency = used
-                .filter(|_| line.gpu_eq_hours > Decimal::ZERO)
-                .map(|u| u / line.gpu_eq_hours);
-            line
-        })
-        .collect())
-}
-
 #[allow(clippy::too_many_arguments)]
 fn team_body(
     name: &str,
@@ -212,7 +173,7 @@ fn team_body(
     report: &MonthlyReport,
     currency: &Currency,
     history: &[(Month, Result<Decimal, String>, bool)],
-    mut slices: Vec<SliceLine>,
+    mut workloads: Vec<WorkloadLine>,
     invoices: &[Invoice],
     q: &MonthQuery,
 ) -> Markup {
@@ -221,40 +182,9 @@ fn team_body(
     let current = month == Month::of(Utc::now());
     let sort = q.sort.as_deref().unwrap_or("cost");
     let desc = q.dir.as_deref() != Some("asc");
-    slices.sort_by(|a, b| {
-        let o = match sort {
-            "model" => a.model.cmp(&b.model),
-            "kind" => a.kind.cmp(&b.kind),
-            "node" => a.node.cmp(&b.node),
-            "held" => a.held_hours.cmp(&b.held_hours),
-            "gpu_eq" => a.gpu_eq_hours.cmp(&b.gpu_eq_hours),
-            "efficiency" => a.efficiency.cmp(&b.efficiency),
-            _ => a.cost.cmp(&b.cost),
-        };
-        if desc { o.reverse() } else { o }.then_with(|| a.slice.cmp(&b.slice))
-    });
-    let idle: Vec<&SliceLine> = slices
-        .iter()
-        .filter(|s| s.kind != "timeslice" && s.efficiency.is_some_and(|e| e < IDLE_EFFICIENCY))
-        .collect();
-    let idle_cost: Decimal = idle
-        .iter()
-        .filter_map(|s| Some(s.cost * (Decimal::ONE - s.efficiency?)))
-        .sum();
-    let header = |key: &str, label: &str, numeric: bool| {
-        let active = sort == key;
-        let next_dir = if active && desc { "asc" } else { "desc" };
-        let aria = if active {
-            if desc { "descending" } else { "ascending" }
-        } else {
-            "none"
-        };
-        html! {
-            th scope="col" class=[numeric.then_some("num")] aria-sort=(aria) {
-                a href=(format!("/ui/team/{team}?month={month}&sort={key}&dir={next_dir}")) { (label) }
-            }
-        }
-    };
+    workloads::sort(&mut workloads, sort, desc);
+    let idle: Vec<&WorkloadLine> = workloads.iter().filter(|w| w.is_idle()).collect();
+    let idle_cost: Decimal = idle.iter().filter_map(|w| w.idle_cost).sum();
     html! {
         h1 { (name) " · " (month) }
         (month_form(&format!("/ui/team/{team}"), month))
@@ -297,60 +227,22 @@ fn team_body(
                     colour: "#1f77b4",
                 }).collect::<Vec<_>>()))
         }
-        section aria-labelledby="slices-h" {
-            h2 id="slices-h" { "Slices held in " (month) }
-            @if slices.is_empty() {
+        section aria-labelledby="workloads-h" {
+            h2 id="workloads-h" { "Workloads in " (month) }
+            @if workloads.is_empty() {
                 (empty_state())
             } @else {
                 @if !idle.is_empty() {
                     p class="notice" data-field="idle-summary" {
-                        strong { (idle.len()) " slice" @if idle.len() != 1 { "s" } }
+                        strong { (idle.len()) " workload slice" @if idle.len() != 1 { "s" } }
                         " held but idle (under " (percent(Some(IDLE_EFFICIENCY))) " efficiency) cost "
-                        strong { (m(currency.round(idle_cost))) } " of idle capacity: consider giving them back."
+                        strong { (m(idle_cost)) } " of idle capacity: consider giving them back or a smaller slice."
                     }
                 }
+                p { a href=(format!("/ui/team/{team}/workloads.csv?month={month}&sort={sort}&dir={}", if desc { "desc" } else { "asc" }))
+                      download { "Download this table (CSV)" } }
                 div class="scroll" {
-                    table {
-                        caption { "Each slice the team held; highlighted rows are held but idle. Select a heading to sort." }
-                        thead { tr {
-                            (header("model", "GPU model", false))
-                            (header("kind", "Kind", false))
-                            th scope="col" { "Profile" }
-                            (header("node", "Node", false))
-                            (header("held", "Held hours", true))
-                            (header("gpu_eq", "GPU-equivalent hours", true))
-                            th scope="col" class="num" { "Memory used / reserved" }
-                            th scope="col" class="num" { "Compute active / held" }
-                            (header("efficiency", "Efficiency", true))
-                            (header("cost", "Cost", true))
-                        } }
-                        tbody {
-                            @for s in &slices {
-                                @let is_idle = s.kind != "timeslice" && s.efficiency.is_some_and(|e| e < IDLE_EFFICIENCY);
-                                tr class=[is_idle.then_some("idle")] data-slice=(s.slice) {
-                                    td { (s.model) }
-                                    td { (s.kind) }
-                                    td { (s.profile.as_deref().unwrap_or("—")) }
-                                    td { (s.node) }
-                                    td class="num" { (number(s.held_hours, 1)) }
-                                    td class="num" { (number(s.gpu_eq_hours, 2)) }
-                                    // A time-sliced replica reserves nothing: it pays for what it uses.
-                                    @if s.kind == "timeslice" {
-                                        td class="num" { (number(s.memory_used_gib, 1)) " GiB / none reserved" }
-                                    } @else {
-                                        td class="num" { (number(s.memory_used_gib, 1)) " / " (number(s.memory_reserved_gib, 1)) " GiB" }
-                                    }
-                                    td class="num" { (s.active_hours.map_or("unknown".to_owned(), |a| number(a, 1))) " / " (number(s.held_hours, 1)) " h" }
-                                    @if s.kind == "timeslice" {
-                                        td class="num" data-field="slice-efficiency" { "pay-per-use" }
-                                    } @else {
-                                        td class="num" data-field="slice-efficiency" { (percent(s.efficiency)) }
-                                    }
-                                    td class="num" { (m(currency.round(s.cost))) }
-                                }
-                            }
-                        }
-                    }
+                    (workloads::table(&workloads, currency, &format!("/ui/team/{team}?month={month}"), sort, desc))
                 }
             }
         }
@@ -417,6 +309,13 @@ fn right_sizing(recs: &[Recommendation], currency: &Currency) -> Markup {
                                         (Action::GiveBack, _) => { "Give it back" }
                                         (_, Some(p)) => { "Move to " strong { (p) } }
                                         _ => { "—" }
+                                    }
+                                    @if let Some(a) = &r.shared_alternative {
+                                        br;
+                                        span class="muted" data-field="mps" {
+                                            "or share the card under MPS (" (a.active_thread_percentage) " % of the threads, "
+                                            (gib(a.pinned_memory_bytes)) " GiB pinned; less isolation): saves " (m(a.monthly_delta))
+                                        }
                                     } }
                                     td class="num" data-field="saving" { (r.monthly_delta.map_or("—".to_owned(), m)) }
                                     td class="num" { (gib(r.memory_p99_bytes)) " / " (gib(r.memory_reserved_bytes)) " GiB" }
