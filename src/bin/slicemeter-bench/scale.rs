@@ -189,7 +189,11 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         &cache,
         month.start(),
         month.end(),
-        &GroupBy::of(vec![Dimension::Team, Dimension::Namespace, Dimension::Workload]),
+        &GroupBy::of(vec![
+            Dimension::Team,
+            Dimension::Namespace,
+            Dimension::Workload,
+        ]),
         Step::Month,
         None,
     )

@@ -48,19 +48,19 @@ async fn visible_team(
     Ok((team, info))
 }
 
-/// The team page's workload table as CSV, sorted as on the page.
-pub async fn workloads_csv(
-    State(state): State<AppState>,
-    Viewer(viewer): Viewer,
-    Path(team): Path<String>,
-    Query(q): Query<MonthQuery>,
-) -> Result<Response, UiError> {
-    let (team, _) = visible_team(&state, &viewer, &team).await?;
-    let month = q.month()?;
+/// What the team page shows of `team`'s `month`: its report, in its currency, right-sizing now,
+/// and its workload lines.
+struct TeamMonth {
+    report: MonthlyReport,
+    currency: Currency,
+    recommendations: Vec<Recommendation>,
+    workloads: Vec<WorkloadLine>,
+}
+
+async fn team_month(state: &AppState, team: &TeamId, month: Month) -> Result<TeamMonth, UiError> {
     let cards = rate_cards::rate_cards(&state.pool).await?;
     let report =
-        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(&team))
-            .await?;
+        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(team)).await?;
     let currency = currency_of(&report, &cards);
     let recommendations = plan::recommendations(
         &state.pool,
@@ -71,9 +71,31 @@ pub async fn workloads_csv(
     )
     .await
     .map_err(ApiError::from)?;
-    let mut lines = workloads::lines(&state.pool, &state.reports, &team, month, &recommendations)
+    let workloads = workloads::lines(&state.pool, &state.reports, team, month, &recommendations)
         .await
         .map_err(ApiError::from)?;
+    Ok(TeamMonth {
+        report,
+        currency,
+        recommendations,
+        workloads,
+    })
+}
+
+/// The team page's workload table as CSV, sorted as on the page.
+pub async fn workloads_csv(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Path(team): Path<String>,
+    Query(q): Query<MonthQuery>,
+) -> Result<Response, UiError> {
+    let (team, _) = visible_team(&state, &viewer, &team).await?;
+    let month = q.month()?;
+    let TeamMonth {
+        currency,
+        workloads: mut lines,
+        ..
+    } = team_month(&state, &team, month).await?;
     workloads::sort(
         &mut lines,
         q.sort.as_deref().unwrap_or("cost"),
@@ -101,11 +123,12 @@ pub async fn team(
 ) -> Result<Response, UiError> {
     let (team, info) = visible_team(&state, &viewer, &team).await?;
     let month = q.month()?;
-    let cards = rate_cards::rate_cards(&state.pool).await?;
-    let report =
-        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(&team))
-            .await?;
-    let currency = currency_of(&report, &cards);
+    let TeamMonth {
+        report,
+        currency,
+        recommendations,
+        workloads,
+    } = team_month(&state, &team, month).await?;
     let row = report.teams.first();
 
     // The last twelve months: what was invoiced, or what the month comes to now.
@@ -131,18 +154,6 @@ pub async fn team(
         history.push((m, cost, invoiced.is_some()));
     }
 
-    let recommendations = plan::recommendations(
-        &state.pool,
-        Some(team.as_str()),
-        RIGHT_SIZING_DAYS,
-        TargetProfile::Default,
-        Utc::now(),
-    )
-    .await
-    .map_err(ApiError::from)?;
-    let workloads = workloads::lines(&state.pool, &state.reports, &team, month, &recommendations)
-        .await
-        .map_err(ApiError::from)?;
     let body = html! {
         (team_body(
             &info.display_name,
