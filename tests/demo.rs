@@ -120,6 +120,23 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
     let last = (chrono::Utc::now().date_naive().with_day(1).unwrap() - chrono::Duration::days(1))
         .format("%Y-%m")
         .to_string();
+    // Its FOCUS 1.2 export passes the FinOps Foundation's validator, with no applicability
+    // criteria declared and with those the export supports.
+    let focus = client
+        .get(format!("{}/v1/exports/focus?period={last}", demo.base))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(focus.status(), 200);
+    let focus = focus.text().await.unwrap();
+    assert!(focus.starts_with(
+        "AvailabilityZone,BilledCost,BillingAccountId,BillingAccountName,BillingAccountType,"
+    ));
+    let criteria = slicemeter::reports::focus::FOCUS12_CRITERIA.join(",");
+    for declared in [None, Some(criteria.as_str())] {
+        focus_validate_1_2(&focus, declared);
+    }
     let issued: serde_json::Value = client
         .post(format!("{}/v1/invoices/issue", demo.base))
         .bearer_auth(&demo.token)
@@ -192,4 +209,39 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
         .unwrap();
     assert_eq!(r.status(), 200);
     stop(demo);
+}
+
+/// The FinOps Foundation's FOCUS 1.2 validator on `csv`: the project's shared check beside the
+/// repository, or beside SLICEMETER_FOCUS_VALIDATE (the 1.0 one) for a checkout elsewhere.
+fn focus_validate_1_2(csv: &str, criteria: Option<&str>) {
+    let script = std::env::var("SLICEMETER_FOCUS_VALIDATE").map_or_else(
+        |_| {
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/scripts/focus-validate-1.2"
+            )
+            .to_owned()
+        },
+        |v10| format!("{v10}-1.2"),
+    );
+    assert!(
+        std::path::Path::new(&script).exists(),
+        "the FOCUS 1.2 validator wrapper is expected at {script}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("focus.csv");
+    std::fs::write(&file, csv).unwrap();
+    let mut command = Command::new(&script);
+    command.arg(&file);
+    match criteria {
+        Some(c) => command.env("SLICEMETER_FOCUS12_CRITERIA", c),
+        None => command.env_remove("SLICEMETER_FOCUS12_CRITERIA"),
+    };
+    let out = command.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("focus-validate-1.2: all checks passed"),
+        "criteria {criteria:?}:\n{text}"
+    );
 }

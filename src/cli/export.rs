@@ -10,16 +10,20 @@ use crate::db;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::reports::exports;
+use crate::reports::focus::Version;
 use crate::reports::service::ReportCache;
 
 #[derive(Subcommand)]
 pub enum ExportCommand {
-    /// FOCUS 1.0 rows of a month.
+    /// FOCUS rows of a month (1.2 unless `--focus-version 1.0`).
     Focus {
         #[command(flatten)]
         db: DbArgs,
         #[arg(long)]
         period: Month,
+        /// `1.2` or `1.0`.
+        #[arg(long, default_value = "1.2", value_parser = Version::parse)]
+        focus_version: Version,
         /// Only this team's rows.
         #[arg(long)]
         team: Option<String>,
@@ -48,6 +52,7 @@ pub async fn run(command: ExportCommand) -> anyhow::Result<()> {
         ExportCommand::Focus {
             db,
             period,
+            focus_version,
             team,
             out,
             exports,
@@ -57,7 +62,8 @@ pub async fn run(command: ExportCommand) -> anyhow::Result<()> {
             // One export: nothing to keep between reads.
             let cache = std::sync::Arc::new(ReportCache::new(std::time::Duration::ZERO));
             let config = std::sync::Arc::new(exports.config()?);
-            let mut stream = Box::pin(exports::focus(&pool, &cache, period, team, config).await?);
+            let mut stream =
+                Box::pin(exports::focus(&pool, &cache, period, team, config, focus_version).await?);
             let mut sink = output(out.as_ref())?;
             while let Some(chunk) = stream.next().await {
                 sink.write_all(&chunk?)?;

@@ -56,7 +56,7 @@ pub enum Command {
         #[command(subcommand)]
         command: invoice::InvoiceCommand,
     },
-    /// Export a month for finance: FOCUS 1.0 cost data or ERP journal lines, as CSV.
+    /// Export a month for finance: FOCUS 1.2 (or 1.0) cost data or ERP journal lines, as CSV.
     Export {
         #[command(subcommand)]
         command: export::ExportCommand,

@@ -17,6 +17,7 @@ use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
 use crate::domain::time::Month;
 use crate::reports::exports::{self, ExportError};
+use crate::reports::focus::Version;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -66,6 +67,21 @@ fn period(
     })
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+struct FocusParams {
+    /// The month, `YYYY-MM`.
+    #[param(
+        required = true,
+        example = "2026-10",
+        pattern = r"^\d{4}-(0[1-9]|1[0-2])$"
+    )]
+    period: Option<String>,
+    /// The FOCUS version: `1.2` (default) or `1.0`.
+    #[param(example = "1.2", pattern = r"^1\.[02]$")]
+    version: Option<String>,
+}
+
 fn csv_response(what: &str, month: Month, body: Body) -> Response {
     let name = format!(
         "slicemeter-{what}-{month}-generated-{}.csv",
@@ -85,26 +101,52 @@ fn csv_response(what: &str, month: Month, body: Body) -> Response {
         .into_response()
 }
 
-/// FOCUS 1.0 cost and usage rows of a month: one per (team, slice, day), the idle capacity spread to
-/// teams, corrections (`ChargeClass` Correction) and the platform's unallocated, sharing-discount and
-/// rounding rows, which together sum to the month's fleet cost. Streamed. A team lead gets their
-/// team's rows only.
+/// FOCUS 1.2 (or, with `version=1.0`, 1.0) cost and usage rows of a month: one per (team, slice,
+/// day), the idle capacity spread to teams, corrections (`ChargeClass` Correction) and the
+/// platform's unallocated, sharing-discount and rounding rows, which together sum to the month's
+/// fleet cost. Streamed. A team lead gets their team's rows only.
 #[utoipa::path(get, path = "/v1/exports/focus", tag = "exports",
-    params(PeriodParams),
+    params(FocusParams),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "FOCUS 1.0 CSV", body = String, content_type = "text/csv"),
-        (status = 400, description = "no or a bad period", body = ErrorBody),
+        (status = 200, description = "FOCUS CSV", body = String, content_type = "text/csv"),
+        (status = 400, description = "no or a bad period or version", body = ErrorBody),
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "a collector token", body = ErrorBody),
         (status = 409, description = "hours without a rate card", body = ErrorBody)))]
 async fn focus_export(
     State(state): State<AppState>,
     principal: Principal,
-    params: Result<Query<PeriodParams>, axum::extract::rejection::QueryRejection>,
+    params: Result<Query<FocusParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let month = period(params)?;
-    focus_response(&state, &principal, month).await
+    let Query(p) = params?;
+    let mut errors = Vec::new();
+    let month = match p.period.as_deref() {
+        None => {
+            errors.push(FieldError::new(
+                "period",
+                "period is required, e.g. 2026-10",
+            ));
+            None
+        }
+        Some(raw) => raw
+            .parse::<Month>()
+            .map_err(|e| errors.push(FieldError::new("period", e)))
+            .ok(),
+    };
+    let version = p
+        .version
+        .as_deref()
+        .map_or(Ok(Version::default()), Version::parse)
+        .map_err(|e| errors.push(FieldError::new("version", e)))
+        .ok();
+    match (month, version) {
+        (Some(month), Some(version)) => focus_response(&state, &principal, month, version).await,
+        _ => Err(ApiError::invalid_fields(
+            "the export parameters are invalid",
+            errors,
+        )),
+    }
 }
 
 /// The FOCUS export of `month` as the principal may see it; the dashboard serves the same.
@@ -112,6 +154,7 @@ pub(crate) async fn focus_response(
     state: &AppState,
     principal: &Principal,
     month: Month,
+    version: Version,
 ) -> Result<Response, ApiError> {
     require(principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let stream = exports::focus(
@@ -120,6 +163,7 @@ pub(crate) async fn focus_response(
         month,
         principal.team_scope().cloned(),
         state.config.exports.clone(),
+        version,
     )
     .await?;
     Ok(csv_response("focus", month, Body::from_stream(stream)))

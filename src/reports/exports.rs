@@ -1,4 +1,4 @@
-//! The finance exports, streamed: FOCUS 1.0 rows straight from a database cursor to CSV chunks (memory
+//! The finance exports, streamed: FOCUS rows straight from a database cursor to CSV chunks (memory
 //! does not grow with the fleet), and the ERP journal of a period's issued invoices.
 //!
 //! The FOCUS export of a month states the month as the monthly report does: one row per (team, slice,
@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::chunks::{Chunk, ChunkWriter, Piece, checked_stream};
 use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::{
-    self, CarryRounder, Category, Issuer, LineGroup, Row, platform_row, sku_id, usage_row,
+    self, CarryRounder, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id, usage_row,
 };
 use super::service::{self, ReportCache};
 use super::slices::Unpriced;
@@ -82,6 +82,7 @@ struct FocusPlan {
     cards: BTreeMap<i64, RateCard>,
     invoices: Vec<Invoice>,
     config: Arc<ExportConfig>,
+    version: Version,
 }
 
 impl FocusPlan {
@@ -92,6 +93,7 @@ impl FocusPlan {
         team: Option<TeamId>,
         cards: BTreeMap<i64, RateCard>,
         config: Arc<ExportConfig>,
+        version: Version,
     ) -> Result<FocusPlan, ExportError> {
         let inputs = service::month(pool, cache, month).await?;
         let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
@@ -109,6 +111,7 @@ impl FocusPlan {
             cards,
             invoices: documents,
             config,
+            version,
         })
     }
 }
@@ -133,7 +136,8 @@ fn cards_price_all_of(cards: &BTreeMap<i64, RateCard>, month: Month) -> bool {
     }
 }
 
-/// The FOCUS rows of `month` (only `team`'s when given: a team lead's export) as CSV chunks.
+/// The FOCUS rows of `month` (only `team`'s when given: a team lead's export) as CSV chunks, in
+/// `version`'s columns.
 ///
 /// The header is sent at once and the month priced while the client waits on the rows, when the
 /// rate cards show that pricing cannot fail; otherwise the month is priced first, so that what
@@ -145,8 +149,10 @@ pub async fn focus(
     month: Month,
     team: Option<TeamId>,
     config: Arc<ExportConfig>,
+    version: Version,
 ) -> Result<impl Stream<Item = Chunk> + Send + 'static, ExportError> {
     let cards = rate_cards::rate_cards(pool).await?;
+    let header: Vec<String> = version.columns().into_iter().map(str::to_owned).collect();
     let (tx, rx) = mpsc::channel::<Piece>(4);
     let mut w = ChunkWriter {
         csv: csv::Writer::from_writer(Vec::new()),
@@ -155,10 +161,11 @@ pub async fn focus(
     let (pool, cache) = (pool.clone(), cache.clone());
     if cards_price_all_of(&cards, month) {
         tokio::spawn(async move {
-            if !(w.write(&focus::COLUMNS.map(str::to_owned)).await && w.flush().await) {
+            if !(w.write(&header).await && w.flush().await) {
                 return;
             }
-            let written = match FocusPlan::read(&pool, &cache, month, team, cards, config).await {
+            let plan = FocusPlan::read(&pool, &cache, month, team, cards, config, version).await;
+            let written = match plan {
                 Ok(plan) => write_focus(&pool, plan, w).await,
                 Err(e) => Err(e),
             };
@@ -167,10 +174,9 @@ pub async fn focus(
             }
         });
     } else {
-        let plan = FocusPlan::read(&pool, &cache, month, team, cards, config).await?;
+        let plan = FocusPlan::read(&pool, &cache, month, team, cards, config, version).await?;
         tokio::spawn(async move {
-            let written = match w.write(&focus::COLUMNS.map(str::to_owned)).await && w.flush().await
-            {
+            let written = match w.write(&header).await && w.flush().await {
                 true => write_focus(&pool, plan, w).await,
                 false => Ok(()),
             };
@@ -196,6 +202,7 @@ async fn write_focus(
         cards,
         invoices,
         config,
+        version,
     } = plan;
     let Some(currency) = bill
         .currency
@@ -250,7 +257,10 @@ async fn write_focus(
             if group_ends {
                 rounder = CarryRounder::new();
             }
-            if !w.write(&row.record(month, &currency, issuer)).await {
+            if !w
+                .write(&row.record(month, &currency, issuer, version))
+                .await
+            {
                 return Ok(());
             }
         }
@@ -279,7 +289,7 @@ async fn write_focus(
             let mut tags = BTreeMap::from([("slicemeter/team".to_owned(), t.to_string())]);
             let (sub_account_id, sub_account_name) = if t.is_unattributed() {
                 tags.insert("slicemeter/platform".to_owned(), t.to_string());
-                ("platform".to_owned(), issuer.name.clone())
+                (focus::PLATFORM_ACCOUNT.to_owned(), issuer.name.clone())
             } else {
                 (t.to_string(), t.to_string())
             };
@@ -311,8 +321,12 @@ async fn write_focus(
                 isolation_factor: None,
                 rate_card: Some(l.key.rate_card),
                 invoice_number: number_of.get(t.as_str()).map(|n| (*n).to_owned()),
+                sku_meter: "Idle capacity",
             };
-            if !w.write(&row.record(month, &currency, issuer)).await {
+            if !w
+                .write(&row.record(month, &currency, issuer, version))
+                .await
+            {
                 return Ok(());
             }
         }
@@ -340,9 +354,10 @@ async fn write_focus(
                 contracted_unit_price: l.unit_price,
                 consumed_hours: Some(l.slice_hours),
                 pricing_hours: Some(l.gpu_equivalent_hours),
+                // The line's slices, not one resource: no resource, so no type (ResourceType-C-004-C).
                 resource_id: None,
                 resource_name: None,
-                resource_type: l.slice_kind.map(|k| focus::resource_type(k).to_owned()),
+                resource_type: None,
                 sku_price_id: format!("{sku}/v{}", l.rate_card.unwrap_or_default()),
                 sku_id: sku,
                 sub_account_id: i.team.to_string(),
@@ -358,8 +373,12 @@ async fn write_focus(
                 isolation_factor: None,
                 rate_card: l.rate_card,
                 invoice_number: i.number.clone(),
+                sku_meter: "GPU share held",
             };
-            if !w.write(&row.record(month, &currency, issuer)).await {
+            if !w
+                .write(&row.record(month, &currency, issuer, version))
+                .await
+            {
                 return Ok(());
             }
         }
@@ -428,7 +447,10 @@ async fn write_focus(
                 } else {
                     r.next(exact, &currency)
                 };
-                if !w.write(&row.record(month, &currency, issuer)).await {
+                if !w
+                    .write(&row.record(month, &currency, issuer, version))
+                    .await
+                {
                     return Ok(());
                 }
             }
@@ -451,7 +473,10 @@ async fn write_focus(
             row.billed = c.rounding_residual;
             row.description =
                 "Rounding residual: invoice lines are each rounded once to the minor unit".into();
-            if !w.write(&row.record(month, &currency, issuer)).await {
+            if !w
+                .write(&row.record(month, &currency, issuer, version))
+                .await
+            {
                 return Ok(());
             }
         }

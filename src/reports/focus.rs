@@ -1,12 +1,13 @@
-//! FOCUS 1.0 cost and usage rows (FinOps Foundation, <https://focus.finops.org>): every column the
-//! specification defines for 1.0, in its order, then slicemeter's own `x_` columns; and the rows of
-//! a slice-day, of the platform's capacity and of rounding. Pure: figures in, rows and CSV records
-//! out; `exports` streams them.
+//! FOCUS 1.2 (and 1.0) cost and usage rows (FinOps Foundation, <https://focus.finops.org>): every
+//! column the version's specification defines, in alphabetical order, then slicemeter's own `x_`
+//! columns; and the rows of a slice-day, of the platform's capacity and of rounding. Pure: figures
+//! in, rows and CSV records out; `exports` streams them.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 
 use super::slices::{SliceDay, Unpriced};
 use crate::billing::rate_card::{Currency, RateCard};
@@ -15,15 +16,65 @@ use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
 
-/// The header, FOCUS 1.0 columns first.
-pub const COLUMNS: [&str; 50] = [
+/// The FOCUS version an export is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Version {
+    /// FOCUS 1.0, kept for tools that read no later one.
+    V1_0,
+    /// FOCUS 1.2 (ratified 2025), the default.
+    #[default]
+    V1_2,
+}
+
+impl Version {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V1_0 => "1.0",
+            Version::V1_2 => "1.2",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Version, String> {
+        match s {
+            "1.0" => Ok(Version::V1_0),
+            "1.2" => Ok(Version::V1_2),
+            _ => Err(format!("FOCUS version {s:?} is not one of 1.0, 1.2")),
+        }
+    }
+
+    /// The header: the version's FOCUS columns in alphabetical order, then slicemeter's `x_` ones.
+    pub fn columns(self) -> Vec<&'static str> {
+        match self {
+            Version::V1_2 => COLUMNS.to_vec(),
+            Version::V1_0 => COLUMNS
+                .iter()
+                .copied()
+                .filter(|c| !ADDED_IN_1_2.contains(c))
+                .collect(),
+        }
+    }
+
+    /// Where each of the version's columns is in a [`Row::record`].
+    fn positions(self) -> Vec<usize> {
+        self.columns()
+            .iter()
+            .map(|c| COLUMNS.iter().position(|k| k == c).expect("a known column"))
+            .collect()
+    }
+}
+
+/// Every column a row has: FOCUS 1.2's, in its order, then slicemeter's own `x_` columns.
+pub const COLUMNS: [&str; 64] = [
     "AvailabilityZone",
     "BilledCost",
     "BillingAccountId",
     "BillingAccountName",
+    "BillingAccountType",
     "BillingCurrency",
     "BillingPeriodEnd",
     "BillingPeriodStart",
+    "CapacityReservationId",
+    "CapacityReservationStatus",
     "ChargeCategory",
     "ChargeClass",
     "ChargeDescription",
@@ -33,17 +84,24 @@ pub const COLUMNS: [&str; 50] = [
     "CommitmentDiscountCategory",
     "CommitmentDiscountId",
     "CommitmentDiscountName",
+    "CommitmentDiscountQuantity",
     "CommitmentDiscountStatus",
     "CommitmentDiscountType",
+    "CommitmentDiscountUnit",
     "ConsumedQuantity",
     "ConsumedUnit",
     "ContractedCost",
     "ContractedUnitPrice",
     "EffectiveCost",
+    "InvoiceId",
     "InvoiceIssuerName",
     "ListCost",
     "ListUnitPrice",
     "PricingCategory",
+    "PricingCurrency",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
     "PricingQuantity",
     "PricingUnit",
     "ProviderName",
@@ -55,10 +113,14 @@ pub const COLUMNS: [&str; 50] = [
     "ResourceType",
     "ServiceCategory",
     "ServiceName",
+    "ServiceSubcategory",
     "SkuId",
+    "SkuMeter",
+    "SkuPriceDetails",
     "SkuPriceId",
     "SubAccountId",
     "SubAccountName",
+    "SubAccountType",
     "Tags",
     "x_GpuModel",
     "x_SliceKind",
@@ -68,6 +130,48 @@ pub const COLUMNS: [&str; 50] = [
     "x_RateCardVersion",
     "x_InvoiceNumber",
 ];
+
+/// The columns FOCUS 1.1 and 1.2 added to 1.0's.
+const ADDED_IN_1_2: [&str; 14] = [
+    "BillingAccountType",
+    "CapacityReservationId",
+    "CapacityReservationStatus",
+    "CommitmentDiscountQuantity",
+    "CommitmentDiscountUnit",
+    "InvoiceId",
+    "PricingCurrency",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
+    "ServiceSubcategory",
+    "SkuMeter",
+    "SkuPriceDetails",
+    "SubAccountType",
+];
+
+/// The FOCUS 1.2 applicability criteria the export meets, to declare to a validator
+/// (`SLICEMETER_FOCUS12_CRITERIA`). Not declared, because slicemeter has none of them: availability
+/// zones, regions, capacity reservations, commitment discounts, more than one pricing category or
+/// billing account type, a pricing currency other than the billing one, virtual currencies.
+pub const FOCUS12_CRITERIA: [&str; 10] = [
+    "ACCOUNT_NAMING_SUPPORTED",
+    "SUB_ACCOUNT_SUPPORTED",
+    // Teams, and the platform's own account.
+    "MULTIPLE_SUB_ACCOUNT_TYPES_SUPPORTED",
+    "USAGE_MEASUREMENT_SUPPORTED",
+    "UNIT_PRICING_SUPPORTED",
+    // The isolation factor: a slice's contracted price is its list price times the factor.
+    "NEGOTIATED_PRICING_SUPPORTED",
+    // The rate card, which every team can read.
+    "PUBLIC_PRICE_LIST_SUPPORTED",
+    "TAGGING_SUPPORTED",
+    "RESOURCE_TYPE_ASSIGNMENT_SUPPORTED",
+    "BILLING_BASED_ON_PROVISIONED_RESOURCES_SUPPORTED",
+];
+
+/// `PricingUnit` in FOCUS's UnitFormat (`<unit>-<plural time unit>`): one GPU-equivalent hour is an
+/// hour of a whole GPU's blocked capacity.
+pub const PRICING_UNIT: &str = "GPU-Hours";
 
 /// Who issues and provides the charges: the GPU platform team running slicemeter.
 #[derive(Debug, Clone)]
@@ -131,6 +235,8 @@ pub struct Row {
     pub isolation_factor: Option<Decimal>,
     pub rate_card: Option<i64>,
     pub invoice_number: Option<String>,
+    /// What the SKU meters (FOCUS 1.2 `SkuMeter`).
+    pub sku_meter: &'static str,
 }
 
 /// FOCUS dates: `YYYY-MM-DDTHH:mm:ssZ`.
@@ -150,8 +256,24 @@ pub fn fixed(d: Decimal, scale: u32) -> String {
 }
 
 impl Row {
-    /// The CSV record for this row under `month`'s billing period.
-    pub fn record(&self, month: Month, currency: &Currency, issuer: &Issuer) -> Vec<String> {
+    /// The CSV record for this row under `month`'s billing period, in `version`'s columns.
+    pub fn record(
+        &self,
+        month: Month,
+        currency: &Currency,
+        issuer: &Issuer,
+        version: Version,
+    ) -> Vec<String> {
+        let mut all = self.cells(month, currency, issuer);
+        version
+            .positions()
+            .into_iter()
+            .map(|i| std::mem::take(&mut all[i]))
+            .collect()
+    }
+
+    /// Every cell, in [`COLUMNS`]' order.
+    fn cells(&self, month: Month, currency: &Currency, issuer: &Issuer) -> Vec<String> {
         // Money with at least two decimals, quantities and prices with six: fixed scales, as the
         // FOCUS validator reads decimals as floats.
         let money = currency.minor_units.max(2);
@@ -161,14 +283,19 @@ impl Row {
         let opt = |v: &Option<String>| t(v.as_deref().unwrap_or_default());
         let dec6 = |v: Option<Decimal>| v.map(|d| fixed(d, 6)).unwrap_or_default();
         let tags = serde_json::to_string(&self.tags).expect("tags serialise");
-        vec![
+        let platform = self.sub_account_id == PLATFORM_ACCOUNT;
+        let cells = vec![
             String::new(),
             fixed(self.billed, money),
             t(&issuer.billing_account_id),
             t(&issuer.billing_account_name),
+            "GPU Platform".to_owned(),
             currency.code.clone(),
             timestamp(month.end()),
             timestamp(month.start()),
+            // No capacity reservations.
+            String::new(),
+            String::new(),
             match self.category {
                 Category::Usage => "Usage",
                 Category::Adjustment => "Adjustment",
@@ -183,6 +310,9 @@ impl Row {
             .to_owned(),
             timestamp(self.charge_end),
             timestamp(self.charge_start),
+            // No commitment discounts: category, id, name, quantity, status, type, unit.
+            String::new(),
+            String::new(),
             String::new(),
             String::new(),
             String::new(),
@@ -198,13 +328,19 @@ impl Row {
             fixed(self.contracted_cost, money),
             dec6(self.contracted_unit_price),
             fixed(self.billed, money),
+            opt(&self.invoice_number),
             t(&issuer.name),
             fixed(self.list_cost, money),
             dec6(self.list_unit_price),
             "Standard".to_owned(),
+            // Priced in the currency it is billed in.
+            currency.code.clone(),
+            dec6(self.contracted_unit_price),
+            fixed(self.billed, money),
+            dec6(self.list_unit_price),
             dec6(self.pricing_hours),
             if self.pricing_hours.is_some() {
-                "GPU-Equivalent-Hours"
+                PRICING_UNIT
             } else {
                 ""
             }
@@ -218,10 +354,14 @@ impl Row {
             opt(&self.resource_type),
             "AI and Machine Learning".to_owned(),
             t(&issuer.service_name),
+            "AI Platforms".to_owned(),
             t(&self.sku_id),
+            self.sku_meter.to_owned(),
+            t(&self.price_details()),
             t(&self.sku_price_id),
             t(&self.sub_account_id),
             t(&self.sub_account_name),
+            if platform { "Platform" } else { "Team" }.to_owned(),
             t(&tags),
             opt(&self.gpu_model),
             opt(&self.slice_kind),
@@ -232,9 +372,53 @@ impl Row {
                 .unwrap_or_default(),
             self.rate_card.map(|r| r.to_string()).unwrap_or_default(),
             opt(&self.invoice_number),
-        ]
+        ];
+        debug_assert_eq!(cells.len(), COLUMNS.len());
+        cells
+    }
+
+    /// FOCUS 1.2 `SkuPriceDetails`: what the price of a GPU-hour is made of, as a flat JSON object
+    /// of `x_` properties (KeyValueFormat): the GPU model, slice kind and profile, the physical
+    /// share priced, the isolation factor and the model's hourly cost. Empty (null) where the row
+    /// has none of them.
+    fn price_details(&self) -> String {
+        let mut d = serde_json::Map::new();
+        let mut put = |k: &str, v: serde_json::Value| {
+            d.insert(k.to_owned(), v);
+        };
+        let number = |x: Decimal| {
+            serde_json::Number::from_f64(x.to_f64().unwrap_or_default())
+                .map_or(serde_json::Value::Null, serde_json::Value::Number)
+        };
+        if let Some(m) = &self.gpu_model {
+            put("x_GpuModel", m.as_str().into());
+        }
+        if let Some(k) = &self.slice_kind {
+            put("x_SliceKind", k.as_str().into());
+        }
+        if let Some(p) = &self.mig_profile {
+            put("x_MigProfile", p.as_str().into());
+        }
+        if let Some(s) = self.physical_share {
+            put("x_PhysicalShare", number(s.round_dp(6)));
+        }
+        if let Some(f) = self.isolation_factor {
+            put("x_IsolationFactor", number(f));
+        }
+        if let Some(h) = self.list_unit_price {
+            put("x_HourlyCost", number(h));
+        }
+        if d.is_empty() {
+            String::new()
+        } else {
+            serde_json::Value::Object(d).to_string()
+        }
     }
 }
+
+/// The sub-account of the platform's own rows (unallocated capacity, sharing discount, rounding,
+/// consumers no team claims).
+pub const PLATFORM_ACCOUNT: &str = "platform";
 
 /// The resource type FOCUS rows name for a slice kind.
 pub fn resource_type(kind: SliceKind) -> &'static str {
@@ -324,7 +508,7 @@ pub fn usage_row(
     let unattributed = d.team.is_unattributed();
     let (sub_account_id, sub_account_name) = if unattributed {
         tags.insert("slicemeter/platform".to_owned(), d.team.to_string());
-        ("platform".to_owned(), issuer.name.clone())
+        (PLATFORM_ACCOUNT.to_owned(), issuer.name.clone())
     } else {
         (d.team.to_string(), d.team_name.clone())
     };
@@ -372,6 +556,7 @@ pub fn usage_row(
             .get(d.team.as_str())
             .filter(|_| !unattributed)
             .map(|n| (*n).to_owned()),
+        sku_meter: "GPU share held",
     };
     let group = (
         d.team.clone(),
@@ -419,12 +604,13 @@ pub fn platform_row(
         contracted_unit_price: None,
         consumed_hours: None,
         pricing_hours: None,
+        // Capacity, not a resource: no resource, so no resource type either (ResourceType-C-004-C).
         resource_id: None,
         resource_name: None,
-        resource_type: Some("GPU".into()),
+        resource_type: None,
         sku_price_id: format!("{sku}/v{}", card.id),
         sku_id: sku,
-        sub_account_id: "platform".into(),
+        sub_account_id: PLATFORM_ACCOUNT.into(),
         sub_account_name: issuer.name.clone(),
         tags: BTreeMap::from([("slicemeter/platform".to_owned(), what.to_owned())]),
         gpu_model: (!model.is_empty()).then(|| model.to_owned()),
@@ -434,6 +620,11 @@ pub fn platform_row(
         isolation_factor: None,
         rate_card: Some(card.id),
         invoice_number: None,
+        sku_meter: match what {
+            "unallocated" => "Unallocated capacity",
+            "sharing-discount" => "Sharing discount",
+            _ => "Rounding",
+        },
     }
 }
 
@@ -481,6 +672,16 @@ mod tests {
             timestamp("2026-10-01T00:00:00Z".parse().unwrap()),
             "2026-10-01T00:00:00Z"
         );
-        assert_eq!(COLUMNS.len(), 50);
+        assert_eq!(Version::V1_0.columns().len(), 50);
+        // FOCUS 1.2's 57 columns and slicemeter's 7.
+        assert_eq!(Version::V1_2.columns().len(), 64);
+        assert_eq!(
+            Version::V1_2
+                .columns()
+                .iter()
+                .filter(|c| !c.starts_with("x_"))
+                .count(),
+            57
+        );
     }
 }

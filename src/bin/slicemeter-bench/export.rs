@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use slicemeter::db;
 use slicemeter::domain::time::Month;
 use slicemeter::reports::exports::{self, ExportConfig};
+use slicemeter::reports::focus::Version;
 use slicemeter::reports::service::ReportCache;
 
 use crate::common::{in_scratch_schema, load_month, peak_rss_kib, tempfile_path};
@@ -47,7 +48,9 @@ pub async fn focus_child(args: FocusChildArgs) -> anyhow::Result<()> {
     let pool = db::connect(&args.database_url, 4).await?;
     let cache = std::sync::Arc::new(ReportCache::new(std::time::Duration::ZERO));
     let config = Arc::new(ExportConfig::default());
-    let mut stream = Box::pin(exports::focus(&pool, &cache, args.period, None, config).await?);
+    let mut stream = Box::pin(
+        exports::focus(&pool, &cache, args.period, None, config, Version::default()).await?,
+    );
     let mut out = std::io::BufWriter::new(std::fs::File::create(&args.out)?);
     while let Some(chunk) = stream.next().await {
         out.write_all(&chunk?)?;

@@ -14,6 +14,7 @@ use slicemeter::db;
 use slicemeter::domain::access::Actor;
 use slicemeter::domain::time::Month;
 use slicemeter::reports::exports::{self, ExportConfig};
+use slicemeter::reports::focus::Version;
 use slicemeter::reports::service as reports;
 use slicemeter::reports::store as report_store;
 use slicemeter::reports::usage::{Dimension, GroupBy, Step};
@@ -212,6 +213,7 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
             month,
             None,
             Arc::new(ExportConfig::default()),
+            Version::default(),
         )
         .await?,
     );

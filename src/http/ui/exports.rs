@@ -10,6 +10,7 @@ use crate::domain::time::Month;
 use crate::http::error::ApiError;
 use crate::http::exports;
 use crate::http::state::AppState;
+use crate::reports::focus::Version;
 
 #[derive(Deserialize)]
 pub struct PeriodQuery {
@@ -30,7 +31,7 @@ pub async fn focus_export(
     Query(q): Query<PeriodQuery>,
 ) -> Result<Response, UiError> {
     let month = q.month()?;
-    Ok(exports::focus_response(&state, &viewer, month).await?)
+    Ok(exports::focus_response(&state, &viewer, month, Version::default()).await?)
 }
 
 pub async fn erp_export(

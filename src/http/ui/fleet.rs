@@ -272,7 +272,7 @@ fn fleet_body(
             (invoice_table(invoices, currency, true))
             p {
                 "Exports: "
-                a href=(format!("/ui/exports/focus?period={month}")) download { "FOCUS 1.0 CSV" }
+                a href=(format!("/ui/exports/focus?period={month}")) download { "FOCUS 1.2 CSV" }
                 " · "
                 a href=(format!("/ui/exports/erp?period={month}")) download { "ERP journal CSV" }
                 " (every invoice of the month issued first)"
