@@ -139,6 +139,8 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
         billing: BillingConfig {
             issue_grace: chrono::Duration::zero(),
         },
+        // On loopback: the billing gauges a local Prometheus and Grafana would chart.
+        metrics_billing: true,
         ..ServerConfig::default()
     };
     let mut serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {

@@ -76,6 +76,11 @@ pub struct ServeArgs {
     /// A connection on which no byte has moved for this long is closed (more than --request-timeout).
     #[arg(long, env = "SLICEMETER_IDLE_TIMEOUT", default_value = "75s", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// Also show the month's billing figures so far on `/metrics`, which needs no token: each team's
+    /// cost and GPU-equivalent hours, the fleet's allocation and busy ratios and unallocated cost.
+    /// Turn it on where only the platform's Prometheus can reach the server.
+    #[arg(long, env = "SLICEMETER_METRICS_BILLING")]
+    pub metrics_billing: bool,
     #[command(flatten)]
     pub exports: ExportArgs,
 }
@@ -118,6 +123,7 @@ impl ServeArgs {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             report_max_stale: self.report_max_stale,
+            metrics_billing: self.metrics_billing,
             ..ServerConfig::default()
         })
     }

@@ -77,6 +77,7 @@ impl Shipping {
         let shipper = Shipper::new(&self.server, &token)
             .map_err(|e| CollectorError::Setup(format!("the HTTP client: {e}")))?;
         let spool = Spool::open(&self.spool_dir, self.spool_max_bytes)?;
+        super::shipper::register_metrics();
         if self.resend_rejected {
             let n = spool.requeue_rejected()?;
             tracing::info!(batches = n, "Batches set aside before are queued again.");

@@ -154,7 +154,7 @@ impl Shipper {
                     // aside for a person and go on with the rest.
                     let aside = spool.reject(&path)?;
                     tracing::error!(%reason, kept = %aside.display(), "A spooled batch does not read; it is set aside.");
-                    metrics::counter!("slicemeter_collector_batches_unreadable_total").increment(1);
+                    metrics::counter!("slicemeter_collector_batches_set_aside_total", "reason" => "unreadable").increment(1);
                     continue;
                 }
                 other => other?,
@@ -198,13 +198,33 @@ impl Shipper {
                     );
                     metrics::counter!("slicemeter_collector_windows_shipped_total")
                         .increment(outcome.inserted + outcome.duplicates);
+                    metrics::gauge!("slicemeter_collector_last_ship_timestamp_seconds")
+                        .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
                 }
                 Err(e) => {
                     let aside = spool.reject(&path)?;
                     tracing::error!(error = %e, kept = %aside.display(), "The server refused a batch; it is set aside.");
-                    metrics::counter!("slicemeter_collector_batches_refused_total").increment(1);
+                    metrics::counter!("slicemeter_collector_batches_set_aside_total", "reason" => "refused").increment(1);
                 }
             }
         }
+    }
+}
+
+/// The collector's counters at zero, so that a scrape shows each before its first event
+/// (`slicemeter_collector_last_ship_timestamp_seconds` appears with the first batch stored).
+pub fn register_metrics() {
+    for counter in [
+        "slicemeter_collector_spool_dropped_total",
+        "slicemeter_collector_windows_shipped_total",
+        "slicemeter_collector_retries_total",
+        "slicemeter_collector_readings_fitted_total",
+        "slicemeter_collector_gpus_lost_total",
+    ] {
+        metrics::counter!(counter).increment(0);
+    }
+    for reason in ["refused", "unreadable"] {
+        metrics::counter!("slicemeter_collector_batches_set_aside_total", "reason" => reason)
+            .increment(0);
     }
 }

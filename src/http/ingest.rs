@@ -8,7 +8,7 @@ use chrono::Utc;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::Principal;
 use crate::domain::batch::{Batch, IngestOutcome};
@@ -40,11 +40,46 @@ async fn post_ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<IngestOutcome>, ApiError> {
+    let mut windows = 0;
+    let outcome = ingest(&state, &principal, &headers, body, &mut windows).await;
+    if let Err(e) = &outcome {
+        refused(e, windows);
+    }
+    outcome.map(Json)
+}
+
+/// Counts a refused batch by its error code, and the windows it carried (once it could be read).
+fn refused(e: &ApiError, windows: usize) {
+    metrics::counter!("slicemeter_ingest_refusals_total", "reason" => e.code.name()).increment(1);
+    metrics::counter!("slicemeter_ingest_windows_total", "result" => "refused")
+        .increment(windows as u64);
+}
+
+/// Every refusal reason at zero, and the window counters, so that a scrape shows each series before
+/// its first event.
+pub fn register_metrics() {
+    for code in ErrorCode::ALL {
+        if code.status().is_client_error() || code.status().is_server_error() {
+            metrics::counter!("slicemeter_ingest_refusals_total", "reason" => code.name())
+                .increment(0);
+        }
+    }
+    for result in ["inserted", "duplicate", "refused"] {
+        metrics::counter!("slicemeter_ingest_windows_total", "result" => result).increment(0);
+    }
+}
+
+async fn ingest(
+    state: &AppState,
+    principal: &Principal,
+    headers: &HeaderMap,
+    body: Body,
+    windows: &mut usize,
+) -> Result<IngestOutcome, ApiError> {
     if let Err(wait) = state
         .ingest_limiter
         .check(principal.token_id(), std::time::Instant::now())
     {
-        metrics::counter!("slicemeter_ingest_rate_limited_total").increment(1);
         return Err(ApiError::too_many_requests(
             format!(
                 "too many batches from this token: at most {} a second (bursts of {}); retry in {} s",
@@ -56,7 +91,7 @@ async fn post_ingest(
         ));
     }
     let limit = state.config.body_limit;
-    let bytes = read_body(body, &headers, limit).await?;
+    let bytes = read_body(body, headers, limit).await?;
     let gzip = match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str()) {
         None => false,
         Some(Ok(v)) if v.eq_ignore_ascii_case("gzip") => true,
@@ -68,8 +103,9 @@ async fn post_ingest(
         }
     };
     let batch = decode(&bytes, gzip, limit)?;
+    *windows = batch.windows.len();
     if !principal.may_ingest_for(&batch.node) {
-        return Err(ApiError::forbidden(match &principal {
+        return Err(ApiError::forbidden(match principal {
             Principal::Collector { node, .. } => format!(
                 "this collector token reports for node {node:?}, not {:?}",
                 batch.node
@@ -77,11 +113,10 @@ async fn post_ingest(
             other => format!("a {} token may not ingest", other.role()),
         }));
     }
-    let outcome = state
+    Ok(state
         .ingestor
         .ingest(batch, Utc::now(), &state.config.ingest)
-        .await?;
-    Ok(Json(outcome))
+        .await?)
 }
 
 /// How long the rest of a body over the limit is read and dropped before the 413 goes out.

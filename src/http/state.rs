@@ -41,6 +41,9 @@ pub struct ServerConfig {
     /// How old a month's report may be when it is served while another request reads it anew
     /// (the database changed); older, the request waits for the new read.
     pub report_max_stale: Duration,
+    /// Whether `/metrics`, which needs no token, also shows the month's billing figures so far
+    /// (`reports::gauges`): each team's cost and GPU-equivalent hours, the fleet's ratios.
+    pub metrics_billing: bool,
 }
 
 impl ServerConfig {
@@ -66,6 +69,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(75),
             gpu_map_per_gpu: 256,
             report_max_stale: Duration::from_secs(10),
+            metrics_billing: false,
         }
     }
 }
@@ -78,13 +82,20 @@ pub struct AppState {
     pub reports: Arc<ReportCache>,
     pub config: Arc<ServerConfig>,
     pub metrics: PrometheusHandle,
+    /// The fleet's gauges as last rendered for `/metrics`, and when: read at most every
+    /// [`GAUGES_MAX_AGE`], however often Prometheus scrapes.
+    pub gauges: Arc<tokio::sync::Mutex<Option<(std::time::Instant, String)>>>,
     pub ingest_limiter: Arc<limits::RateLimiter>,
 }
+
+/// How old the fleet's gauges may be when `/metrics` serves them.
+pub const GAUGES_MAX_AGE: Duration = Duration::from_secs(15);
 
 impl AppState {
     /// The state of a server; starts ingest's group committer on the current Tokio runtime.
     pub fn new(pool: PgPool, config: ServerConfig) -> Self {
         let partitions = Arc::new(Partitions::default());
+        super::ingest::register_metrics();
         AppState {
             ingestor: Ingestor::new(
                 pool.clone(),
@@ -100,6 +111,7 @@ impl AppState {
             )),
             config: Arc::new(config),
             metrics: crate::process::metrics_handle(),
+            gauges: Arc::default(),
         }
     }
 }

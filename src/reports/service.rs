@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use sqlx::PgPool;
 
+use super::gauges::FleetGauges;
 use super::monthly::{self, MonthlyReport, UnattributedConsumer};
 use super::store;
 use super::usage::{self, GroupBy, Invoiced, Step, UsageReport, UsageSums};
@@ -215,4 +217,59 @@ pub async fn team_cost(
 ) -> Result<rust_decimal::Decimal, Error> {
     let inputs = self::month(pool, cache, month).await?;
     Ok(inputs.bill.team_total(team.as_str()))
+}
+
+/// The fleet's gauges for the month of `now` (`reports::gauges`): each node's ingest lag, and with
+/// `billing` the month as billing prices it now and its capacity. A month billing cannot price yet
+/// (no rate card) has lags and capacity only.
+pub async fn fleet_gauges(
+    pool: &PgPool,
+    cache: &ReportCache,
+    now: DateTime<Utc>,
+    billing: bool,
+) -> Result<FleetGauges, Error> {
+    let month = Month::of(now);
+    let mut g = FleetGauges {
+        node_lags: store::node_ingest_lags(pool, now).await?,
+        ..FleetGauges::default()
+    };
+    if !billing {
+        return Ok(g);
+    }
+    g.capacity_hours = store::capacity_by_day(pool, month)
+        .await?
+        .iter()
+        .map(|(_, h)| *h)
+        .sum();
+    let inputs = match self::month(pool, cache, month).await {
+        Ok(inputs) => inputs,
+        Err(Error::Billing(_)) => return Ok(g),
+        Err(e) => return Err(e),
+    };
+    let bill = inputs.bill();
+    g.currency = bill.currency.as_ref().map(|c| c.code.clone());
+    g.unallocated_cost = Some(bill.conservation.unallocated);
+    g.held_hours = bill.charges.iter().map(|c| c.gpu_equivalent_hours).sum();
+    g.measured_hours = bill
+        .charges
+        .iter()
+        .filter_map(|c| Some((c.used_gpu_equivalent_hours?, c.gpu_equivalent_hours)))
+        .fold((Decimal::ZERO, Decimal::ZERO), |(u, h), (cu, ch)| {
+            (u + cu, h + ch)
+        });
+    g.teams = bill
+        .lines
+        .iter()
+        .filter(|(t, _)| !t.is_unattributed())
+        .map(|(t, lines)| {
+            let hours = bill
+                .charges
+                .iter()
+                .filter(|c| &c.team == t)
+                .map(|c| c.gpu_equivalent_hours)
+                .sum();
+            (t.to_string(), lines.iter().map(|l| l.amount).sum(), hours)
+        })
+        .collect();
+    Ok(g)
 }

@@ -275,3 +275,29 @@ pub async fn capacity_by_day(
     .map(|r| (r.day, r.hours))
     .collect())
 }
+
+/// Seconds from `now` back to each node's last batch received (the batch of its GPUs' latest
+/// period), by node.
+pub async fn node_ingest_lags(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+) -> Result<Vec<(String, f64)>, sqlx::Error> {
+    Ok(sqlx::query!(
+        r#"select g.node as "node!",
+                  extract(epoch from $1 - max(l.received_at))::float8 as "lag!"
+           from gpu g
+           cross join lateral (
+               select p.received_at from gpu_presence p
+               where p.gpu_id = g.gpu_id
+               order by p.period_start desc
+               limit 1) l
+           group by g.node
+           order by g.node"#,
+        now
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| (r.node, r.lag.max(0.0)))
+    .collect())
+}

@@ -15,6 +15,7 @@ mod hostile;
 mod ingest;
 mod ingest_props;
 mod kubelet;
+mod metrics;
 mod nvml;
 mod openapi;
 mod plans;
