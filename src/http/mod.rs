@@ -89,6 +89,7 @@ fn routes_and_document() -> (axum::Router<AppState>, utoipa::openapi::OpenApi) {
 
 /// The whole application: API, operations endpoints and the OpenAPI document.
 pub fn router(state: AppState) -> Router {
+    ingest::register_metrics();
     let (routes, doc) = routes_and_document();
     let timeout = state.config.request_timeout;
     // Swagger UI's assets are vendored into the binary: no download at build, no CDN at run time.

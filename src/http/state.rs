@@ -95,7 +95,6 @@ impl AppState {
     /// The state of a server; starts ingest's group committer on the current Tokio runtime.
     pub fn new(pool: PgPool, config: ServerConfig) -> Self {
         let partitions = Arc::new(Partitions::default());
-        super::ingest::register_metrics();
         AppState {
             ingestor: Ingestor::new(
                 pool.clone(),
