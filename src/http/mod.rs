@@ -11,6 +11,7 @@ mod health;
 mod ingest;
 mod invoices;
 pub mod limits;
+mod opencost;
 pub(crate) mod plans;
 mod rate_cards;
 mod reports;
@@ -73,6 +74,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(teams::router())
         .merge(fleet::router())
         .merge(plans::router())
+        .merge(opencost::router())
         .merge(health::router())
 }
 

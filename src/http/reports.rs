@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use chrono::{DateTime, Duration, NaiveDate, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use serde::Deserialize;
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
@@ -90,15 +90,6 @@ struct UsageParams {
     step: Option<String>,
 }
 
-/// The longest range one report covers, by step.
-fn max_range(step: Step) -> Duration {
-    match step {
-        Step::Hour => Duration::days(31),
-        Step::Day => Duration::days(366),
-        Step::Month => Duration::days(366 * 5),
-    }
-}
-
 fn instant(
     field: &str,
     value: Option<&str>,
@@ -173,12 +164,12 @@ async fn usage_report(
     if let (Some(from), Some(to), Some(step)) = (from, to, step) {
         if to <= from {
             errors.push(FieldError::new("to", "to must be after from"));
-        } else if to - from > max_range(step) {
+        } else if to - from > step.max_range() {
             errors.push(FieldError::new(
                 "to",
                 format!(
                     "the range is longer than {} days, the limit for step={}; use a coarser step or a shorter range",
-                    max_range(step).num_days(),
+                    step.max_range().num_days(),
                     step.as_str()
                 ),
             ));

@@ -9,6 +9,7 @@ pub mod exports;
 pub mod focus;
 pub mod gauges;
 pub mod monthly;
+pub mod opencost;
 pub mod service;
 pub mod slices;
 pub mod store;

@@ -181,6 +181,15 @@ impl Step {
             Step::Month => "month",
         }
     }
+
+    /// The longest range one report covers at this step.
+    pub fn max_range(self) -> chrono::Duration {
+        match self {
+            Step::Hour => chrono::Duration::days(31),
+            Step::Day => chrono::Duration::days(366),
+            Step::Month => chrono::Duration::days(366 * 5),
+        }
+    }
 }
 
 impl FromStr for Step {

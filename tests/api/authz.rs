@@ -304,6 +304,25 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "/v1/reports/usage?from=2026-10-01&to=2026-10-08",
             [U, U, U, U, 200, 200, 200, 200, 403],
         ),
+        // Grouped down to pods, a lead's rows are still only their team's.
+        row(
+            "GET",
+            "/v1/reports/usage",
+            "/v1/reports/usage?from=2026-09-01&to=2026-11-01&group_by=team,namespace,workload,pod&step=month",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
+        row(
+            "GET",
+            "/allocation",
+            "/allocation?window=2026-10-01T00:00:00Z,2026-11-01T00:00:00Z&aggregate=namespace,pod",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
+        row(
+            "GET",
+            "/allocation/compute",
+            "/allocation/compute?window=2026-09-01T00:00:00Z,2026-11-01T00:00:00Z&aggregate=cluster,namespace&step=month",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
         row(
             "GET",
             "/v1/teams",

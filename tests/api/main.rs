@@ -18,6 +18,7 @@ mod kubelet;
 mod metrics;
 mod nvml;
 mod openapi;
+mod opencost;
 mod plans;
 mod recommendations;
 mod reports;
