@@ -15,13 +15,13 @@ use crate::reports::service::ReportCache;
 
 #[derive(Subcommand)]
 pub enum ExportCommand {
-    /// FOCUS rows of a month (1.2 unless `--focus-version 1.0`).
+    /// FOCUS rows of a month (1.2 unless `--focus-version 1.3` or `1.0`).
     Focus {
         #[command(flatten)]
         db: DbArgs,
         #[arg(long)]
         period: Month,
-        /// `1.2` or `1.0`.
+        /// `1.2`, `1.3` or `1.0`.
         #[arg(long, default_value = "1.2", value_parser = Version::parse)]
         focus_version: Version,
         /// Only this team's rows.

@@ -77,8 +77,8 @@ struct FocusParams {
         pattern = r"^\d{4}-(0[1-9]|1[0-2])$"
     )]
     period: Option<String>,
-    /// The FOCUS version: `1.2` (default) or `1.0`.
-    #[param(example = "1.2", pattern = r"^1\.[02]$")]
+    /// The FOCUS version: `1.2` (default), `1.3` (with its split cost allocation columns) or `1.0`.
+    #[param(example = "1.2", pattern = r"^1\.[023]$")]
     version: Option<String>,
 }
 
@@ -101,7 +101,7 @@ fn csv_response(what: &str, month: Month, body: Body) -> Response {
         .into_response()
 }
 
-/// FOCUS 1.2 (or, with `version=1.0`, 1.0) cost and usage rows of a month: one per (team, slice,
+/// FOCUS 1.2 (or, with `version`, 1.3 or 1.0) cost and usage rows of a month: one per (team, slice,
 /// day), the idle capacity spread to teams, corrections (`ChargeClass` Correction) and the
 /// platform's unallocated, sharing-discount and rounding rows, which together sum to the month's
 /// fleet cost. Streamed. A team lead gets their team's rows only.

@@ -58,11 +58,21 @@ fn refused(e: &ApiError, windows: usize) {
 /// Every refusal reason at zero, and the window counters, so that a scrape shows each series before
 /// its first event.
 pub fn register_metrics() {
-    for code in ErrorCode::ALL {
-        if code.status().is_client_error() || code.status().is_server_error() {
-            metrics::counter!("slicemeter_ingest_refusals_total", "reason" => code.name())
-                .increment(0);
-        }
+    // The codes `POST /v1/ingest` answers with.
+    for code in [
+        ErrorCode::BadRequest,
+        ErrorCode::MalformedBatch,
+        ErrorCode::InvalidBatch,
+        ErrorCode::ConflictingBatch,
+        ErrorCode::Forbidden,
+        ErrorCode::NotThisNodesGpu,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::RateLimited,
+        ErrorCode::Unavailable,
+        ErrorCode::Timeout,
+        ErrorCode::Internal,
+    ] {
+        metrics::counter!("slicemeter_ingest_refusals_total", "reason" => code.name()).increment(0);
     }
     for result in ["inserted", "duplicate", "refused"] {
         metrics::counter!("slicemeter_ingest_windows_total", "result" => result).increment(0);

@@ -19,7 +19,8 @@ use tokio::sync::mpsc;
 use super::chunks::{Chunk, ChunkWriter, Piece, checked_stream};
 use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::{
-    self, CarryRounder, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id, usage_row,
+    self, Allocated, CarryRounder, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id,
+    usage_row,
 };
 use super::service::{self, ReportCache};
 use super::slices::Unpriced;
@@ -236,6 +237,32 @@ async fn write_focus(
     // Per (model, rate card, day): what the slices took of the fleet cost, and the discount.
     let mut allocated: BTreeMap<(String, i64, DateTime<Utc>), (Decimal, Decimal)> = BTreeMap::new();
 
+    // Each GPU model's day under each rate card at list price: the origin charge that slices'
+    // rows and the unallocated rows split (FOCUS 1.3's AllocatedRatio).
+    let days = {
+        let mut conn = pool.acquire().await?;
+        store::model_days(&mut conn, month, frozen).await?
+    };
+    let fleet_of: BTreeMap<(String, i64, DateTime<Utc>), Decimal> = days
+        .iter()
+        .filter_map(|d| {
+            let card = cards.get(&d.rate_card?)?;
+            let cost = card.hourly_cost(&d.model).0 * d.present_seconds / Decimal::from(3600);
+            Some(((d.model.clone(), card.id, d.day), cost))
+        })
+        .collect();
+    let ratio = |row: &mut Row| {
+        let (Some(a), Some(model), Some(card)) =
+            (row.allocation.as_mut(), &row.gpu_model, row.rate_card)
+        else {
+            return;
+        };
+        a.ratio = fleet_of
+            .get(&(model.clone(), card, row.charge_start))
+            .filter(|f| !f.is_zero())
+            .map(|f| row.list_cost / f);
+    };
+
     // The rows stream for as long as the client reads them: past any request's statement timeout.
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
@@ -245,7 +272,11 @@ async fn write_focus(
     loop {
         let next = rows.next().await.transpose()?;
         let next = match next {
-            Some(day) => Some(usage_row(&day, &cards, &number_of, issuer)?),
+            Some(day) => {
+                let (group, mut row, exact) = usage_row(&day, &cards, &number_of, issuer)?;
+                ratio(&mut row);
+                Some((group, row, exact))
+            }
             None => None,
         };
         if let Some((group, mut row, exact)) = pending.take() {
@@ -322,6 +353,16 @@ async fn write_focus(
                 rate_card: Some(l.key.rate_card),
                 invoice_number: number_of.get(t.as_str()).map(|n| (*n).to_owned()),
                 sku_meter: "Idle capacity",
+                allocation: Some(Allocated {
+                    method: focus::IDLE_SPREAD,
+                    resource: Some((
+                        format!("idle-capacity/{t}"),
+                        format!("Idle capacity spread to {t}"),
+                    )),
+                    element: None,
+                    ratio: None,
+                    tags: BTreeMap::new(),
+                }),
             };
             if !w
                 .write(&row.record(month, &currency, issuer, version))
@@ -374,6 +415,7 @@ async fn write_focus(
                 rate_card: l.rate_card,
                 invoice_number: i.number.clone(),
                 sku_meter: "GPU share held",
+                allocation: None,
             };
             if !w
                 .write(&row.record(month, &currency, issuer, version))
@@ -385,9 +427,6 @@ async fn write_focus(
     }
 
     if team.is_none() {
-        let mut conn = pool.acquire().await?;
-        let days = store::model_days(&mut conn, month, frozen).await?;
-        drop(conn);
         let spread_cards: Vec<i64> = bill
             .lines
             .values()
@@ -410,18 +449,17 @@ async fn write_focus(
                 .unwrap_or_default();
             let spread = card.idle_policy == IdlePolicy::Spread && spread_cards.contains(&card.id);
             if !spread {
-                platform.push((
-                    platform_row(
-                        month,
-                        d.day,
-                        &d.model,
-                        card,
-                        "unallocated",
-                        fleet - taken,
-                        issuer,
-                    ),
+                let mut row = platform_row(
+                    month,
+                    d.day,
+                    &d.model,
+                    card,
+                    "unallocated",
                     fleet - taken,
-                ));
+                    issuer,
+                );
+                ratio(&mut row);
+                platform.push((row, fleet - taken));
             }
             if !discount.is_zero() {
                 discounts.push((

@@ -84,6 +84,51 @@ pub struct Row {
     pub invoice_number: Option<String>,
     /// What the SKU meters (FOCUS 1.2 `SkuMeter`).
     pub sku_meter: &'static str,
+    /// The row's part in FOCUS 1.3's split cost allocation, if it has one.
+    pub allocation: Option<Allocated>,
+}
+
+/// Split cost allocation (FOCUS 1.3): the origin charge is a GPU model's day under one rate card
+/// (its GPUs' hours present at the model's hourly cost), split into the slices that held it (at
+/// list price: their physical share of it) and what no slice held (the unallocated portion).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocated {
+    /// `AllocatedMethodId`: [`PHYSICAL_SHARE`] or [`IDLE_SPREAD`].
+    pub method: &'static str,
+    /// `AllocatedResourceId` and `AllocatedResourceName`; none for the unallocated portion.
+    pub resource: Option<(String, String)>,
+    /// The `AllocatedMethodDetails` element's data generator-defined (`x_`) properties and
+    /// `UsageUnit`/`UsageQuantity`; none where there are no details.
+    pub element: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The row's share of its origin charge (`AllocatedRatio`), once known.
+    pub ratio: Option<Decimal>,
+    /// `AllocatedTags`: the allocated resource's own, none of them in `Tags`.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// `AllocatedMethodId` of a slice's (or the unallocated) part of a GPU model's day: DESIGN.md's
+/// physical share, `share = w_compute x compute share + w_memory x memory share`, at list price.
+pub const PHYSICAL_SHARE: &str = "slicemeter-physical-share-v1";
+/// `AllocatedMethodId` of unallocated capacity spread to teams by their charges (idle policy
+/// `spread`).
+pub const IDLE_SPREAD: &str = "slicemeter-idle-spread-v1";
+
+/// A decimal as a JSON number.
+fn json_number(x: Decimal) -> serde_json::Value {
+    serde_json::Number::from_f64(x.to_f64().unwrap_or_default())
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+impl Allocated {
+    /// `AllocatedMethodDetails`: `{"Elements": [{"AllocatedRatio": ..., ...}]}`.
+    fn details(&self) -> Option<String> {
+        let mut element = self.element.clone()?;
+        element.insert(
+            "AllocatedRatio".into(),
+            json_number(self.ratio?.round_dp(9)),
+        );
+        Some(serde_json::json!({ "Elements": [element] }).to_string())
+    }
 }
 
 /// FOCUS dates: `YYYY-MM-DDTHH:mm:ssZ`.
@@ -131,7 +176,17 @@ impl Row {
         let dec6 = |v: Option<Decimal>| v.map(|d| fixed(d, 6)).unwrap_or_default();
         let tags = serde_json::to_string(&self.tags).expect("tags serialise");
         let platform = self.sub_account_id == PLATFORM_ACCOUNT;
+        let a = self.allocation.as_ref();
         let cells = vec![
+            t(&a.and_then(Allocated::details).unwrap_or_default()),
+            a.map(|a| a.method.to_owned()).unwrap_or_default(),
+            t(a.and_then(|a| a.resource.as_ref())
+                .map_or("", |r| r.0.as_str())),
+            t(a.and_then(|a| a.resource.as_ref())
+                .map_or("", |r| r.1.as_str())),
+            t(&a.filter(|a| !a.tags.is_empty())
+                .map(|a| serde_json::to_string(&a.tags).expect("tags serialise"))
+                .unwrap_or_default()),
             String::new(),
             fixed(self.billed, money),
             t(&issuer.billing_account_id),
@@ -175,6 +230,8 @@ impl Row {
             fixed(self.contracted_cost, money),
             dec6(self.contracted_unit_price),
             fixed(self.billed, money),
+            // The GPUs are the platform's own: it hosts what it provides.
+            t(&issuer.name),
             opt(&self.invoice_number),
             t(&issuer.name),
             fixed(self.list_cost, money),
@@ -201,6 +258,7 @@ impl Row {
             opt(&self.resource_type),
             "AI and Machine Learning".to_owned(),
             t(&issuer.service_name),
+            t(&issuer.name),
             "AI Platforms".to_owned(),
             t(&self.sku_id),
             self.sku_meter.to_owned(),
@@ -233,10 +291,7 @@ impl Row {
         let mut put = |k: &str, v: serde_json::Value| {
             d.insert(k.to_owned(), v);
         };
-        let number = |x: Decimal| {
-            serde_json::Number::from_f64(x.to_f64().unwrap_or_default())
-                .map_or(serde_json::Value::Null, serde_json::Value::Number)
-        };
+        let number = json_number;
         if let Some(m) = &self.gpu_model {
             put("x_GpuModel", m.as_str().into());
         }
@@ -360,6 +415,37 @@ pub fn usage_row(
         (d.team.to_string(), d.team_name.clone())
     };
     let (hourly, _) = card.hourly_cost(&d.model);
+    // The slice's part of its GPU model's day, and how it was reckoned.
+    let mut element = serde_json::Map::new();
+    element.insert("UsageUnit".into(), PRICING_UNIT.into());
+    element.insert(
+        "UsageQuantity".into(),
+        json_number(charge.gpu_equivalent_hours.round_dp(6)),
+    );
+    element.insert("x_SliceKind".into(), d.kind.as_str().into());
+    element.insert("x_ComputeShare".into(), json_number(d.compute_share));
+    element.insert("x_MemoryShare".into(), json_number(d.memory_share));
+    element.insert("x_ComputeWeight".into(), json_number(card.weights.compute));
+    element.insert("x_MemoryWeight".into(), json_number(card.weights.memory));
+    element.insert(
+        "x_IsolationFactor".into(),
+        json_number(card.factors.of(d.kind)),
+    );
+    element.insert("x_IdlePolicy".into(), card.idle_policy.as_str().into());
+    let mut allocated_tags = BTreeMap::from([(
+        "slicemeter/slice-kind".to_owned(),
+        d.kind.as_str().to_owned(),
+    )]);
+    if let Some(p) = &d.profile {
+        allocated_tags.insert("slicemeter/mig-profile".to_owned(), p.clone());
+    }
+    let allocation = Allocated {
+        method: PHYSICAL_SHARE,
+        resource: Some((d.slice_uuid.clone(), format!("{} {}", d.node, d.slice_uuid))),
+        element: Some(element),
+        ratio: None,
+        tags: allocated_tags,
+    };
     let row = Row {
         category: Category::Usage,
         correction: false,
@@ -404,6 +490,7 @@ pub fn usage_row(
             .filter(|_| !unattributed)
             .map(|n| (*n).to_owned()),
         sku_meter: "GPU share held",
+        allocation: Some(allocation),
     };
     let group = (
         d.team.clone(),
@@ -472,63 +559,27 @@ pub fn platform_row(
             "sharing-discount" => "Sharing discount",
             _ => "Rounding",
         },
+        // What no slice held of the model's day: the unallocated portion, with no resource.
+        allocation: (what == "unallocated").then(|| {
+            let (hourly, _) = card.hourly_cost(model);
+            let mut element = serde_json::Map::new();
+            element.insert("UsageUnit".into(), PRICING_UNIT.into());
+            if !hourly.is_zero() {
+                element.insert(
+                    "UsageQuantity".into(),
+                    json_number((exact / hourly).round_dp(6)),
+                );
+            }
+            Allocated {
+                method: PHYSICAL_SHARE,
+                resource: None,
+                element: Some(element),
+                ratio: None,
+                tags: BTreeMap::new(),
+            }
+        }),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rust_decimal_macros::dec;
-
-    #[test]
-    fn carried_rounding_sums_to_the_target_and_stays_within_a_cent_of_each_row() {
-        let usd = Currency::parse("USD").unwrap();
-        let exact = [
-            dec!(0.333333),
-            dec!(0.333333),
-            dec!(0.333334),
-            dec!(1.005),
-            dec!(2.4449),
-        ];
-        let target = usd.round(exact.iter().sum());
-        let mut r = CarryRounder::new();
-        let mut rows = Vec::new();
-        for (i, e) in exact.iter().enumerate() {
-            rows.push(if i + 1 == exact.len() {
-                r.last(*e, target)
-            } else {
-                r.next(*e, &usd)
-            });
-        }
-        assert_eq!(rows.iter().copied().sum::<Decimal>(), target);
-        for (row, e) in rows.iter().zip(exact) {
-            assert!((*row - e).abs() < dec!(0.01), "{row} vs {e}");
-        }
-        assert_eq!(
-            rows,
-            vec![dec!(0.33), dec!(0.34), dec!(0.33), dec!(1.00), dec!(2.45)]
-        );
-    }
-
-    #[test]
-    fn decimals_are_written_with_a_fixed_scale() {
-        assert_eq!(fixed(dec!(24), 6), "24.000000");
-        assert_eq!(fixed(dec!(1337.142857), 2), "1337.14");
-        assert_eq!(fixed(dec!(-0.005), 2), "0.00");
-        assert_eq!(
-            timestamp("2026-10-01T00:00:00Z".parse().unwrap()),
-            "2026-10-01T00:00:00Z"
-        );
-        assert_eq!(Version::V1_0.columns().len(), 50);
-        // FOCUS 1.2's 57 columns and slicemeter's 7.
-        assert_eq!(Version::V1_2.columns().len(), 64);
-        assert_eq!(
-            Version::V1_2
-                .columns()
-                .iter()
-                .filter(|c| !c.starts_with("x_"))
-                .count(),
-            57
-        );
-    }
-}
+mod tests;

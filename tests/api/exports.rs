@@ -1,11 +1,12 @@
 //! FOCUS and ERP exports, reconciled against the monthly report and the invoices.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use rust_decimal::Decimal;
-use serde_json::json;
+use serde_json::{Value, json};
 use slicemeter::collector::Cadence;
 use slicemeter::domain::access::Role;
 use slicemeter::sim::SimFleet;
@@ -892,4 +893,164 @@ async fn a_focus_export_of_hours_no_rate_card_prices_is_refused_before_it_starts
     // October is priced whole by that card.
     let (_, october) = focus(&app, &app.admin, "2026-10").await;
     assert_eq!(october.rows.len(), 0);
+}
+
+/// A month's FOCUS 1.3 export.
+async fn focus_1_3(app: &TestApp, period: &str) -> Csv {
+    let r = app
+        .get(
+            Some(&app.admin),
+            &format!("/v1/exports/focus?period={period}&version=1.3"),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    Csv::parse(r.body.as_str().unwrap())
+}
+
+#[tokio::test]
+async fn focus_1_3_allocated_rows_sum_to_the_team_charges_and_unallocated_rows_to_the_unallocated_cost()
+ {
+    let app = TestApp::spawn().await;
+    // Two rate cards (the second spreads idle capacity to teams), corrections of August.
+    simulated_month(&app).await;
+    let csv = focus_1_3(&app, "2026-09").await;
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    let c = &report.body["conservation"];
+    let (method, resource, kind) = (
+        csv.col("AllocatedMethodId"),
+        csv.col("AllocatedResourceId"),
+        csv.col("SubAccountType"),
+    );
+    // The teams' allocated rows: their slices' parts and their spread idle capacity.
+    assert_eq!(
+        csv.sum("BilledCost", |r| r[kind] == "Team"
+            && !r[method].is_empty()
+            && !r[resource].is_empty()),
+        dec(&c["team_charges"])
+    );
+    // The unallocated portion: the split's rows with no allocated resource.
+    let unallocated = |r: &Vec<String>| !r[method].is_empty() && r[resource].is_empty();
+    assert!(
+        csv.rows.iter().any(unallocated),
+        "the month has unallocated rows"
+    );
+    assert_eq!(csv.sum("BilledCost", unallocated), dec(&c["unallocated"]));
+    // What consumers no team claims held is allocated too, on the platform's account.
+    assert_eq!(
+        csv.sum("BilledCost", |r| r[kind] == "Platform"
+            && !r[method].is_empty()
+            && !r[resource].is_empty()),
+        dec(&c["unattributed"])
+    );
+    // Corrections, the sharing discount and rounding are no part of a split.
+    let class = csv.col("ChargeClass");
+    let meter = csv.col("SkuMeter");
+    for r in &csv.rows {
+        if r[class] == "Correction" || r[meter] == "Sharing discount" || r[meter] == "Rounding" {
+            assert_eq!(r[method], "", "{r:?}");
+        }
+    }
+    // 1.3 is 1.2 and seven columns more; 1.2 stays the default.
+    let (_, v12) = focus(&app, &app.admin, "2026-09").await;
+    assert_eq!(csv.headers.len(), v12.headers.len() + 7);
+    assert!(!v12.headers.iter().any(|h| h.starts_with("Allocated")));
+    assert_eq!(
+        csv.sum("BilledCost", |_| true),
+        v12.sum("BilledCost", |_| true)
+    );
+}
+
+/// FOCUS 1.3's rules for the split cost allocation columns (specification/datasets/cost_and_usage/
+/// columns/*.md of FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec at 1.3; ids from its requirements
+/// model where it has them), each checked on a month of the worked example: one H100 with a
+/// 3g.40gb, two 1g.10gb and the rest of it unallocated, every day.
+#[tokio::test]
+async fn focus_1_3_rules_allocatedresourceid_c_004_to_006_allocatedmethoddetails_c_005_to_007_serviceprovidername_c_003_m()
+ {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    worked_example(&app, "2026-09-01", 30).await;
+    let csv = focus_1_3(&app, "2026-09").await;
+    let col = |n: &str| csv.col(n);
+    let (method, details, resource, name, tags) = (
+        col("AllocatedMethodId"),
+        col("AllocatedMethodDetails"),
+        col("AllocatedResourceId"),
+        col("AllocatedResourceName"),
+        col("AllocatedTags"),
+    );
+    let meter = col("SkuMeter");
+    let mut ratios: BTreeMap<String, Decimal> = BTreeMap::new();
+    for r in &csv.rows {
+        let split = !r[method].is_empty();
+        // CAU-AllocatedResourceId-C-005-C: "MUST be null when a charge represents the
+        // unallocated portion of the origin charge after split cost allocation".
+        if r[meter] == "Unallocated capacity" {
+            assert!(split && r[resource].is_empty(), "{r:?}");
+        }
+        // CAU-AllocatedResourceId-C-006-C: "MUST NOT be null when a charge represents the
+        // allocated portion of the origin charge".
+        if r[meter] == "GPU share held" {
+            assert!(split && !r[resource].is_empty(), "{r:?}");
+            assert_eq!(r[resource], r[col("ResourceId")]);
+        }
+        // CAU-AllocatedResourceId-C-004-C: "MUST be null when a charge is not related to a data
+        // generator-calculated split cost allocation"; AllocatedResourceName: "MUST be null when
+        // AllocatedResourceId is null" and "MUST NOT be null when AllocatedResourceId is not null".
+        if !split {
+            assert_eq!(
+                (r[resource].as_str(), r[details].as_str()),
+                ("", ""),
+                "{r:?}"
+            );
+        }
+        assert_eq!(r[name].is_empty(), r[resource].is_empty(), "{r:?}");
+        // CAU-AllocatedMethodDetails-C-005-C (null when not split) and -C-006-C (SHOULD NOT be
+        // null when split): every split row of this month has its details.
+        assert_eq!(split, !r[details].is_empty(), "{r:?}");
+        if split {
+            // CAU-AllocatedMethodDetails-C-007-C: a top-level "Elements" array of objects, each
+            // with "AllocatedRatio", FOCUS-defined keys spelt as the spec spells them and the
+            // data generator's own prefixed "x_"; "UsageUnit" wherever "UsageQuantity" is.
+            let d: Value = serde_json::from_str(&r[details]).unwrap();
+            let elements = d["Elements"].as_array().expect("Elements");
+            assert_eq!(elements.len(), 1);
+            let e = elements[0].as_object().unwrap();
+            for k in e.keys() {
+                assert!(
+                    ["AllocatedRatio", "UsageUnit", "UsageQuantity"].contains(&k.as_str())
+                        || k.starts_with("x_"),
+                    "{k}"
+                );
+            }
+            assert!(!e.contains_key("UsageQuantity") || e["UsageUnit"] == "GPU-Hours");
+            let ratio = Decimal::from_str(&e["AllocatedRatio"].to_string()).unwrap();
+            *ratios
+                .entry(r[col("ChargePeriodStart")].clone())
+                .or_default() += ratio;
+            // AllocatedTags: key-value, none of its keys in Tags.
+            if !r[tags].is_empty() {
+                let own: BTreeMap<String, String> = serde_json::from_str(&r[tags]).unwrap();
+                let row_tags: BTreeMap<String, String> =
+                    serde_json::from_str(&r[col("Tags")]).unwrap();
+                assert!(own.keys().all(|k| !row_tags.contains_key(k)), "{r:?}");
+            }
+        }
+        // CAU-ServiceProviderName-C-003-M: "MUST NOT be null"; HostProviderName "MUST equal
+        // ServiceProviderName" where the provider exposes no other host.
+        assert!(!r[col("ServiceProviderName")].is_empty());
+        assert_eq!(r[col("HostProviderName")], r[col("ServiceProviderName")]);
+    }
+    // "Values for all AllocatedRatio properties across all allocated charges related to a single
+    // origin charge MUST sum up to 1": each day of the H100 is split into 3/7*0.5+4/8*0.5,
+    // two of 1/7*0.5+1/8*0.5, and what is left.
+    assert_eq!(ratios.len(), 30);
+    for (day, sum) in ratios {
+        assert!(
+            (sum - Decimal::ONE).abs() < Decimal::new(1, 8),
+            "{day}: {sum}"
+        );
+    }
 }

@@ -9,6 +9,8 @@ pub enum Version {
     /// FOCUS 1.2 (ratified 2025), the default.
     #[default]
     V1_2,
+    /// FOCUS 1.3 (December 2025): 1.2 and its split cost allocation columns.
+    V1_3,
 }
 
 impl Version {
@@ -16,6 +18,7 @@ impl Version {
         match self {
             Version::V1_0 => "1.0",
             Version::V1_2 => "1.2",
+            Version::V1_3 => "1.3",
         }
     }
 
@@ -23,20 +26,23 @@ impl Version {
         match s {
             "1.0" => Ok(Version::V1_0),
             "1.2" => Ok(Version::V1_2),
-            _ => Err(format!("FOCUS version {s:?} is not one of 1.0, 1.2")),
+            "1.3" => Ok(Version::V1_3),
+            _ => Err(format!("FOCUS version {s:?} is not one of 1.0, 1.2, 1.3")),
         }
     }
 
     /// The header: the version's FOCUS columns in alphabetical order, then slicemeter's `x_` ones.
     pub fn columns(self) -> Vec<&'static str> {
-        match self {
-            Version::V1_2 => COLUMNS.to_vec(),
-            Version::V1_0 => COLUMNS
-                .iter()
-                .copied()
-                .filter(|c| !ADDED_IN_1_2.contains(c))
-                .collect(),
-        }
+        let later: &[&str] = match self {
+            Version::V1_3 => &[],
+            Version::V1_2 => &ADDED_IN_1_3,
+            Version::V1_0 => &[ADDED_IN_1_2.as_slice(), ADDED_IN_1_3.as_slice()].concat(),
+        };
+        COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| !later.contains(c))
+            .collect()
     }
 
     /// Where each of the version's columns is in a [`Row::record`].
@@ -48,8 +54,13 @@ impl Version {
     }
 }
 
-/// Every column a row has: FOCUS 1.2's, in its order, then slicemeter's own `x_` columns.
-pub const COLUMNS: [&str; 64] = [
+/// Every column a row has: FOCUS 1.3's, in its order, then slicemeter's own `x_` columns.
+pub const COLUMNS: [&str; 71] = [
+    "AllocatedMethodDetails",
+    "AllocatedMethodId",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
     "AvailabilityZone",
     "BilledCost",
     "BillingAccountId",
@@ -78,6 +89,7 @@ pub const COLUMNS: [&str; 64] = [
     "ContractedCost",
     "ContractedUnitPrice",
     "EffectiveCost",
+    "HostProviderName",
     "InvoiceId",
     "InvoiceIssuerName",
     "ListCost",
@@ -98,6 +110,7 @@ pub const COLUMNS: [&str; 64] = [
     "ResourceType",
     "ServiceCategory",
     "ServiceName",
+    "ServiceProviderName",
     "ServiceSubcategory",
     "SkuId",
     "SkuMeter",
@@ -114,6 +127,18 @@ pub const COLUMNS: [&str; 64] = [
     "x_IsolationFactor",
     "x_RateCardVersion",
     "x_InvoiceNumber",
+];
+
+/// The columns FOCUS 1.3 added to 1.2's: split cost allocation, and the providers' new names
+/// (`ProviderName` and `PublisherName`, deprecated in 1.3, are kept beside them).
+const ADDED_IN_1_3: [&str; 7] = [
+    "AllocatedMethodDetails",
+    "AllocatedMethodId",
+    "AllocatedResourceId",
+    "AllocatedResourceName",
+    "AllocatedTags",
+    "HostProviderName",
+    "ServiceProviderName",
 ];
 
 /// The columns FOCUS 1.1 and 1.2 added to 1.0's.
