@@ -67,7 +67,10 @@ st() {
 #   GET /v1/reports/usage: a real calendar date (2026-02-30 fits the pattern), to after from, a
 #     range no longer than the step allows (400).
 #   PUT /v1/teams/{team}: the team `unattributed` cannot own namespaces (400).
-semantic=("POST /v1/ingest" "POST /v1/rate-cards" "GET /v1/reports/usage" "PUT /v1/teams/{team}")
+#   GET /allocation, /allocation/compute: a window of real instants, its end after its start and no
+#     longer than the step allows; idle capacity for windows of whole months only (400).
+semantic=("POST /v1/ingest" "POST /v1/rate-cards" "GET /v1/reports/usage" "PUT /v1/teams/{team}"
+  "GET /allocation" "GET /allocation/compute")
 printf '' >"$work/strict.toml"
 printf '[checks.positive_data_acceptance]\nexpected-statuses = ["2xx", 400, 401, 403, 404, 409, 413, 422, 429]\n' \
   >"$work/semantic.toml"

@@ -36,28 +36,35 @@ pub fn router() -> OpenApiRouter<AppState> {
 struct AllocationParams {
     /// `today`, `yesterday`, `week`, `lastweek`, `month`, `lastmonth`, `7d`, `24h`, or an RFC 3339
     /// or Unix pair `start,end` (UTC; widened to whole hours).
-    #[param(required = true, example = "lastmonth")]
+    #[param(
+        required = true,
+        example = "lastmonth",
+        pattern = r"^(today|yesterday|week|lastweek|month|lastmonth|[1-9][0-9]{0,5}[mhdw]|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z,\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z|\d{9,10}[,|-]\d{9,10})$"
+    )]
     window: Option<String>,
     /// `namespace`, `pod`, `container`, `controller`, `node`, `cluster`, `team`, `label:<key>`,
     /// comma-separated (default `namespace`).
-    #[param(example = "namespace")]
+    #[param(
+        example = "namespace",
+        pattern = r"^(cluster|namespace|pod|container|controller|node|team|label:[A-Za-z0-9._/-]{1,317})(,(cluster|namespace|pod|container|controller|node|team|label:[A-Za-z0-9._/-]{1,317}))*$"
+    )]
     aggregate: Option<String>,
     /// `1h`, `1d` or `month`: one set per step; none, one set for the window.
-    #[param(example = "1d")]
+    #[param(example = "1d", pattern = "^(1h|60m|hour|1d|24h|day|month)$")]
     step: Option<String>,
     /// `true`: one set for the whole window whatever `step`.
-    #[param(example = "true")]
+    #[param(example = "true", pattern = "^(true|false|1|0|all)$")]
     accumulate: Option<String>,
     /// `true`: the capacity no slice held, as the allocation `__idle__` (whole months only).
-    #[param(example = "false")]
+    #[param(example = "false", pattern = "^(true|false|1|0)$")]
     idle: Option<String>,
     /// OpenCost's name for `idle`.
     #[serde(rename = "includeIdle")]
-    #[param(rename = "includeIdle")]
+    #[param(rename = "includeIdle", pattern = "^(true|false|1|0)$")]
     include_idle: Option<String>,
     /// `true`: idle capacity spread over the allocations by their cost (`sharedCost`).
     #[serde(rename = "shareIdle")]
-    #[param(rename = "shareIdle")]
+    #[param(rename = "shareIdle", pattern = "^(true|false|1|0)$")]
     share_idle: Option<String>,
 }
 

@@ -55,7 +55,7 @@ impl Property {
 pub fn parse_aggregate(s: &str) -> Result<Vec<Property>, String> {
     let mut out = Vec::new();
     let mut bad = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for part in s.split(',') {
         let p = match part {
             "cluster" => Property::Cluster,
             "namespace" => Property::Usage(Dimension::Namespace),
@@ -81,9 +81,6 @@ pub fn parse_aggregate(s: &str) -> Result<Vec<Property>, String> {
             "{} not one of cluster, namespace, pod, container, controller, node, team, label:<key>",
             bad.join(", ")
         ));
-    }
-    if out.is_empty() {
-        return Err("aggregate names no property, e.g. namespace".into());
     }
     Ok(out)
 }
@@ -118,7 +115,7 @@ pub fn parse_window(s: &str, now: DateTime<Utc>) -> Result<(DateTime<Utc>, DateT
     let today = midnight(now);
     let sunday = today - Duration::days(i64::from(now.weekday().num_days_from_sunday()));
     let this_month = Month::of(now);
-    let (start, end) = match s.trim() {
+    let (start, end) = match s {
         "today" => (today, today + Duration::days(1)),
         "yesterday" => (today - Duration::days(1), today),
         "week" => (sunday, now),
@@ -168,16 +165,15 @@ fn pair(s: &str) -> Result<(DateTime<Utc>, DateTime<Utc>), String> {
     };
     if let Some((a, b)) = s.split_once(',')
         && let (Ok(a), Ok(b)) = (
-            DateTime::parse_from_rfc3339(a.trim()),
-            DateTime::parse_from_rfc3339(b.trim()),
+            DateTime::parse_from_rfc3339(a),
+            DateTime::parse_from_rfc3339(b),
         )
     {
         return Ok((a.with_timezone(&Utc), b.with_timezone(&Utc)));
     }
     let (a, b) = s.split_once([',', '-', '|']).ok_or_else(wrong)?;
     let unix = |v: &str| {
-        v.trim()
-            .parse::<i64>()
+        v.parse::<i64>()
             .ok()
             .and_then(|v| Utc.timestamp_opt(v, 0).single())
             .filter(|t| t.year() >= 2000 && t.year() < 10_000)
@@ -190,7 +186,7 @@ fn pair(s: &str) -> Result<(DateTime<Utc>, DateTime<Utc>), String> {
 
 /// `step`: none (one set for the window), or an hour, a day or a month.
 pub fn parse_step(s: Option<&str>) -> Result<Option<Step>, String> {
-    match s.map(str::trim).filter(|s| !s.is_empty()) {
+    match s {
         None => Ok(None),
         Some("1h" | "60m" | "hour") => Ok(Some(Step::Hour)),
         Some("1d" | "24h" | "day") => Ok(Some(Step::Day)),
@@ -203,8 +199,8 @@ pub fn parse_step(s: Option<&str>) -> Result<Option<Step>, String> {
 
 /// OpenCost's booleans: `true`, `1`, `false`, `0`; `accumulate` also takes `all`.
 pub fn parse_bool(name: &str, s: Option<&str>) -> Result<bool, String> {
-    match s.map(str::trim) {
-        None | Some("") | Some("false" | "0") => Ok(false),
+    match s {
+        None | Some("false" | "0") => Ok(false),
         Some("true" | "1") => Ok(true),
         Some("all") if name == "accumulate" => Ok(true),
         Some(other) => Err(format!("{name} {other:?} is not true or false")),
