@@ -156,7 +156,7 @@ impl Row {
         issuer: &Issuer,
         version: Version,
     ) -> Vec<String> {
-        let mut all = self.cells(month, currency, issuer);
+        let mut all = self.cells(month, currency, issuer, version);
         version
             .positions()
             .into_iter()
@@ -164,8 +164,15 @@ impl Row {
             .collect()
     }
 
-    /// Every cell, in [`COLUMNS`]' order.
-    fn cells(&self, month: Month, currency: &Currency, issuer: &Issuer) -> Vec<String> {
+    /// Every cell, in [`COLUMNS`]' order; the JSON ones `version` does not write are left empty
+    /// rather than serialised for nothing (a cell per row of a million-row export).
+    fn cells(
+        &self,
+        month: Month,
+        currency: &Currency,
+        issuer: &Issuer,
+        version: Version,
+    ) -> Vec<String> {
         // Money with at least two decimals, quantities and prices with six: fixed scales, as the
         // FOCUS validator reads decimals as floats.
         let money = currency.minor_units.max(2);
@@ -176,7 +183,10 @@ impl Row {
         let dec6 = |v: Option<Decimal>| v.map(|d| fixed(d, 6)).unwrap_or_default();
         let tags = serde_json::to_string(&self.tags).expect("tags serialise");
         let platform = self.sub_account_id == PLATFORM_ACCOUNT;
-        let a = self.allocation.as_ref();
+        let a = self
+            .allocation
+            .as_ref()
+            .filter(|_| version == Version::V1_3);
         let cells = vec![
             t(&a.and_then(Allocated::details).unwrap_or_default()),
             a.map(|a| a.method.to_owned()).unwrap_or_default(),
@@ -262,7 +272,11 @@ impl Row {
             "AI Platforms".to_owned(),
             t(&self.sku_id),
             self.sku_meter.to_owned(),
-            t(&self.price_details()),
+            if version == Version::V1_0 {
+                String::new()
+            } else {
+                t(&self.price_details())
+            },
             t(&self.sku_price_id),
             t(&self.sub_account_id),
             t(&self.sub_account_name),

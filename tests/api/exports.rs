@@ -314,36 +314,13 @@ pub fn focus_validator(version: Validator, csv: &str, criteria: Option<&str>) ->
 #[tokio::test]
 async fn a_thirty_day_month_of_eight_gpus_passes_the_focus_1_2_validator() {
     let app = TestApp::spawn().await;
-    let fleet = SimFleet::generate(11, 8);
-    for t in &fleet.teams {
-        let ns: Vec<&str> = t.namespaces.iter().map(String::as_str).collect();
-        app.put_team(&t.id, &ns).await;
-    }
     rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
     let cadence = Cadence {
         sample_interval: Duration::from_secs(300),
         window: Duration::from_secs(3600),
         batch_period: Duration::from_secs(86_400),
     };
-    let from: chrono::DateTime<chrono::Utc> = "2026-09-01T00:00:00Z".parse().unwrap();
-    let mut batches = Vec::new();
-    slicemeter::sim::generate::generate(
-        &fleet,
-        from,
-        from + chrono::Duration::days(30),
-        cadence,
-        |day| {
-            batches.extend(day);
-            true
-        },
-    )
-    .unwrap();
-    for b in &batches {
-        let r = app
-            .ingest(&app.admin, &serde_json::to_value(b).unwrap())
-            .await;
-        assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    }
+    crate::reports::simulated_at(&app, 11, 8, "2026-09-01T00:00:00Z", 30 * 24, cadence).await;
     // Drafts are working documents, not invoices: no InvoiceId yet.
     let drafts = run(&app, "2026-09").await;
     let (reply, csv) = focus(&app, &app.admin, "2026-09").await;

@@ -16,17 +16,29 @@ use crate::support::*;
 
 /// Ingests `hours` of a simulated fleet through the API, with its teams configured.
 pub async fn simulated(app: &TestApp, seed: u64, gpus: usize, from: &str, hours: i64) -> SimFleet {
+    let cadence = Cadence {
+        sample_interval: Duration::from_secs(5),
+        window: Duration::from_secs(60),
+        batch_period: Duration::from_secs(3600),
+    };
+    simulated_at(app, seed, gpus, from, hours, cadence).await
+}
+
+/// [`simulated`] at `cadence` (coarser windows for long stretches).
+pub async fn simulated_at(
+    app: &TestApp,
+    seed: u64,
+    gpus: usize,
+    from: &str,
+    hours: i64,
+    cadence: Cadence,
+) -> SimFleet {
     let fleet = SimFleet::generate(seed, gpus);
     for t in &fleet.teams {
         let ns: Vec<&str> = t.namespaces.iter().map(String::as_str).collect();
         app.put_team(&t.id, &ns).await;
     }
     let from: chrono::DateTime<chrono::Utc> = from.parse().unwrap();
-    let cadence = Cadence {
-        sample_interval: Duration::from_secs(5),
-        window: Duration::from_secs(60),
-        batch_period: Duration::from_secs(3600),
-    };
     let mut batches = Vec::new();
     slicemeter::sim::generate::generate(
         &fleet,
