@@ -34,6 +34,9 @@ pub mod bounds {
     pub const MAX_MODEL_CHARS: usize = 200;
     /// A MIG profile name such as `3g.40gb`.
     pub const MAX_PROFILE_CHARS: usize = 64;
+    /// The largest MIG GPU instance id: NVML numbers a card's GPU instances with small integers
+    /// (up to 14 on the cards of `shared/data`, seven instances at most at once).
+    pub const MAX_GPU_INSTANCE_ID: i64 = 63;
     /// The longest batch period the server may be configured to take (`--max-period`): a window's
     /// held seconds are at most its period, so at most 604,800.
     pub const MAX_PERIOD_SECONDS: i64 = 7 * 86_400;
@@ -116,6 +119,12 @@ pub struct SliceReport {
     pub profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_id: Option<i64>,
+    /// A MIG slice's GPU instance id as NVML numbers it (what dcgm-exporter labels `GPU_I_ID`),
+    /// unique among the instances of its GPU; only a `mig` slice has one. Stored when the slice is
+    /// first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = 2)]
+    pub gpu_instance_id: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_slices: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,9 +1,10 @@
 //! Pure types of slicemeter's world, no I/O: slices and their physical shares, the ingest contract,
 //! the occupancy window and its sums, field errors, roles and principals, teams, time periods, text
-//! rules and NVIDIA's MIG tables.
+//! rules, NVIDIA's MIG tables and dcgm-exporter's label names.
 
 pub mod access;
 pub mod batch;
+pub mod dcgm;
 pub mod fields;
 pub mod profiles;
 pub mod slice;

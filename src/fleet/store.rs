@@ -4,6 +4,9 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 
+use crate::domain::batch::DraClaim;
+use crate::domain::slice::SliceKind;
+
 #[derive(Debug, Clone)]
 pub struct FleetSliceRow {
     pub gpu_uuid: String,
@@ -13,14 +16,17 @@ pub struct FleetSliceRow {
     pub mig_enabled: bool,
     pub last_present: Option<DateTime<Utc>>,
     pub slice_uuid: Option<String>,
-    pub kind: Option<String>,
+    pub kind: Option<SliceKind>,
     pub profile: Option<String>,
+    pub gpu_instance_id: Option<i16>,
     pub compute_share: Option<Decimal>,
     pub memory_share: Option<Decimal>,
     pub holder_team: Option<String>,
     pub holder_namespace: Option<String>,
     pub holder_pod: Option<String>,
+    pub holder_container: Option<String>,
     pub holder_user: Option<String>,
+    pub holder_dra_claim: Option<sqlx::types::Json<DraClaim>>,
 }
 
 /// One row per slice (or per GPU without slices), with the slice's most recent holder in the
@@ -37,10 +43,12 @@ pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceR
                where h.hour >= $1::timestamptz - interval '31 days' group by h.gpu_id)
            select g.gpu_uuid, g.node, g.model, g.memory_bytes, g.mig_enabled,
                   p.until as "last_present?",
-                  s.slice_uuid as "slice_uuid?", s.kind as "kind?", s.profile,
+                  s.slice_uuid as "slice_uuid?", s.kind as "kind?: SliceKind", s.profile, s.gpu_instance_id,
                   s.compute_share as "compute_share?", s.memory_share as "memory_share?",
                   c.team_id as "holder_team?", c.namespace as holder_namespace,
-                  c.pod as holder_pod, c.unix_user as holder_user
+                  c.pod as holder_pod, c.container as holder_container,
+                  c.unix_user as holder_user,
+                  c.dra_claim as "holder_dra_claim: sqlx::types::Json<DraClaim>"
            from gpu g
            left join present p on p.gpu_id = g.gpu_id
            left join slice s on s.gpu_id = g.gpu_id

@@ -15,6 +15,8 @@ use super::state::AppState;
 use super::teams::ApiJson;
 use crate::domain::access::Actor;
 use crate::domain::access::{Principal, Role};
+use crate::domain::batch::{ConsumerReport, DraClaim};
+use crate::domain::dcgm::{DcgmLabels, Device};
 use crate::domain::fields::FieldError;
 use crate::fleet::{self, store as fleet_store};
 
@@ -105,6 +107,8 @@ pub struct FleetSlice {
     pub uuid: String,
     pub kind: String,
     pub profile: Option<String>,
+    /// A MIG instance's GPU instance id, if its collector sent it.
+    pub gpu_instance_id: Option<i16>,
     /// Fraction of the GPU's compute the slice reserves (1 for a time-sliced replica: measured).
     #[schema(value_type = String)]
     pub compute_share: Decimal,
@@ -112,6 +116,11 @@ pub struct FleetSlice {
     pub memory_share: Decimal,
     /// Who held it in the last hour, if anyone.
     pub holder: Option<Holder>,
+    /// The slice and its holder as NVIDIA's dcgm-exporter labels their series (`UUID`, `Hostname`,
+    /// `modelName`, `GPU_I_PROFILE`, `GPU_I_ID`, `pod`, `namespace`, `container`, `dra_claim_name`,
+    /// `dra_claim_namespace`, `dra_driver_name`, `dra_pool_name`, `dra_device_name`), to join with
+    /// DCGM dashboards; absent labels are left out.
+    pub dcgm: DcgmLabels,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -119,7 +128,10 @@ pub struct Holder {
     pub team: String,
     pub namespace: Option<String>,
     pub pod: Option<String>,
+    pub container: Option<String>,
     pub unix_user: Option<String>,
+    /// The DRA resource claim it holds the slice through, if any.
+    pub dra_claim: Option<DraClaim>,
 }
 
 /// GPUs, slices and current holders (admin and finance).
@@ -153,19 +165,44 @@ async fn get_fleet(
         else {
             continue;
         };
+        let holder = r.holder_team.map(|team| Holder {
+            team,
+            namespace: r.holder_namespace,
+            pod: r.holder_pod,
+            container: r.holder_container,
+            unix_user: r.holder_user,
+            dra_claim: r.holder_dra_claim.map(|c| c.0),
+        });
+        let dcgm = DcgmLabels::of(
+            &Device {
+                gpu_uuid: Some(&r.gpu_uuid),
+                node: Some(&r.node),
+                model: &r.model,
+                kind,
+                profile: r.profile.as_deref(),
+                gpu_instance_id: r.gpu_instance_id,
+            },
+            holder
+                .as_ref()
+                .map(|h| ConsumerReport {
+                    namespace: h.namespace.clone(),
+                    pod: h.pod.clone(),
+                    container: h.container.clone(),
+                    dra_claim: h.dra_claim.clone(),
+                    ..ConsumerReport::default()
+                })
+                .as_ref(),
+        );
         let gpu = gpus.last_mut().expect("pushed above");
         gpu.slices.push(FleetSlice {
             uuid,
-            kind,
+            kind: kind.as_str().to_owned(),
             profile: r.profile,
+            gpu_instance_id: r.gpu_instance_id,
             compute_share: compute_share.normalize(),
             memory_share: memory_share.normalize(),
-            holder: r.holder_team.map(|team| Holder {
-                team,
-                namespace: r.holder_namespace,
-                pod: r.holder_pod,
-                unix_user: r.holder_user,
-            }),
+            holder,
+            dcgm,
         });
     }
     Ok(Json(Fleet { gpus }))

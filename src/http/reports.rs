@@ -79,10 +79,13 @@ struct UsageParams {
     to: Option<String>,
     /// What rows are grouped by, comma-separated, up to six: `team` (default), `gpu_model`, `kind`,
     /// `profile`, `node`, `namespace`, `workload` (the pod's Deployment, StatefulSet or Job, else
-    /// the pod), `pod`, `container`, `label:<key>` (a pod label's value), e.g. `team,namespace`.
+    /// the pod), `pod`, `container`, `label:<key>` (a pod label's value), and NVIDIA dcgm-exporter's
+    /// labels under its names (`UUID`, `Hostname`, `modelName`, `GPU_I_PROFILE`, `GPU_I_ID`,
+    /// `dra_claim_name`, `dra_claim_namespace`, `dra_driver_name`, `dra_pool_name`,
+    /// `dra_device_name`), e.g. `team,namespace` or `UUID,GPU_I_ID,pod`.
     #[param(
         example = "team,namespace,workload",
-        pattern = r"^(team|gpu_model|kind|profile|node|namespace|workload|pod|container|label:[A-Za-z0-9._/-]{1,317})(,(team|gpu_model|kind|profile|node|namespace|workload|pod|container|label:[A-Za-z0-9._/-]{1,317})){0,5}$"
+        pattern = r"^(team|gpu_model|kind|profile|node|namespace|workload|pod|container|label:[A-Za-z0-9._/-]{1,317}|UUID|Hostname|modelName|GPU_I_PROFILE|GPU_I_ID|dra_claim_name|dra_claim_namespace|dra_driver_name|dra_pool_name|dra_device_name)(,(team|gpu_model|kind|profile|node|namespace|workload|pod|container|label:[A-Za-z0-9._/-]{1,317}|UUID|Hostname|modelName|GPU_I_PROFILE|GPU_I_ID|dra_claim_name|dra_claim_namespace|dra_driver_name|dra_pool_name|dra_device_name)){0,5}$"
     )]
     group_by: Option<String>,
     /// `hour`, `day` (default) or `month`.

@@ -95,6 +95,9 @@ pub struct RegisteredSlice {
     pub slice_uuid: String,
     pub gpu_id: i32,
     pub reservation: Option<Reservation>,
+    /// Its MIG GPU instance id as first registered: none where the collector that first reported
+    /// it sent none (it stays none: a slice's registration never changes).
+    pub gpu_instance_id: Option<i16>,
 }
 
 /// A reservation as its identity: the profile id is NVML's number for the profile name, and a
@@ -136,6 +139,17 @@ pub fn check_slices(
         };
         let same = r.gpu_id == gpu_ids[s.gpu]
             && r.reservation.as_ref().map(identity) == Some(identity(&s.reservation));
+        if let (Some(stored), Some(sent)) = (r.gpu_instance_id, s.gpu_instance_id)
+            && stored != sent
+        {
+            conflicts.push(FieldError::new(
+                format!("slices[{i}].gpu_instance_id"),
+                format!(
+                    "{} is registered as GPU instance {stored}, not {sent}; a MIG instance keeps its GPU instance id, so report a new instance under a new uuid",
+                    s.uuid,
+                ),
+            ));
+        }
         if !same {
             let (kind, profile) = match &r.reservation {
                 Some(Reservation::Mig { profile, .. }) => ("mig", profile.as_str()),

@@ -232,6 +232,7 @@ pub async fn register_slices(
     let mut memory_share = Vec::with_capacity(n);
     let mut reserved_bytes = Vec::with_capacity(n);
     let mut reserved = Vec::with_capacity(n);
+    let mut gpu_instance: Vec<Option<i16>> = Vec::with_capacity(n);
     for (s, gpu_ids) in batches
         .iter()
         .flat_map(|(b, ids)| b.slices.iter().map(move |s| (s, *ids)))
@@ -244,6 +245,7 @@ pub async fn register_slices(
         memory_share.push(s.share.memory);
         reserved_bytes.push(s.share.memory_reserved_bytes as i64);
         reserved.push(s.share.kind.is_reserved());
+        gpu_instance.push(s.gpu_instance_id);
     }
     let profile: Vec<Option<String>> = cols.iter().map(|c| c.profile.clone()).collect();
     let profile_id: Vec<Option<i32>> = cols.iter().map(|c| c.profile_id).collect();
@@ -258,10 +260,12 @@ pub async fn register_slices(
     sqlx::query!(
         "insert into slice (slice_uuid, gpu_id, kind, profile, profile_id, compute_slices, memory_slices,
                             memory_bytes, active_thread_percentage, pinned_memory_bytes, fraction, replicas,
-                            replica, compute_share, memory_share, memory_reserved_bytes, reserved)
+                            replica, compute_share, memory_share, memory_reserved_bytes, reserved,
+                            gpu_instance_id)
          select * from unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::int4[], $6::int2[],
                               $7::int2[], $8::int8[], $9::int2[], $10::int8[], $11::numeric[], $12::int2[],
-                              $13::int2[], $14::numeric[], $15::numeric[], $16::int8[], $17::bool[])
+                              $13::int2[], $14::numeric[], $15::numeric[], $16::int8[], $17::bool[],
+                              $18::int2[])
          on conflict (slice_uuid) do nothing",
         &uuids,
         &gpus,
@@ -279,13 +283,15 @@ pub async fn register_slices(
         &compute_share,
         &memory_share,
         &reserved_bytes,
-        &reserved
+        &reserved,
+        &gpu_instance as &[Option<i16>]
     )
     .execute(&mut *tx)
     .await?;
     let stored = sqlx::query!(
         "select slice_id, slice_uuid, gpu_id, kind, profile, compute_slices, memory_slices, memory_bytes,
-                active_thread_percentage, pinned_memory_bytes, fraction, replicas, replica
+                active_thread_percentage, pinned_memory_bytes, fraction, replicas, replica,
+                gpu_instance_id
          from slice where slice_uuid = any($1)",
         &uuids
     )
@@ -309,6 +315,7 @@ pub async fn register_slices(
             slice_id: r.slice_id,
             slice_uuid: r.slice_uuid,
             gpu_id: r.gpu_id,
+            gpu_instance_id: r.gpu_instance_id,
         })
         .collect())
 }

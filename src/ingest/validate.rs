@@ -74,6 +74,8 @@ pub struct ValidSlice {
     pub gpu: usize,
     pub reservation: Reservation,
     pub share: PhysicalShare,
+    /// A MIG slice's GPU instance id (dcgm-exporter's `GPU_I_ID`), if the collector sent it.
+    pub gpu_instance_id: Option<i16>,
 }
 
 impl ValidSlice {
@@ -359,6 +361,50 @@ pub fn validate(
             (Some(g), Some(kind)) => reservation(s, kind, &gpus[g], &at, &mut errors),
             _ => None,
         };
+        let gpu_instance_id = match (s.gpu_instance_id, kind) {
+            (None, _) => None,
+            (Some(_), Some(k)) if k != SliceKind::Mig => {
+                errors.push(
+                    at("gpu_instance_id"),
+                    format!("only a mig slice has a GPU instance id, and this one is {k}"),
+                );
+                ok = false;
+                None
+            }
+            (Some(id), _) if !(0..=bounds::MAX_GPU_INSTANCE_ID).contains(&id) => {
+                errors.push(
+                    at("gpu_instance_id"),
+                    format!(
+                        "gpu_instance_id must be 0 to {}, got {id}",
+                        bounds::MAX_GPU_INSTANCE_ID
+                    ),
+                );
+                ok = false;
+                None
+            }
+            (Some(id), _) => {
+                let id = id as i16;
+                let clash = gpu.and_then(|g| {
+                    slices
+                        .iter()
+                        .zip(&slice_at)
+                        .find(|(v, _): &(&ValidSlice, _)| {
+                            v.gpu == g && v.gpu_instance_id == Some(id)
+                        })
+                });
+                if let Some((_, earlier)) = clash {
+                    errors.push(
+                        at("gpu_instance_id"),
+                        format!(
+                            "GPU instance {id} is already slices[{earlier}] on {}",
+                            s.gpu_uuid
+                        ),
+                    );
+                    ok = false;
+                }
+                Some(id)
+            }
+        };
         match (ok, gpu, reservation) {
             (true, Some(g), Some(r)) => {
                 if let Reservation::Mig {
@@ -379,6 +425,7 @@ pub fn validate(
                     gpu: g,
                     share: r.physical_share(&gpus[g].geometry),
                     reservation: r,
+                    gpu_instance_id,
                 });
             }
             _ => {

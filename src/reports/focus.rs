@@ -421,6 +421,7 @@ pub fn usage_row(
     if let Some(cc) = &d.cost_center {
         tags.insert("slicemeter/cost-center".to_owned(), cc.clone());
     }
+    tags.extend(d.device().labels().map(|(k, v)| (k.to_owned(), v)));
     let unattributed = d.team.is_unattributed();
     let (sub_account_id, sub_account_name) = if unattributed {
         tags.insert("slicemeter/platform".to_owned(), d.team.to_string());

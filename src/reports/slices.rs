@@ -11,6 +11,7 @@ use rust_decimal::Decimal;
 use crate::billing::period::BillingError;
 use crate::billing::pricing::{Charge, UsageAggregate, price};
 use crate::billing::rate_card::RateCard;
+use crate::domain::dcgm::Device;
 use crate::domain::slice::{PhysicalShare, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::usage::{OccupancySums, SliceSeconds};
@@ -37,6 +38,9 @@ pub struct SliceDay {
     pub compute_share: Decimal,
     pub memory_share: Decimal,
     pub memory_reserved_bytes: i64,
+    /// The slice's GPU and MIG GPU instance id, as dcgm-exporter labels them (`UUID`, `GPU_I_ID`).
+    pub gpu_uuid: Option<String>,
+    pub gpu_instance_id: Option<i16>,
 }
 
 /// Why a slice-day cannot be priced.
@@ -49,6 +53,18 @@ pub enum Unpriced {
 }
 
 impl SliceDay {
+    /// The slice as dcgm-exporter labels it.
+    pub fn device(&self) -> Device<'_> {
+        Device {
+            gpu_uuid: self.gpu_uuid.as_deref(),
+            node: Some(&self.node),
+            model: &self.model,
+            kind: self.kind,
+            profile: self.profile.as_deref(),
+            gpu_instance_id: self.gpu_instance_id,
+        }
+    }
+
     pub fn share(&self) -> PhysicalShare {
         PhysicalShare {
             kind: self.kind,

@@ -11,6 +11,8 @@ use super::monthly::UnattributedConsumer;
 use super::slices::SliceDay;
 use super::usage::{Dimension, GroupBy, Step, UsageSums};
 use crate::billing::invoice::{InvoiceKind, InvoiceStatus};
+use crate::domain::batch::DraClaim;
+use crate::domain::dcgm::DcgmLabel;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::time::{Month, whole_days};
@@ -63,6 +65,7 @@ pub async fn usage_sums(
                                 from unnest($12::text[]) with ordinality as k(key, n)
                                 order by k.n)
                       end as labels,
+                      case when $15 then c.dra_claim end as dra_claim,
                       sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
                       sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
                       sum(u.window_count)::int8 as windows
@@ -72,11 +75,14 @@ pub async fn usage_sums(
                       on u.at >= r.effective_from
                      and (r.effective_until is null or u.at < r.effective_until)
                where ($4::text is null or c.team_id = $4)
-               group by 1, 2, 3, 4, 5, 6, 7, 8, 9)
+               group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
            select p.bucket as "bucket!", p.team_id as "team!: TeamId", g.model as "model!",
                   s.kind as "kind!: SliceKind", s.profile, p.rate_card_id as "rate_card?",
                   (case when $7 then g.node end) as node, p.namespace, p.workload, p.pod,
                   p.container, p.labels as "labels: Vec<Option<String>>",
+                  (case when $13 then g.gpu_uuid end) as gpu_uuid,
+                  (case when $14 then s.gpu_instance_id end) as gpu_instance_id,
+                  p.dra_claim as "dra_claim: sqlx::types::Json<DraClaim>",
                   s.reserved as "reserved!",
                   round(sum(p.held), 9) as "held_seconds!",
                   round(sum(p.held * s.compute_share), 9) as "held_compute!",
@@ -91,20 +97,23 @@ pub async fn usage_sums(
            from per_slice p
            join slice s using (slice_id)
            join gpu g using (gpu_id)
-           group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
-           order by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13"#,
+           group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
+           order by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16"#,
         from,
         to,
         step.as_str(),
         team.map(TeamId::as_str),
         days.map(|d| d.0),
         days.map(|d| d.1),
-        group_by.has(&Dimension::Node),
+        group_by.has_node(),
         group_by.has(&Dimension::Namespace),
         group_by.has(&Dimension::Workload),
         group_by.has(&Dimension::Pod),
         group_by.has(&Dimension::Container),
-        &labels
+        &labels,
+        group_by.has(&Dimension::Dcgm(DcgmLabel::Uuid)),
+        group_by.has(&Dimension::Dcgm(DcgmLabel::GpuIId)),
+        group_by.has_dra_claim()
     )
     .fetch_all(pool)
     .await?;
@@ -123,6 +132,9 @@ pub async fn usage_sums(
             pod: r.pod,
             container: r.container,
             labels: r.labels.unwrap_or_default(),
+            gpu_uuid: r.gpu_uuid,
+            gpu_instance_id: r.gpu_instance_id,
+            dra_claim: r.dra_claim.map(|c| c.0),
             reserved: r.reserved,
             sums: crate::occupancy_sums!(r),
         })
@@ -180,8 +192,11 @@ pub fn slice_days<'c>(
                   d.known_seconds as "known_seconds!", d.active_seconds as "active_seconds!",
                   d.memory_byte_seconds as "memory_byte_seconds!",
                   d.compute_share as "compute_share!", d.memory_share as "memory_share!",
-                  d.memory_reserved_bytes as "memory_reserved_bytes!"
+                  d.memory_reserved_bytes as "memory_reserved_bytes!",
+                  g.gpu_uuid as "gpu_uuid?", s.gpu_instance_id
            from period_slice_day($1, $2) d
+           left join slice s on s.slice_id = d.slice_id
+           left join gpu g on g.gpu_id = s.gpu_id
            where $3::text is null or d.team_id = $3
            order by d.team_id, d.model, d.kind, d.profile, d.rate_card_id, d.slice_uuid, d.day"#,
         month.first_day(),

@@ -1,6 +1,7 @@
 //! The usage report: slice-hours held, GPU-equivalent hours (held hours x physical share), memory and
 //! compute used, efficiency and cost, grouped by any combination of team, GPU model, kind, profile,
-//! node, namespace, workload, pod, container and pod labels, per hour, day or month.
+//! node, namespace, workload, pod, container, pod labels and dcgm-exporter's labels (`domain::dcgm`),
+//! per hour, day or month.
 //!
 //! Cost is priced as billing prices it (the rate card in force each hour, `billing::pricing`) and
 //! rounded once per invoice line: each (month, invoice line) is apportioned over the rows it spans by
@@ -9,200 +10,23 @@
 //! rounded (a month covered in part, an issued month's hours as they cost now).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
+
+pub use group_by::{Dimension, GroupBy, MAX_DIMENSIONS, Step};
 
 use super::focus::CarryRounder;
 use crate::billing::pricing::{UsageAggregate, price};
 use crate::billing::rate_card::{Currency, RateCard};
+use crate::domain::batch::DraClaim;
+use crate::domain::dcgm::Device;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
-
-/// One thing rows are grouped by.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Dimension {
-    Team,
-    GpuModel,
-    Kind,
-    Profile,
-    Node,
-    Namespace,
-    /// The pod's owner where its labels say it (Deployment, StatefulSet, Job), else the pod; off
-    /// Kubernetes the job, else the unix user (SQL `workload_of`).
-    Workload,
-    Pod,
-    Container,
-    /// A pod label's value (`label:<key>`).
-    Label(String),
-}
-
-/// The names `group_by` takes, in the order error messages list them.
-const NAMES: &str =
-    "team, gpu_model, kind, profile, node, namespace, workload, pod, container, label:<key>";
-
-/// At most this many dimensions in one `group_by`.
-pub const MAX_DIMENSIONS: usize = 6;
-
-impl Dimension {
-    pub fn name(&self) -> String {
-        match self {
-            Dimension::Team => "team".into(),
-            Dimension::GpuModel => "gpu_model".into(),
-            Dimension::Kind => "kind".into(),
-            Dimension::Profile => "profile".into(),
-            Dimension::Node => "node".into(),
-            Dimension::Namespace => "namespace".into(),
-            Dimension::Workload => "workload".into(),
-            Dimension::Pod => "pod".into(),
-            Dimension::Container => "container".into(),
-            Dimension::Label(key) => format!("label:{key}"),
-        }
-    }
-}
-
-impl FromStr for Dimension {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "team" => Dimension::Team,
-            "gpu_model" => Dimension::GpuModel,
-            "kind" => Dimension::Kind,
-            "profile" => Dimension::Profile,
-            "node" => Dimension::Node,
-            "namespace" => Dimension::Namespace,
-            "workload" => Dimension::Workload,
-            "pod" => Dimension::Pod,
-            "container" => Dimension::Container,
-            _ => match s.strip_prefix("label:") {
-                // A Kubernetes label key: an optional DNS prefix and `/`, then a name of up to 63.
-                Some(key)
-                    if !key.is_empty()
-                        && key.len() <= 317
-                        && key
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"-._/".contains(&b)) =>
-                {
-                    Dimension::Label(key.to_owned())
-                }
-                Some(key) => {
-                    return Err(format!(
-                        "{key:?} is not a label key (letters, digits, '-', '_', '.', '/', up to 317 characters)"
-                    ));
-                }
-                None => return Err(format!("{s:?} is not one of {NAMES}")),
-            },
-        })
-    }
-}
-
-/// The dimensions of a report, in the order asked for (`group_by=team,namespace`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct GroupBy(Vec<Dimension>);
-
-impl GroupBy {
-    pub fn of(dimensions: Vec<Dimension>) -> GroupBy {
-        GroupBy(dimensions)
-    }
-
-    pub fn dimensions(&self) -> &[Dimension] {
-        &self.0
-    }
-
-    pub fn has(&self, d: &Dimension) -> bool {
-        self.0.contains(d)
-    }
-
-    /// The label keys asked for, in order.
-    pub fn label_keys(&self) -> Vec<String> {
-        self.0
-            .iter()
-            .filter_map(|d| match d {
-                Dimension::Label(k) => Some(k.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-impl FromStr for GroupBy {
-    type Err = String;
-    /// Comma-separated dimensions, each once; every wrong one is named.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let mut dims = Vec::new();
-        let mut errors = Vec::new();
-        for part in s.split(',') {
-            match part.parse::<Dimension>() {
-                Ok(d) if dims.contains(&d) => errors.push(format!("{part:?} is given twice")),
-                Ok(d) => dims.push(d),
-                Err(e) => errors.push(e),
-            }
-        }
-        if dims.len() > MAX_DIMENSIONS {
-            errors.push(format!(
-                "{} dimensions; a report groups by at most {MAX_DIMENSIONS}",
-                dims.len()
-            ));
-        }
-        if errors.is_empty() {
-            Ok(GroupBy(dims))
-        } else {
-            Err(errors.join("; "))
-        }
-    }
-}
-
-impl fmt::Display for GroupBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = self.0.iter().map(Dimension::name).collect();
-        f.write_str(&names.join(","))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Step {
-    Hour,
-    Day,
-    Month,
-}
-
-impl Step {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Hour => "hour",
-            Step::Day => "day",
-            Step::Month => "month",
-        }
-    }
-
-    /// The longest range one report covers at this step.
-    pub fn max_range(self) -> chrono::Duration {
-        match self {
-            Step::Hour => chrono::Duration::days(31),
-            Step::Day => chrono::Duration::days(366),
-            Step::Month => chrono::Duration::days(366 * 5),
-        }
-    }
-}
-
-impl FromStr for Step {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "hour" => Ok(Step::Hour),
-            "day" => Ok(Step::Day),
-            "month" => Ok(Step::Month),
-            _ => Err(format!("step {s:?} is not one of hour, day, month")),
-        }
-    }
-}
 
 /// Rollup sums of one bucket, invoice line (team, model, kind, profile, rate card) and whatever
 /// else the report groups by.
@@ -223,6 +47,11 @@ pub struct UsageSums {
     pub container: Option<String>,
     /// The values of the label keys grouped by, in order.
     pub labels: Vec<Option<String>>,
+    /// The GPU's uuid, read only when grouped by dcgm-exporter's `UUID`; likewise the MIG GPU
+    /// instance id (`GPU_I_ID`) and the holder's DRA claim (`dra_*`).
+    pub gpu_uuid: Option<String>,
+    pub gpu_instance_id: Option<i16>,
+    pub dra_claim: Option<DraClaim>,
     /// Reserved kinds pay their share for every held second; time-sliced replicas their measured one.
     pub reserved: bool,
     pub sums: OccupancySums,
@@ -235,7 +64,7 @@ impl UsageSums {
     fn key(&self, group_by: &GroupBy) -> Key {
         let mut labels = self.labels.iter();
         group_by
-            .0
+            .dimensions()
             .iter()
             .map(|d| match d {
                 Dimension::Team => Some(self.team.as_str().to_owned()),
@@ -252,6 +81,20 @@ impl UsageSums {
                 Dimension::Pod => self.pod.clone(),
                 Dimension::Container => self.container.clone(),
                 Dimension::Label(_) => labels.next().cloned().flatten(),
+                Dimension::Dcgm(l) if l.of_claim() => self
+                    .dra_claim
+                    .as_ref()
+                    .and_then(|c| l.of_dra(c))
+                    .map(str::to_owned),
+                Dimension::Dcgm(l) => Device {
+                    gpu_uuid: self.gpu_uuid.as_deref(),
+                    node: self.node.as_deref(),
+                    model: &self.model,
+                    kind: self.kind,
+                    profile: self.profile.as_deref(),
+                    gpu_instance_id: self.gpu_instance_id,
+                }
+                .value(*l),
             })
             .collect()
     }
@@ -541,7 +384,7 @@ pub fn build(
         currency,
         cost_note,
     } = priced(from, to, group_by, &weights, sums, cards, invoiced);
-    let names: Vec<String> = group_by.0.iter().map(Dimension::name).collect();
+    let names: Vec<String> = group_by.dimensions().iter().map(Dimension::name).collect();
     let named = |key: &Key| -> BTreeMap<String, Option<String>> {
         names.iter().cloned().zip(key.iter().cloned()).collect()
     };
@@ -579,5 +422,6 @@ pub fn build(
     }
 }
 
+mod group_by;
 #[cfg(test)]
 mod tests;

@@ -258,7 +258,8 @@ impl SimFleet {
         match roll {
             0..45 => {
                 let layout = MIG_LAYOUTS[rng.below(MIG_LAYOUTS.len())];
-                for &id in layout {
+                // GPU instances numbered in creation order, as on a card just reset.
+                for (gi, &id) in (1..).zip(layout) {
                     let p = profiles::by_id(model.table, id).expect("layout profiles exist");
                     let s = SliceReport {
                         uuid: rng.uuid("MIG"),
@@ -268,6 +269,7 @@ impl SimFleet {
                         compute_slices: Some(i64::from(p.compute_slices)),
                         memory_slices: Some(i64::from(p.memory_slices)),
                         memory_bytes: Some(p.memory_bytes() as i64),
+                        gpu_instance_id: Some(gi),
                         ..base.clone()
                     };
                     push(s, p.memory_bytes(), 1.0, rng);

@@ -10,7 +10,10 @@ use std::f64::consts::PI;
 use std::sync::Arc;
 
 use super::{SCRATCH_NAMESPACE, SHARED_NAMESPACE, SimFleet, SimSlice, hash, unit};
-use crate::domain::batch::ConsumerReport;
+use crate::domain::batch::{ConsumerReport, DraClaim};
+
+/// The DRA driver of NVIDIA's GPUs, as its DeviceClass names it.
+const DRA_DRIVER: &str = "gpu.nvidia.com";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -203,11 +206,23 @@ impl SimFleet {
             if label {
                 labels.insert(ConsumerReport::TEAM_LABEL.to_owned(), team.id.clone());
             }
+            // A third of the pods on MIG instances and whole GPUs get theirs through a DRA claim
+            // made from the pod's ResourceClaimTemplate (named after the pod, as Kubernetes does).
+            let dra_claim = (matches!(slice.report.kind.as_str(), "mig" | "whole")
+                && unit(hash(&[pod_hash, 12])) < 0.33)
+                .then(|| DraClaim {
+                    namespace: namespace.clone(),
+                    name: format!("{pod}-gpu"),
+                    driver: Some(DRA_DRIVER.to_owned()),
+                    pool: None,
+                    device: None,
+                });
             ConsumerReport {
                 namespace: Some(namespace),
                 pod: Some(pod),
                 container: Some("main".to_owned()),
                 labels,
+                dra_claim,
                 ..ConsumerReport::default()
             }
         });

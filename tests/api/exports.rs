@@ -126,6 +126,12 @@ async fn the_focus_export_sums_to_the_fleet_cost_and_each_team_to_its_invoice() 
     assert!(get("x_InvoiceNumber").starts_with("SM-"));
     let tags: serde_json::Value = serde_json::from_str(&get("Tags")).unwrap();
     assert_eq!(tags["slicemeter/team"], "nlp");
+    // The slice as dcgm-exporter labels its series, under dcgm-exporter's names.
+    assert_eq!(tags["UUID"], H100);
+    assert_eq!(tags["Hostname"], "gpu-node-01");
+    assert_eq!(tags["modelName"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(tags["GPU_I_PROFILE"], "3g.40gb");
+    assert_eq!(tags["GPU_I_ID"], "2");
     assert_eq!(get("ChargeClass"), "");
 }
 

@@ -16,10 +16,15 @@ async fn the_fleet_lists_gpus_slices_and_who_held_them_in_the_last_hour() {
     );
     let end = start + chrono::Duration::minutes(1);
     let (s, e) = (start.to_rfc3339(), end.to_rfc3339());
+    // The 1g.10gb is held through a DRA claim made from the pod's ResourceClaimTemplate.
+    let mut claimed = window(MIG_1G_A, &s, &e, "nlp", "ranker-0", 60.0);
+    claimed["consumer"]["dra_claim"] = serde_json::json!({"namespace": "nlp",
+        "name": "ranker-0-gpu", "driver": "gpu.nvidia.com", "pool": "gpu-node-01",
+        "device": "gpu-0-mig-1g10gb-7"});
     let b = batch(
         &s,
         &e,
-        vec![window(MIG_3G, &s, &e, "nlp", "embedder-0", 60.0)],
+        vec![window(MIG_3G, &s, &e, "nlp", "embedder-0", 60.0), claimed],
     );
     assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
     let r = app.get(Some(&app.admin), "/v1/fleet").await;
@@ -29,10 +34,32 @@ async fn the_fleet_lists_gpus_slices_and_who_held_them_in_the_last_hour() {
     let slices = gpu["slices"].as_array().unwrap();
     assert_eq!(slices.len(), 3);
     let held: Vec<_> = slices.iter().filter(|s| !s["holder"].is_null()).collect();
-    assert_eq!(held.len(), 1);
+    assert_eq!(held.len(), 2);
     assert_eq!(held[0]["profile"], "3g.40gb");
+    assert_eq!(held[0]["gpu_instance_id"], 2);
     assert_eq!(held[0]["holder"]["pod"], "embedder-0");
+    assert_eq!(held[0]["holder"]["container"], "main");
     assert_eq!(held[0]["holder"]["team"], "unattributed");
+    // In dcgm-exporter's vocabulary, so rows join with DCGM series of the same instance and pod.
+    assert_eq!(
+        held[0]["dcgm"],
+        serde_json::json!({"UUID": H100, "Hostname": "gpu-node-01",
+            "modelName": "NVIDIA H100 80GB HBM3", "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "2",
+            "namespace": "nlp", "pod": "embedder-0", "container": "main"})
+    );
+    assert_eq!(
+        held[1]["dcgm"],
+        serde_json::json!({"UUID": H100, "Hostname": "gpu-node-01",
+            "modelName": "NVIDIA H100 80GB HBM3", "GPU_I_PROFILE": "1g.10gb", "GPU_I_ID": "7",
+            "namespace": "nlp", "pod": "ranker-0", "container": "main",
+            "dra_claim_name": "ranker-0-gpu", "dra_claim_namespace": "nlp",
+            "dra_driver_name": "gpu.nvidia.com", "dra_pool_name": "gpu-node-01",
+            "dra_device_name": "gpu-0-mig-1g10gb-7"})
+    );
+    // A free slice carries its device's labels only.
+    let free = slices.iter().find(|s| s["holder"].is_null()).unwrap();
+    assert_eq!(free["dcgm"]["GPU_I_ID"], "8");
+    assert!(free["dcgm"].get("pod").is_none(), "{free}");
     let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
     assert_eq!(
         app.get(Some(&lead), "/v1/fleet").await.status,

@@ -390,6 +390,87 @@ async fn a_slice_reported_with_another_reservation_is_refused() {
 }
 
 #[tokio::test]
+async fn gpu_instance_ids_are_refused_out_of_range_twice_on_a_gpu_or_off_a_mig_instance() {
+    let app = TestApp::spawn().await;
+    let mut b = batch("2026-10-01T00:00:00Z", "2026-10-01T00:01:00Z", vec![]);
+    b["slices"][0]["gpu_instance_id"] = json!(64);
+    b["slices"][2]["gpu_instance_id"] = json!(7);
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{r:?}");
+    assert_eq!(
+        fields(&r),
+        vec![
+            (
+                "slices[0].gpu_instance_id".to_owned(),
+                "gpu_instance_id must be 0 to 63, got 64".to_owned()
+            ),
+            (
+                "slices[2].gpu_instance_id".to_owned(),
+                format!("GPU instance 7 is already slices[1] on {H100}")
+            ),
+        ]
+    );
+    // A whole GPU has no GPU instance.
+    let whole = json!({"node": "gpu-node-01",
+        "period": {"start": "2026-10-01T00:00:00Z", "end": "2026-10-01T00:01:00Z"},
+        "gpus": [{"uuid": "GPU-W", "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
+                  "compute_slices": 7, "memory_slices": 8, "mig_enabled": false}],
+        "slices": [{"uuid": "GPU-W", "gpu_uuid": "GPU-W", "kind": "whole", "gpu_instance_id": 0}]});
+    let r = app.ingest(&app.admin, &whole).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{r:?}");
+    assert_eq!(
+        fields(&r),
+        vec![(
+            "slices[0].gpu_instance_id".to_owned(),
+            "only a mig slice has a GPU instance id, and this one is whole".to_owned()
+        )]
+    );
+    let stored: i64 = sqlx::query_scalar("select count(*) from slice")
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0);
+}
+
+#[tokio::test]
+async fn a_mig_instance_keeps_the_gpu_instance_id_it_was_registered_with() {
+    let app = TestApp::spawn().await;
+    let (start, end, windows) = minute_windows(3);
+    assert_eq!(
+        app.ingest(&app.admin, &batch(&start, &end, windows))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // Another id for the same instance contradicts its registration: refused, nothing stored.
+    let mut b = batch("2026-10-01T01:00:00Z", "2026-10-01T01:01:00Z", vec![]);
+    b["slices"][0]["gpu_instance_id"] = json!(3);
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert_eq!(
+        fields(&r),
+        vec![(
+            "slices[0].gpu_instance_id".to_owned(),
+            format!(
+                "{MIG_3G} is registered as GPU instance 2, not 3; a MIG instance keeps its GPU instance id, so report a new instance under a new uuid"
+            )
+        )]
+    );
+    // A collector that sends no ids (an older release) is taken, and the ids stay as registered.
+    let mut b = batch("2026-10-01T01:00:00Z", "2026-10-01T01:01:00Z", vec![]);
+    for s in b["slices"].as_array_mut().unwrap() {
+        s.as_object_mut().unwrap().remove("gpu_instance_id");
+    }
+    assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
+    let ids: Vec<Option<i16>> =
+        sqlx::query_scalar("select gpu_instance_id from slice order by gpu_instance_id")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(ids, vec![Some(2), Some(7), Some(8)]);
+}
+
+#[tokio::test]
 async fn mig_instances_that_cannot_coexist_are_refused() {
     let app = TestApp::spawn().await;
     let mut b = batch("2026-10-01T00:00:00Z", "2026-10-01T00:01:00Z", vec![]);
@@ -397,6 +478,7 @@ async fn mig_instances_that_cannot_coexist_are_refused() {
     big["uuid"] = json!("MIG-extra");
     big["profile"] = json!("4g.40gb");
     big["compute_slices"] = json!(4);
+    big["gpu_instance_id"] = json!(1);
     b["slices"].as_array_mut().unwrap().push(big);
     let r = app.ingest(&app.admin, &b).await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{r:?}");

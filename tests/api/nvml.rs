@@ -177,6 +177,13 @@ async fn a_mig_instance_without_a_compute_figure_is_unknown_in_windows_and_repor
         .map(|s| s.profile.clone().unwrap())
         .collect();
     assert_eq!(profiles, vec!["4g.40gb", "3g.40gb"]);
+    // NVML's GPU instance ids travel with the slices (dcgm-exporter's GPU_I_ID).
+    let instances: Vec<_> = batches[0]
+        .slices
+        .iter()
+        .map(|s| s.gpu_instance_id)
+        .collect();
+    assert_eq!(instances, vec![Some(1), Some(2)]);
     ingest_all(&app, &batches).await;
     let monthly = app
         .get(Some(&app.admin), "/v1/reports/monthly/2026-09")

@@ -158,10 +158,14 @@ fn assert_hours(got: &serde_json::Value, want: Decimal, what: &str) {
 async fn usage_report_totals_equal_sums_computed_from_the_stored_windows() {
     let app = TestApp::spawn().await;
     simulated(&app, 5, 24, "2026-10-30T20:00:00Z", 6).await;
+    // dcgm-exporter's labels too: null where a slice has none (not a MIG instance, no DRA claim).
     for (group_by, key) in [
         ("team", "c.team_id"),
         ("kind", "s.kind"),
         ("node", "g.node"),
+        ("UUID", "g.gpu_uuid"),
+        ("GPU_I_ID", "coalesce(s.gpu_instance_id::text, 'null')"),
+        ("dra_claim_name", "coalesce(c.dra_claim ->> 'name', 'null')"),
     ] {
         let want = expected_from_windows(&app, key).await;
         let r = app
@@ -175,8 +179,14 @@ async fn usage_report_totals_equal_sums_computed_from_the_stored_windows() {
         assert_eq!(r.status, StatusCode::OK, "{r:?}");
         let totals = r.body["totals"].as_array().unwrap();
         assert_eq!(totals.len(), want.len(), "{group_by}: {totals:?}");
+        if ["GPU_I_ID", "dra_claim_name"].contains(&group_by) {
+            assert!(
+                want.len() > 2,
+                "{group_by}: the fleet has a few, and others: {want:?}"
+            );
+        }
         for t in totals {
-            let key = t["key"][group_by].as_str().unwrap();
+            let key = t["key"][group_by].as_str().unwrap_or("null");
             let e = &want[key];
             let what = format!("{group_by} {key}");
             assert_hours(&t["slice_hours"], hours(e.held), &what);

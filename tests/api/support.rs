@@ -356,14 +356,16 @@ pub const MIG_1G_B: &str = "MIG-00000000-0000-4000-8000-000000000020";
 pub fn h100_inventory() -> (Value, Value) {
     let gpus = json!([{"uuid": H100, "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
                        "compute_slices": 7, "memory_slices": 8, "mig_enabled": true}]);
-    let mig = |uuid: &str, profile: &str, id: i64, c: i64, m: i64, bytes: i64| {
+    let mig = |uuid: &str, profile: &str, id: i64, c: i64, m: i64, bytes: i64, gi: i64| {
         json!({"uuid": uuid, "gpu_uuid": H100, "kind": "mig", "profile": profile, "profile_id": id,
-               "compute_slices": c, "memory_slices": m, "memory_bytes": bytes})
+               "compute_slices": c, "memory_slices": m, "memory_bytes": bytes,
+               "gpu_instance_id": gi})
     };
+    // GPU instances 2, 7 and 8, as NVML numbers them on an H100 just reset.
     let slices = json!([
-        mig(MIG_3G, "3g.40gb", 9, 3, 4, 42412802048),
-        mig(MIG_1G_A, "1g.10gb", 19, 1, 1, 10468982784),
-        mig(MIG_1G_B, "1g.10gb", 19, 1, 1, 10468982784),
+        mig(MIG_3G, "3g.40gb", 9, 3, 4, 42412802048, 2),
+        mig(MIG_1G_A, "1g.10gb", 19, 1, 1, 10468982784, 7),
+        mig(MIG_1G_B, "1g.10gb", 19, 1, 1, 10468982784, 8),
     ]);
     (gpus, slices)
 }

@@ -21,7 +21,7 @@ use crate::billing::invoice::{Invoice, InvoiceStatus, store as invoices};
 use crate::billing::period::PeriodState;
 use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::domain::access::Principal;
-use crate::domain::slice::ShareWeights;
+use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::time::Month;
 use crate::fleet::store::{self as fleet_store, FleetSliceRow};
 use crate::http::error::ApiError;
@@ -480,18 +480,18 @@ fn gpu_bars(rows: &[FleetSliceRow]) -> Vec<PlacedGpu> {
             });
             last = Some(r.gpu_uuid.clone());
         }
-        let (Some(kind), Some(cs), Some(ms)) = (&r.kind, r.compute_share, r.memory_share) else {
+        let (Some(kind), Some(cs), Some(ms)) = (r.kind, r.compute_share, r.memory_share) else {
             continue;
         };
         // Time-sliced replicas reserve nothing: below they share their GPU's bar equally.
-        let share = if kind != "timeslice" {
+        let share = if kind.is_reserved() {
             f(w.weigh(cs, ms))
         } else {
             0.0
         };
-        let what = match (kind.as_str(), &r.profile) {
-            ("mig", Some(p)) => format!("MIG {p}"),
-            (k, _) => k.to_owned(),
+        let what = match (kind, &r.profile) {
+            (SliceKind::Mig, Some(p)) => format!("MIG {p}"),
+            (k, _) => k.as_str().to_owned(),
         };
         let gpu = &mut gpus.last_mut().expect("pushed above").bar;
         gpu.slices.push(SliceMark {

@@ -29,6 +29,9 @@ fn sums(reserved: bool, held: Decimal, compute_share: Decimal, memory_share: Dec
         pod: None,
         container: None,
         labels: Vec::new(),
+        gpu_uuid: None,
+        gpu_instance_id: None,
+        dra_claim: None,
         reserved,
         sums: OccupancySums {
             held_seconds: held,
@@ -192,9 +195,12 @@ fn group_by_names_every_wrong_dimension() {
     assert_eq!(g.to_string(), "team,namespace,label:app.kubernetes.io/name");
     assert_eq!(g.label_keys(), vec!["app.kubernetes.io/name".to_owned()]);
     let e = "cluster,team,team,label:".parse::<GroupBy>().unwrap_err();
-    assert!(e.contains("\"cluster\" is not one of team, gpu_model, kind, profile, node, namespace, workload, pod, container, label:<key>"), "{e}");
+    assert!(e.contains("\"cluster\" is not one of team, gpu_model, kind, profile, node, namespace, workload, pod, container, label:<key>, UUID, Hostname, modelName, GPU_I_PROFILE, GPU_I_ID, dra_claim_name"), "{e}");
     assert!(e.contains("\"team\" is given twice"), "{e}");
     assert!(e.contains("\"\" is not a label key"), "{e}");
+    // dcgm-exporter's names are case-sensitive, as Prometheus labels are.
+    let e = "gpu_i_id".parse::<GroupBy>().unwrap_err();
+    assert!(e.contains("\"gpu_i_id\" is not one of"), "{e}");
     let e = "pod,container,namespace,workload,team,node,kind"
         .parse::<GroupBy>()
         .unwrap_err();
@@ -207,5 +213,64 @@ fn group_by_names_every_wrong_dimension() {
             .parse::<Step>()
             .unwrap_err()
             .contains("hour, day, month")
+    );
+}
+
+#[test]
+fn dcgm_exporter_labels_group_mig_instances_and_claims_and_are_null_where_dcgm_has_none() {
+    // Two MIG instances of one GPU (GPU instances 1 and 2, the second held through a DRA claim)
+    // and a time-sliced replica of another.
+    let mut rows = thirds();
+    rows[0].gpu_uuid = Some("GPU-1".into());
+    rows[0].gpu_instance_id = Some(1);
+    rows[1].gpu_uuid = Some("GPU-1".into());
+    rows[1].gpu_instance_id = Some(2);
+    rows[1].dra_claim = Some(DraClaim {
+        namespace: "ml".into(),
+        name: "batch-0-gpu".into(),
+        driver: Some("gpu.nvidia.com".into()),
+        pool: None,
+        device: None,
+    });
+    rows[2] = sums(false, dec!(240) * dec!(3600), dec!(1), dec!(1));
+    rows[2].rate_card = Some(1);
+    rows[2].gpu_uuid = Some("GPU-2".into());
+    rows[2].node = Some("node-2".into());
+    let r = report(
+        &rows,
+        "UUID,GPU_I_PROFILE,GPU_I_ID,dra_claim_name,dra_driver_name,Hostname",
+        &Invoiced::default(),
+    );
+    let keys: Vec<Vec<Option<&str>>> = r
+        .totals
+        .iter()
+        .map(|t| {
+            [
+                "UUID",
+                "GPU_I_PROFILE",
+                "GPU_I_ID",
+                "dra_claim_name",
+                "dra_driver_name",
+                "Hostname",
+            ]
+            .iter()
+            .map(|k| t.key[*k].as_deref())
+            .collect()
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            vec![Some("GPU-1"), Some("3g.40gb"), Some("1"), None, None, None],
+            vec![
+                Some("GPU-1"),
+                Some("3g.40gb"),
+                Some("2"),
+                Some("batch-0-gpu"),
+                Some("gpu.nvidia.com"),
+                None
+            ],
+            vec![Some("GPU-2"), None, None, None, None, Some("node-2")],
+        ]
     );
 }

@@ -162,6 +162,7 @@ impl<A: NvmlApi> NvmlSource<A> {
             compute_slices: Some(i64::from(m.gpu_instance_slices)),
             memory_slices: Some(memory_slices),
             memory_bytes: Some(m.memory_bytes as i64),
+            gpu_instance_id: Some(i64::from(m.gpu_instance_id)),
             ..SliceReport::default()
         }
     }
