@@ -1,6 +1,6 @@
 //! What every slicemeter process sets up the same way: logs to standard error, one Prometheus
 //! recorder (served by the API's `/metrics`, or, in a process without an API such as `collect`, by
-//! [`serve_metrics`] on an address of its own), and the signals that stop it.
+//! [`serve_metrics`] on an address of its own), the signals that stop it, and its peak memory.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -77,4 +77,18 @@ pub async fn shutdown_signal() {
         _ = term.recv() => {},
     }
     tracing::info!("Shutting down: finishing what is in flight.");
+}
+
+/// Peak resident memory of a running process (Linux's VmHWM), in KiB; none where `/proc` does not
+/// say.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }

@@ -110,11 +110,29 @@ pub struct SimFleetArgs {
     /// GPUs in the simulated fleet (nodes of four).
     #[arg(long, default_value_t = 16)]
     pub gpus: usize,
+    /// Its nodes are `<prefix>-01`, `<prefix>-02`, ...: fleets of other seeds can share one
+    /// database under other prefixes.
+    #[arg(long, default_value = "gpu-node", value_parser = node_prefix)]
+    pub node_prefix: String,
 }
 
 impl SimFleetArgs {
     pub fn fleet(&self) -> SimFleet {
-        SimFleet::generate(self.seed, self.gpus)
+        SimFleet::generate(self.seed, self.gpus).with_node_prefix(&self.node_prefix)
+    }
+
+    /// The name of its first node.
+    pub fn first_node(&self) -> String {
+        format!("{}-01", self.node_prefix)
+    }
+}
+
+/// A prefix that makes node names (letters, digits, `.`, `-`, `_`; room for the number).
+fn node_prefix(s: &str) -> Result<String, String> {
+    if crate::domain::batch::is_node_name(&format!("{s}-0000")) {
+        Ok(s.to_owned())
+    } else {
+        Err("a node prefix has 1 to 248 letters, digits, '.', '-' or '_'".to_owned())
     }
 }
 

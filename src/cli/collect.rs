@@ -38,8 +38,8 @@ pub struct CollectArgs {
     pub token_file: Option<String>,
     #[arg(long, value_enum, default_value = "sim")]
     pub source: SourceKind,
-    /// The node's name: with --source sim which simulated node to be (default gpu-node-01); with
-    /// --source nvml the name to report (default: the host name).
+    /// The node's name: with --source sim which simulated node to be (default its first,
+    /// `<node-prefix>-01`); with --source nvml the name to report (default: the host name).
     #[arg(long, env = "SLICEMETER_NODE")]
     pub node: Option<String>,
     #[command(flatten)]
@@ -126,8 +126,8 @@ impl CollectArgs {
     async fn source(&self) -> anyhow::Result<Box<dyn Source>> {
         Ok(match self.source {
             SourceKind::Sim => Box::new(SimSource::new(
-                self.fleet.fleet(),
-                self.node.as_deref().unwrap_or("gpu-node-01"),
+                &self.fleet.fleet(),
+                &self.node.clone().unwrap_or_else(|| self.fleet.first_node()),
             )?),
             SourceKind::Nvml => Box::new(
                 run::open_nvml(&NvmlOptions {

@@ -161,7 +161,7 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
             .await?;
             let shipper = Shipper::new(&base, &token)?;
             let spool = Arc::new(Spool::open(&spool_root.join(&node.name), 64 << 20)?);
-            let source = SimSource::new(fleet.clone(), &node.name)?;
+            let source = SimSource::new(&fleet, &node.name)?;
             let cadence = Cadence {
                 sample_interval: Duration::from_secs(5),
                 window: Duration::from_secs(60),

@@ -72,8 +72,8 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, writer);
         let mut failed = None;
         let mut windows = 0u64;
-        generate::generate(&fleet, start, end, cadence, |day| {
-            for b in &day {
+        generate::generate(&fleet, start, end, cadence, |node_day| {
+            for b in &node_day {
                 windows += b.windows.len() as u64;
                 if let Err(e) = serde_json::to_writer(&mut writer, b)
                     .map_err(std::io::Error::from)
@@ -83,7 +83,7 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
                     return false;
                 }
             }
-            bar.inc(day.len() as u64);
+            bar.inc(node_day.len() as u64);
             true
         })?;
         if let Some(e) = failed {
@@ -92,11 +92,12 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
         writer.flush()?;
         bar.finish_and_clear();
         eprintln!(
-            "{} windows of {} GPUs over {} days written in {:.1} s",
+            "{} windows of {} GPUs over {} days written in {:.1} s, peak resident memory {}",
             windows,
             args.fleet.gpus,
             args.days,
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            peak_memory()
         );
     } else if let Some(server) = &args.post {
         let token = args
@@ -118,12 +119,19 @@ pub async fn run(args: SimulateArgs) -> anyhow::Result<()> {
         )
         .await?;
         eprintln!(
-            "{} batches posted: {} windows new, {} already stored, in {:.1} s",
+            "{} batches posted: {} windows new, {} already stored, in {:.1} s, peak resident memory {}",
             totals.batches,
             totals.inserted,
             totals.duplicates,
-            started.elapsed().as_secs_f64()
+            started.elapsed().as_secs_f64(),
+            peak_memory()
         );
     }
     Ok(())
+}
+
+/// This process's peak resident memory, in MiB, as `/proc` says it.
+fn peak_memory() -> String {
+    crate::process::peak_rss_kib(std::process::id())
+        .map_or_else(|| "unknown".to_owned(), |kib| format!("{} MiB", kib / 1024))
 }

@@ -1,7 +1,7 @@
 //! Fast-forward generation of a simulated fleet's batches (`simulate`, `demo`'s back-fill, the ingest
 //! benchmark): the same source, integrator and batches as a live collector, sampled as fast as the
-//! CPUs go. Day by day, nodes are spread over threads and the batches come out in (day, node, time)
-//! order, so the same seed gives the same bytes whatever the thread count.
+//! CPUs go. Day by day, waves of nodes are spread over threads and the batches come out in (day,
+//! node, time) order, so the same seed gives the same bytes whatever the thread count.
 
 use std::time::Duration as StdDuration;
 
@@ -16,8 +16,27 @@ use crate::collector::source::SourceError;
 use crate::collector::{Cadence, Replay};
 use crate::domain::batch::{Batch, IngestOutcome};
 
-/// Generates the batches of every node of `fleet` over `[from, to)`, handing each day's to `sink`.
+/// Nodes one generator thread takes at a time.
+const NODES_PER_THREAD: usize = 4;
+
+/// Generates the batches of every node of `fleet` over `[from, to)` and hands them to `sink` one
+/// node's day at a time, in (day, node, time) order. Each node's source holds only its node, and a
+/// wave of a few nodes per thread is generated at once: what is held at any time is the fleet once
+/// and a wave's batches, whatever the number of days.
 pub fn generate(
+    fleet: &SimFleet,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    cadence: Cadence,
+    sink: impl FnMut(Vec<Batch>) -> bool,
+) -> Result<(), SourceError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    generate_on(threads, fleet, from, to, cadence, sink)
+}
+
+/// [`generate`] on `threads` threads.
+pub fn generate_on(
+    threads: usize,
     fleet: &SimFleet,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -27,37 +46,37 @@ pub fn generate(
     let mut replays = fleet
         .nodes
         .iter()
-        .map(|n| Replay::new(SimSource::new(fleet.clone(), &n.name)?, cadence, from, to))
+        .map(|n| Replay::new(SimSource::new(fleet, &n.name)?, cadence, from, to))
         .collect::<Result<Vec<_>, _>>()?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let per_thread = replays.len().div_ceil(threads).max(1);
+    let threads = threads.max(1);
     let mut until = from;
     while until < to {
         until = (until + Duration::days(1)).min(to);
-        let parts: Vec<Result<Vec<Batch>, SourceError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = replays
-                .chunks_mut(per_thread)
-                .map(|chunk| {
-                    scope.spawn(move || {
-                        let mut out = Vec::new();
-                        for r in chunk {
-                            out.extend(r.advance(until)?);
-                        }
-                        Ok(out)
+        for wave in replays.chunks_mut(threads * NODES_PER_THREAD) {
+            let parts: Vec<Result<Vec<Vec<Batch>>, SourceError>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = wave
+                    .chunks_mut(NODES_PER_THREAD)
+                    .map(|chunk| {
+                        scope.spawn(move || {
+                            chunk
+                                .iter_mut()
+                                .map(|r| r.advance(until))
+                                .collect::<Result<Vec<_>, _>>()
+                        })
                     })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a generator thread panicked"))
-                .collect()
-        });
-        let mut day = Vec::new();
-        for part in parts {
-            day.extend(part?);
-        }
-        if !sink(day) {
-            break;
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("a generator thread panicked"))
+                    .collect()
+            });
+            for part in parts {
+                for node_day in part? {
+                    if !sink(node_day) {
+                        return Ok(());
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -110,24 +129,25 @@ where
     Fut: std::future::Future<Output = Result<IngestOutcome, E>>,
     E: std::fmt::Display,
 {
-    let (tx, mut rx) = mpsc::channel::<Vec<Batch>>(2);
+    // A few batches ahead of the ingest, no more: the generator waits for it.
+    let (tx, mut rx) = mpsc::channel::<Batch>(concurrency.max(1) * 2);
     let generator = tokio::task::spawn_blocking(move || {
-        generate(&fleet, from, to, cadence, |day| {
-            tx.blocking_send(day).is_ok()
+        generate(&fleet, from, to, cadence, |node_day| {
+            node_day.into_iter().all(|b| tx.blocking_send(b).is_ok())
         })
     });
     let mut totals = Totals::default();
-    while let Some(day) = rx.recv().await {
-        let mut results =
-            futures_util::stream::iter(day.into_iter().map(&ingest)).buffer_unordered(concurrency);
-        while let Some(r) = results.next().await {
-            let outcome = r.map_err(|e| anyhow::anyhow!("ingest failed: {e}"))?;
-            totals.batches += 1;
-            totals.inserted += outcome.inserted;
-            totals.duplicates += outcome.duplicates;
-            bar.inc(1);
-        }
+    let mut results = futures_util::stream::poll_fn(|cx| rx.poll_recv(cx))
+        .map(&ingest)
+        .buffer_unordered(concurrency);
+    while let Some(r) = results.next().await {
+        let outcome = r.map_err(|e| anyhow::anyhow!("ingest failed: {e}"))?;
+        totals.batches += 1;
+        totals.inserted += outcome.inserted;
+        totals.duplicates += outcome.duplicates;
+        bar.inc(1);
     }
+    drop(results);
     generator.await??;
     bar.finish_and_clear();
     Ok(totals)
@@ -138,6 +158,15 @@ mod tests {
     use super::*;
 
     fn run(fleet: &SimFleet, hours: i64, batch_minutes: u64) -> Vec<u8> {
+        run_on(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            fleet,
+            hours,
+            batch_minutes,
+        )
+    }
+
+    fn run_on(threads: usize, fleet: &SimFleet, hours: i64, batch_minutes: u64) -> Vec<u8> {
         let from: DateTime<Utc> = "2026-10-01T00:00:00Z".parse().unwrap();
         let cadence = Cadence {
             sample_interval: StdDuration::from_secs(5),
@@ -145,13 +174,20 @@ mod tests {
             batch_period: StdDuration::from_secs(batch_minutes * 60),
         };
         let mut out = Vec::new();
-        generate(fleet, from, from + Duration::hours(hours), cadence, |day| {
-            for b in day {
-                serde_json::to_writer(&mut out, &b).unwrap();
-                out.push(b'\n');
-            }
-            true
-        })
+        generate_on(
+            threads,
+            fleet,
+            from,
+            from + Duration::hours(hours),
+            cadence,
+            |day| {
+                for b in day {
+                    serde_json::to_writer(&mut out, &b).unwrap();
+                    out.push(b'\n');
+                }
+                true
+            },
+        )
         .unwrap();
         out
     }
@@ -164,6 +200,17 @@ mod tests {
         assert!(!a.is_empty());
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn the_thread_count_changes_no_byte() {
+        // 40 GPUs: ten nodes, so three threads take waves of 12 nodes in chunks of four, and one
+        // thread all ten in one.
+        let fleet = SimFleet::generate(5, 40);
+        let one = run_on(1, &fleet, 26, 60);
+        assert!(!one.is_empty());
+        assert_eq!(run_on(3, &fleet, 26, 60), one);
+        assert_eq!(run_on(16, &fleet, 26, 60), one);
     }
 
     #[test]

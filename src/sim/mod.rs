@@ -330,6 +330,36 @@ impl SimFleet {
         self.nodes.iter().find(|n| n.name == name)
     }
 
+    /// The same fleet with its nodes named `<prefix>-01`, `<prefix>-02`, ...: fleets of other seeds
+    /// under other prefixes can share a database and still be told apart per node.
+    pub fn with_node_prefix(mut self, prefix: &str) -> SimFleet {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            n.name = format!("{prefix}-{:02}", i + 1);
+        }
+        self
+    }
+
+    /// One node of the fleet, as that node's source holds it: the teams, its own GPUs and a
+    /// consumer cache of its own, so a fleet's sources together hold the fleet once.
+    pub fn for_node(&self, name: &str) -> Option<SimFleet> {
+        Some(SimFleet {
+            seed: self.seed,
+            teams: self.teams.clone(),
+            nodes: vec![self.node(name)?.clone()],
+            consumers: Arc::default(),
+        })
+    }
+
+    /// Forgets the consumers no plan or open window holds any more: pods come and go, and the
+    /// cache stays the size of what is running, however many days go by. A consumer met again is
+    /// made again, equal to the one forgotten (it is a function of its key).
+    pub fn forget_idle_consumers(&self) {
+        self.consumers
+            .lock()
+            .expect("not poisoned")
+            .retain(|_, c| Arc::strong_count(c) > 1);
+    }
+
     /// The consumer for a key, made once and shared.
     fn consumer(&self, key: u64, make: impl FnOnce() -> ConsumerReport) -> Arc<ConsumerReport> {
         self.consumers

@@ -15,8 +15,9 @@ pub struct SimSource {
 }
 
 impl SimSource {
-    pub fn new(fleet: SimFleet, node: &str) -> Result<SimSource, SourceError> {
-        let Some(n) = fleet.node(node) else {
+    /// The source of `node`: it keeps that node of the fleet only.
+    pub fn new(fleet: &SimFleet, node: &str) -> Result<SimSource, SourceError> {
+        let Some(fleet) = fleet.for_node(node) else {
             return Err(SourceError::Unavailable(format!(
                 "the simulated fleet has no node {node:?}; it has {}",
                 fleet
@@ -27,7 +28,11 @@ impl SimSource {
                     .join(", ")
             )));
         };
-        let slices: Vec<SimSlice> = n.gpus.iter().flat_map(|g| g.slices.clone()).collect();
+        let slices: Vec<SimSlice> = fleet.nodes[0]
+            .gpus
+            .iter()
+            .flat_map(|g| g.slices.clone())
+            .collect();
         Ok(SimSource {
             plans: vec![None; slices.len()],
             node: node.to_owned(),
@@ -54,9 +59,11 @@ impl Source for SimSource {
         let t = at.timestamp_millis();
         let block = SimFleet::block_of(t);
         let mut out = Vec::with_capacity(self.slices.len());
+        let mut replanned = false;
         for (i, slice) in self.slices.iter().enumerate() {
             if self.plans[i].as_ref().is_none_or(|p| p.block != block) {
                 self.plans[i] = Some(self.fleet.plan(slice, block));
+                replanned = true;
             }
             let plan = self.plans[i].as_ref().expect("set above");
             let Some(holder) = &plan.holder else {
@@ -75,6 +82,9 @@ impl Source for SimSource {
                 memory_used_bytes: r.memory_used_bytes,
                 compute_active_ppm: Some(r.compute_active_ppm),
             });
+        }
+        if replanned {
+            self.fleet.forget_idle_consumers();
         }
         Ok(out)
     }

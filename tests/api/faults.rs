@@ -36,7 +36,7 @@ fn generate() -> (usize, (i64, Decimal, Decimal)) {
         batch_period: Duration::from_secs(600),
     };
     let (from, to) = (FROM.parse().unwrap(), TO.parse().unwrap());
-    let mut r = Replay::new(SimSource::new(fleet, NODE).unwrap(), cadence, from, to).unwrap();
+    let mut r = Replay::new(SimSource::new(&fleet, NODE).unwrap(), cadence, from, to).unwrap();
     let batches = r.advance(to).unwrap();
     let dec = |f: f64| Decimal::from_str(&f.to_string()).unwrap();
     let windows: Vec<_> = batches.iter().flat_map(|b| &b.windows).collect();

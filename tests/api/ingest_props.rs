@@ -37,7 +37,8 @@ fn simulated(seed: u64, gpus: usize, node: usize, hour: u32) -> Batch {
         .parse()
         .unwrap();
     let to = from + chrono::Duration::hours(1);
-    let mut replay = Replay::new(SimSource::new(fleet, &name).unwrap(), cadence, from, to).unwrap();
+    let mut replay =
+        Replay::new(SimSource::new(&fleet, &name).unwrap(), cadence, from, to).unwrap();
     replay.advance(to).unwrap().remove(0)
 }
 

@@ -166,18 +166,7 @@ pub async fn group_by_floor(
     Ok((teams, t.elapsed()))
 }
 
-/// Peak resident memory of a running process (VmHWM), in KiB.
-pub fn peak_rss_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
-}
+pub use slicemeter::process::peak_rss_kib;
 
 pub fn tempfile_path(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("slicemeter-bench-{}-{name}", std::process::id()))

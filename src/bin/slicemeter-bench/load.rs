@@ -111,7 +111,7 @@ async fn load_collector(
 ) -> anyhow::Result<LoadTally> {
     let shipper = Shipper::new(&base, &token)?;
     let to = from + chrono::Duration::days(30);
-    let mut replay = Replay::new(SimSource::new(fleet, &node)?, cadence, from, to)?;
+    let mut replay = Replay::new(SimSource::new(&fleet, &node)?, cadence, from, to)?;
     let step = chrono::Duration::from_std(cadence.batch_period)?;
     let mut at = from;
     let mut tally = LoadTally::default();
