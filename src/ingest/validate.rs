@@ -318,6 +318,8 @@ pub fn validate(
     // Each valid slice's index in the batch.
     let mut slice_at: Vec<usize> = Vec::with_capacity(batch.slices.len());
     let mut mig_by_gpu: BTreeMap<usize, Vec<Instance>> = BTreeMap::new();
+    // Each GPU's instance ids so far, and the slice that has each.
+    let mut gpu_instances: HashMap<(usize, i16), usize> = HashMap::new();
     for (i, s) in batch.slices.iter().enumerate() {
         let at = |f: &str| format!("slices[{i}].{f}");
         let mut ok = check_text(
@@ -384,15 +386,8 @@ pub fn validate(
             }
             (Some(id), _) => {
                 let id = id as i16;
-                let clash = gpu.and_then(|g| {
-                    slices
-                        .iter()
-                        .zip(&slice_at)
-                        .find(|(v, _): &(&ValidSlice, _)| {
-                            v.gpu == g && v.gpu_instance_id == Some(id)
-                        })
-                });
-                if let Some((_, earlier)) = clash {
+                let clash = gpu.and_then(|g| gpu_instances.get(&(g, id)));
+                if let Some(earlier) = clash {
                     errors.push(
                         at("gpu_instance_id"),
                         format!(
@@ -407,6 +402,9 @@ pub fn validate(
         };
         match (ok, gpu, reservation) {
             (true, Some(g), Some(r)) => {
+                if let Some(id) = gpu_instance_id {
+                    gpu_instances.insert((g, id), i);
+                }
                 if let Reservation::Mig {
                     compute_slices,
                     memory_slices,

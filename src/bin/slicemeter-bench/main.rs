@@ -5,6 +5,7 @@
 mod billing;
 mod common;
 mod export;
+mod fill;
 mod ingest;
 mod load;
 mod pages;
@@ -39,6 +40,9 @@ enum Command {
     /// The process `export` measures (not for people).
     #[command(hide = true)]
     FocusChild(export::FocusChildArgs),
+    /// The simulator `scale` posts a month with, a process of its own (not for people).
+    #[command(hide = true)]
+    PostFleet(fill::PostFleetArgs),
 }
 
 #[tokio::main]
@@ -53,5 +57,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Plan(args) => plan::plan(args).await,
         Command::Scale(args) => scale::scale(args).await,
         Command::FocusChild(args) => export::focus_child(args).await,
+        Command::PostFleet(args) => fill::post_fleet(args).await,
     }
 }

@@ -1,5 +1,6 @@
-//! `scale`: a month of a large fleet written straight into the rollups with SQL (as fast as the
-//! schema takes it, no ingest), then the month read as finance and the dashboard read it: the
+//! `scale`: first a month of a simulated fleet posted through HTTP (`fill`: windows per second day
+//! by day, peak memory of simulator and server); then a month of a large fleet written straight
+//! into the rollups with SQL (as fast as the schema takes it, no ingest), and the month read as finance and the dashboard read it: the
 //! monthly report, the invoice run, the usage report by day and the FOCUS export (first byte and
 //! total), the fleet and a team's page, and a crowd of clients on the report over HTTP, each against
 //! one `GROUP BY` over the same rollups in the same run.
@@ -20,6 +21,8 @@ use slicemeter::reports::store as report_store;
 use slicemeter::reports::usage::{Dimension, GroupBy, Step};
 
 use slicemeter::http::state::ServerConfig;
+
+use crate::fill;
 
 use crate::common::{
     Loopback, admin_token, group_by_floor, in_scratch_schema, percentile, publish_example_card,
@@ -47,9 +50,28 @@ pub struct ScaleBenchArgs {
     /// benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
+    /// Skip the first part: the month posted through HTTP by the simulator (at 10,000 GPUs, tens
+    /// of minutes).
+    #[arg(long)]
+    pub no_post: bool,
+    /// Batches in flight at once while posting.
+    #[arg(long, default_value_t = 8)]
+    pub post_concurrency: usize,
 }
 
 pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
+    let month = Month::of(Utc::now()).minus(1);
+    let (gpus, days) = if args.smoke {
+        (16, 2)
+    } else {
+        (args.gpus, args.days)
+    };
+    if !args.no_post {
+        in_scratch_schema(args.database_url.as_deref(), 16, |pool, _| async move {
+            fill::fill(&pool, gpus, days, month, args.post_concurrency).await
+        })
+        .await?;
+    }
     in_scratch_schema(args.database_url.as_deref(), 16, |pool, _| run(&args, pool)).await
 }
 
