@@ -69,8 +69,10 @@ st() {
 #   PUT /v1/teams/{team}: the team `unattributed` cannot own namespaces (400).
 #   GET /allocation, /allocation/compute: a window of real instants, its end after its start and no
 #     longer than the step allows; idle capacity for windows of whole months only (400).
+#   POST /v1/tokens: a team lead's team that exists, team only with team_lead and node only with
+#     collector, no admin role, an expiry in the future (400).
 semantic=("POST /v1/ingest" "POST /v1/rate-cards" "GET /v1/reports/usage" "PUT /v1/teams/{team}"
-  "GET /allocation" "GET /allocation/compute")
+  "GET /allocation" "GET /allocation/compute" "POST /v1/tokens")
 printf '' >"$work/strict.toml"
 printf '[checks.positive_data_acceptance]\nexpected-statuses = ["2xx", 400, 401, 403, 404, 409, 413, 422, 429]\n' \
   >"$work/semantic.toml"

@@ -92,6 +92,28 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
         .unwrap();
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), "ok\n");
+    // The database URL and the admin token are in the data folder, for this user only, and the CLI
+    // reaches the demo with them.
+    let file = |name: &str| {
+        let path = pg.join(name);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is mode {mode:o}", path.display());
+        std::fs::read_to_string(&path).unwrap().trim().to_owned()
+    };
+    assert_eq!(file("admin-token"), demo.token);
+    let listed = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+        .args(["token", "list", "--database-url", &file("database-url")])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    let admin_id = demo.token.split('_').nth(1).unwrap();
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(admin_id) && l.contains("admin")),
+        "{listed}"
+    );
     let today = chrono::Utc::now().date_naive();
     let report: serde_json::Value = client
         .get(format!(

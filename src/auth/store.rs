@@ -169,11 +169,13 @@ pub struct TokenRow {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
-pub async fn list(pool: &PgPool) -> Result<Vec<TokenRow>, sqlx::Error> {
+/// Every token (or the one with id `only`), oldest first; never a secret.
+pub async fn list(pool: &PgPool, only: Option<i64>) -> Result<Vec<TokenRow>, sqlx::Error> {
     sqlx::query_as!(
         TokenRow,
         "select api_token_id as id, role, team_id, node, label, created_at, expires_at, revoked_at
-         from api_token order by api_token_id"
+         from api_token where $1::int8 is null or api_token_id = $1 order by api_token_id",
+        only
     )
     .fetch_all(pool)
     .await

@@ -68,8 +68,9 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut cluster = None;
-    // The live collectors' spools: beside the private cluster, else in the temporary folder.
-    let mut spool_root = std::env::temp_dir().join("slicemeter-demo-spool");
+    // The demo's folder (the live collectors' spools, the files that tell the CLI how to reach it):
+    // the private cluster's, else one in the temporary folder.
+    let mut demo_dir = std::env::temp_dir().join("slicemeter-demo");
     let url = match &args.database_url {
         Some(url) => url.clone(),
         None => {
@@ -77,7 +78,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 .data_dir
                 .clone()
                 .unwrap_or_else(|| PrivateCluster::default_root("demo"));
-            spool_root = root.join("spool");
+            demo_dir = root.clone();
             eprintln!("Starting a private PostgreSQL in {} ...", root.display());
             let c = tokio::task::spawn_blocking(move || PrivateCluster::start(&root)).await??;
             cluster::ensure_database(&c.url("postgres"), "slicemeter").await?;
@@ -86,7 +87,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             url
         }
     };
-    let result = run_on(&args, &url, &spool_root).await;
+    let result = run_on(&args, &url, &demo_dir).await;
     if let Some(c) = cluster {
         eprintln!("Stopping the private PostgreSQL ...");
         tokio::task::spawn_blocking(move || c.stop()).await??;
@@ -94,7 +95,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result<()> {
+async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<()> {
+    let spool_root = demo_dir.join("spool");
     let pool = db::connect(url, 12)
         .await
         .context("connecting to the database")?;
@@ -176,8 +178,20 @@ async fn run_on(args: &DemoArgs, url: &str, spool_root: &Path) -> anyhow::Result
             }));
         }
     }
+    // For the CLI against this demo (`slicemeter token create --database-url "$(cat …)"`): readable
+    // by this user only.
+    let url_file = demo_dir.join("database-url");
+    let token_file = demo_dir.join("admin-token");
+    write_private(&url_file, url)?;
+    write_private(&token_file, &admin)?;
     println!("slicemeter demo is serving at {base}/");
     println!("admin token (id {admin_id}, shown once): {admin}");
+    println!(
+        "database URL in {} and admin token in {} (mode 0600), for the CLI: slicemeter token list --database-url \"$(cat {})\"",
+        url_file.display(),
+        token_file.display(),
+        url_file.display()
+    );
     println!("dashboard: {base}/ui/ (sign in with the token above)");
     println!(
         "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team,namespace,workload&step=month'",
@@ -285,5 +299,24 @@ async fn backfill(args: &DemoArgs, pool: &PgPool, fleet: &SimFleet) -> anyhow::R
         totals.batches,
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// Writes `text` to `path`, readable and writable by this user only (0600), whatever was there.
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    writeln!(f, "{text}")?;
     Ok(())
 }

@@ -86,7 +86,7 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
         TokenCommand::List { db } => {
             let pool = db::connect(&db.database_url, 2).await?;
             println!("id\trole\tteam\tnode\tcreated\texpires\trevoked\tlabel");
-            for t in tokens::list(&pool).await? {
+            for t in tokens::list(&pool, None).await? {
                 let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
                 println!(
                     "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",

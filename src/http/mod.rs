@@ -18,6 +18,7 @@ mod reports;
 pub mod server;
 pub mod state;
 mod teams;
+mod tokens;
 mod ui;
 
 use axum::Router;
@@ -72,6 +73,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(exports::router())
         .merge(audit::router())
         .merge(teams::router())
+        .merge(tokens::router())
         .merge(fleet::router())
         .merge(plans::router())
         .merge(opencost::router())

@@ -280,6 +280,28 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             },
         ),
         row(
+            "GET",
+            "/v1/tokens",
+            "/v1/tokens",
+            [U, U, U, U, 200, 403, 403, 403, 403],
+        ),
+        with_body(
+            row(
+                "POST",
+                "/v1/tokens",
+                "/v1/tokens",
+                [U, U, U, U, 201, 403, 403, 403, 403],
+            ),
+            |_| json!({"role": "finance", "label": "the matrix"}),
+        ),
+        row(
+            "DELETE",
+            "/v1/tokens/{id}",
+            // No such token: the matrix's callers keep theirs.
+            "/v1/tokens/999999",
+            [U, U, U, U, 404, 403, 403, 403, 403],
+        ),
+        row(
             "DELETE",
             "/v1/rate-cards/{version}",
             "/v1/rate-cards/1",

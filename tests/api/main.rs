@@ -25,3 +25,4 @@ mod reports;
 mod retention;
 mod support;
 mod teams;
+mod tokens;
