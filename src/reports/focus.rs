@@ -159,8 +159,8 @@ impl Row {
         let mut all = self.cells(month, currency, issuer, version);
         version
             .positions()
-            .into_iter()
-            .map(|i| std::mem::take(&mut all[i]))
+            .iter()
+            .map(|&i| std::mem::take(&mut all[i]))
             .collect()
     }
 

@@ -8,6 +8,11 @@ use slicemeter::domain::access::Role;
 
 use crate::support::*;
 
+async fn post(app: &TestApp, token: &str, body: serde_json::Value) -> Reply {
+    app.send_json("POST", Some(token), "/v1/tokens", &body)
+        .await
+}
+
 async fn delete(app: &TestApp, token: &str, uri: &str) -> Reply {
     app.request(
         Request::delete(uri)
@@ -24,15 +29,13 @@ async fn a_token_made_over_the_api_works_is_listed_without_its_secret_and_is_ref
     let app = TestApp::spawn().await;
     app.put_team("nlp", &["nlp"]).await;
     app.put_team("search", &["search"]).await;
-    let r = app
-        .send_json(
-            "POST",
-            Some(&app.admin),
-            "/v1/tokens",
-            &json!({"role": "team_lead", "team": "nlp", "label": "nlp's dashboard",
+    let r = post(
+        &app,
+        &app.admin,
+        json!({"role": "team_lead", "team": "nlp", "label": "nlp's dashboard",
                     "expires_at": "2099-01-01T00:00:00Z"}),
-        )
-        .await;
+    )
+    .await;
     assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
     let lead = r.body["token"].as_str().unwrap().to_owned();
     let id = r.body["id"].as_i64().unwrap();
@@ -118,14 +121,12 @@ async fn a_token_made_over_the_api_works_is_listed_without_its_secret_and_is_ref
     );
 
     // A collector token made here ingests for its node.
-    let r = app
-        .send_json(
-            "POST",
-            Some(&app.admin),
-            "/v1/tokens",
-            &json!({"role": "collector", "node": "gpu-node-01"}),
-        )
-        .await;
+    let r = post(
+        &app,
+        &app.admin,
+        json!({"role": "collector", "node": "gpu-node-01"}),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
     let collector = r.body["token"].as_str().unwrap().to_owned();
     let (start, end, windows) = minute_windows(3);
@@ -144,25 +145,21 @@ async fn a_bad_token_request_names_each_bad_field_and_only_an_admin_may_make_one
             .map(|f| f["field"].as_str().unwrap().to_owned())
             .collect()
     };
-    let r = app
-        .send_json(
-            "POST",
-            Some(&app.admin),
-            "/v1/tokens",
-            &json!({"role": "admin", "team": "nlp", "node": "bad node", "label": "",
+    let r = post(
+        &app,
+        &app.admin,
+        json!({"role": "admin", "team": "nlp", "node": "bad node", "label": "",
                     "expires_at": "2001-01-01T00:00:00Z"}),
-        )
-        .await;
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
     assert_eq!(fields(&r), ["role", "team", "node", "label", "expires_at"]);
-    let r = app
-        .send_json(
-            "POST",
-            Some(&app.admin),
-            "/v1/tokens",
-            &json!({"role": "team_lead", "team": "no-such-team"}),
-        )
-        .await;
+    let r = post(
+        &app,
+        &app.admin,
+        json!({"role": "team_lead", "team": "no-such-team"}),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
     assert_eq!(fields(&r), ["team"]);
     assert!(
@@ -172,24 +169,10 @@ async fn a_bad_token_request_names_each_bad_field_and_only_an_admin_may_make_one
             .contains("there is no team \"no-such-team\""),
         "{r:?}"
     );
-    let r = app
-        .send_json(
-            "POST",
-            Some(&app.admin),
-            "/v1/tokens",
-            &json!({"role": "collector"}),
-        )
-        .await;
+    let r = post(&app, &app.admin, json!({"role": "collector"})).await;
     assert_eq!(fields(&r), ["node"]);
     let finance = app.token(Role::Finance, None, None).await;
-    let r = app
-        .send_json(
-            "POST",
-            Some(&finance),
-            "/v1/tokens",
-            &json!({"role": "finance"}),
-        )
-        .await;
+    let r = post(&app, &finance, json!({"role": "finance"})).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
     assert_eq!(
         delete(&app, &finance, "/v1/tokens/1").await.status,

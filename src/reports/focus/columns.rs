@@ -46,11 +46,16 @@ impl Version {
     }
 
     /// Where each of the version's columns is in a [`Row::record`].
-    pub(super) fn positions(self) -> Vec<usize> {
-        self.columns()
-            .iter()
-            .map(|c| COLUMNS.iter().position(|k| k == c).expect("a known column"))
-            .collect()
+    /// Worked out once per version: every row of an export asks.
+    pub(super) fn positions(self) -> &'static [usize] {
+        static POSITIONS: [std::sync::OnceLock<Vec<usize>>; 3] =
+            [const { std::sync::OnceLock::new() }; 3];
+        POSITIONS[self as usize].get_or_init(|| {
+            self.columns()
+                .iter()
+                .map(|c| COLUMNS.iter().position(|k| k == c).expect("a known column"))
+                .collect()
+        })
     }
 }
 
