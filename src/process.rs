@@ -8,9 +8,12 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
-/// Logs to standard error, filtered by `RUST_LOG` (default `info`, sqlx's statements at `warn`).
+/// Logs to standard error, filtered by `RUST_LOG` (default `info`, sqlx's statements at `warn`);
+/// coloured only on a terminal, so that a log file or journal holds plain text.
 pub fn init_tracing() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
         )

@@ -50,6 +50,8 @@ pub struct Integrator {
     max_step_ms: i64,
     last: Option<(i64, Vec<Reading>)>,
     current: Option<ClosedWindow>,
+    /// Milliseconds between samples that no sample held (each a gap between two windows).
+    unobserved_ms: u64,
 }
 
 impl Integrator {
@@ -61,6 +63,7 @@ impl Integrator {
             max_step_ms,
             last: None,
             current: None,
+            unobserved_ms: 0,
         }
     }
 
@@ -73,10 +76,17 @@ impl Integrator {
             if until < t_ms {
                 // Not observed: the window in progress ends where observation stopped.
                 closed.extend(self.current.take());
+                self.unobserved_ms += (t_ms - until) as u64;
             }
         }
         self.last = Some((t_ms, readings));
         closed
+    }
+
+    /// Milliseconds so far that fell between samples too far apart to hold (a sampler starved of
+    /// the CPU, or a suspended process): time the windows leave out, so a gap between periods.
+    pub fn unobserved_ms(&self) -> u64 {
+        self.unobserved_ms
     }
 
     /// Lets the last samples hold until `t_ms` (at most `max_step`) and closes the open window.
@@ -276,6 +286,7 @@ mod tests {
         assert_eq!(closed.len(), 2, "{closed:?}");
         assert_eq!((closed[0].start_ms, closed[0].end_ms), (0, 15_000));
         assert_eq!((closed[1].start_ms, closed[1].end_ms), (45_000, 50_000));
+        assert_eq!(integrator.unobserved_ms(), 30_000, "15 s to 45 s");
     }
 
     #[test]

@@ -187,6 +187,8 @@ pub async fn dry_run(
     let sampling = tokio::spawn(run_live(source, cadence, tx, stopped));
     tokio::pin!(shutdown);
     let mut printed = 0;
+    // A finished future must not be polled again: the signal is awaited once.
+    let mut signalled = false;
     loop {
         tokio::select! {
             batch = rx.recv() => match batch {
@@ -199,7 +201,10 @@ pub async fn dry_run(
                 }
                 None => break,
             },
-            _ = &mut shutdown => { stop.send(true).ok(); }
+            _ = &mut shutdown, if !signalled => {
+                signalled = true;
+                stop.send(true).ok();
+            }
         }
     }
     sampling.await.expect("the sampler does not panic")?;
@@ -297,7 +302,20 @@ pub async fn run_live<S: Source>(
                 let now = Utc::now();
                 let mut readings = source.sample(now)?;
                 fitted(&fit, &mut readings);
-                integrator.push(now.timestamp_millis(), readings)
+                let before = integrator.unobserved_ms();
+                let closed = integrator.push(now.timestamp_millis(), readings);
+                let lost = integrator.unobserved_ms() - before;
+                if lost > 0 {
+                    metrics::counter!("slicemeter_collector_unobserved_gaps_total")
+                        .increment(1);
+                    tracing::warn!(
+                        node = %node,
+                        unobserved_ms = lost,
+                        until = %now,
+                        "The sampler was late: time no sample covered is left out of the windows."
+                    );
+                }
+                closed
             }
             _ = shutdown.changed() => {
                 let closed = integrator.flush(Utc::now().timestamp_millis());

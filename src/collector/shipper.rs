@@ -220,6 +220,7 @@ pub fn register_metrics() {
         "slicemeter_collector_retries_total",
         "slicemeter_collector_readings_fitted_total",
         "slicemeter_collector_gpus_lost_total",
+        "slicemeter_collector_unobserved_gaps_total",
     ] {
         metrics::counter!(counter).increment(0);
     }
