@@ -215,14 +215,30 @@ async fn recommendations(
         (None, asked) => asked.map(|t| t.as_str().to_owned()),
     };
     Ok(Json(
-        plan::recommendations(&state.pool, team.as_deref(), days, target, Utc::now()).await?,
+        plan::recommendations(
+            &state.pool,
+            &state.evidence,
+            team.as_deref(),
+            days,
+            target,
+            Utc::now(),
+        )
+        .await?,
     ))
 }
 
 /// The plan the parameters ask for (the caller is checked first).
 async fn read(state: &AppState, params: &PlanParams) -> Result<ConsolidationPlan, ApiError> {
     let (model, days, right_size) = params.checked()?;
-    Ok(plan::consolidation(&state.pool, model, days, right_size, Utc::now()).await?)
+    Ok(plan::consolidation(
+        &state.pool,
+        &state.evidence,
+        model,
+        days,
+        right_size,
+        Utc::now(),
+    )
+    .await?)
 }
 
 /// For each GPU model, its MIG cards' instances (as held in the last hour each card was reported)

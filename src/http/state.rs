@@ -80,6 +80,8 @@ pub struct AppState {
     pub partitions: Arc<Partitions>,
     pub ingestor: Ingestor,
     pub reports: Arc<ReportCache>,
+    /// Right-sizing's evidence, kept as the reports are.
+    pub evidence: Arc<crate::plan::EvidenceCache>,
     pub config: Arc<ServerConfig>,
     pub metrics: PrometheusHandle,
     /// The fleet's gauges as last rendered for `/metrics`, and when: read at most every
@@ -102,6 +104,7 @@ impl AppState {
                 config.group_commit.clone(),
             ),
             reports: Arc::new(ReportCache::new(config.report_max_stale)),
+            evidence: Arc::new(crate::plan::EvidenceCache::new(config.report_max_stale)),
             pool,
             partitions,
             ingest_limiter: Arc::new(limits::RateLimiter::new(

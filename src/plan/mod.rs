@@ -11,10 +11,11 @@ pub mod pack;
 pub mod recommend;
 pub mod store;
 
-pub use store::{CardToday, InstanceToday};
+pub use store::{CardToday, Evidence, InstanceToday};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -23,6 +24,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::billing::rate_card::{self, RateCard};
+use crate::db::cache::SnapshotCache;
 use crate::domain::profiles;
 use crate::domain::time::AVERAGE_MONTH_HOURS;
 use pack::{Item, PackError, Shape, StepKind};
@@ -143,6 +145,7 @@ pub enum Change {
 /// given back. Larger profiles are left to the team: they cannot be made in place.
 pub async fn consolidation(
     pool: &sqlx::PgPool,
+    evidence: &EvidenceCache,
     model: Option<&str>,
     days: u32,
     right_size: Option<recommend::TargetProfile>,
@@ -155,7 +158,7 @@ pub async fn consolidation(
     let changes = match right_size {
         Some(target) => changes(
             &cards,
-            &recommendations(pool, None, days, target, now).await?,
+            &recommendations(pool, evidence, None, days, target, now).await?,
         ),
         None => BTreeMap::new(),
     };
@@ -223,6 +226,7 @@ pub fn changes(
 /// by the rate card in force at `now`.
 pub async fn recommendations(
     pool: &sqlx::PgPool,
+    evidence: &EvidenceCache,
     team: Option<&str>,
     days: u32,
     target: recommend::TargetProfile,
@@ -230,13 +234,45 @@ pub async fn recommendations(
 ) -> Result<Vec<recommend::Recommendation>, PlanError> {
     let to = crate::domain::time::floor_hour(now);
     let from = to - chrono::Duration::days(i64::from(days));
-    let evidence = store::evidence(pool, from, to, team).await?;
+    let evidence = evidence.get(pool, from, to, team).await?;
     let rate_cards = rate_card::store::rate_cards(pool).await?;
     let in_force = rate_card::in_force_at(&rate_cards, now);
     Ok(evidence
         .iter()
         .map(|e| recommend::recommend(e, in_force, target))
         .collect())
+}
+
+/// Workloads' evidence (`store::evidence`: percentiles over every hour of every workload, the
+/// costliest read of the team page) kept while the database has not changed, as the reports'
+/// reads are (`serve --report-max-stale`), so that the team page, its CSV, the plan and
+/// `/v1/recommendations` share one read.
+#[derive(Debug)]
+pub struct EvidenceCache(SnapshotCache<EvidenceKey, Vec<Evidence>>);
+
+type EvidenceKey = (DateTime<Utc>, DateTime<Utc>, Option<String>);
+
+impl EvidenceCache {
+    /// `max_stale`: how old a kept result may be when served while another request reads it anew.
+    pub fn new(max_stale: Duration) -> Self {
+        // A team's page asks for two ranges (its month and right-sizing's days): a few per team.
+        EvidenceCache(SnapshotCache::new(max_stale, 64))
+    }
+
+    /// The evidence of `[from, to)`, of `team` alone when given.
+    pub async fn get(
+        &self,
+        pool: &sqlx::PgPool,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        team: Option<&str>,
+    ) -> Result<Arc<Vec<Evidence>>, sqlx::Error> {
+        self.0
+            .get(pool, (from, to, team.map(str::to_owned)), || {
+                store::evidence(pool, from, to, team)
+            })
+            .await
+    }
 }
 
 /// Plans every model among `cards`, pricing freed cards with `card` (the rate card in force).

@@ -68,7 +68,15 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     );
 
     let t = Instant::now();
-    let recs = plan::recommendations(&pool, None, days, TargetProfile::Default, now).await?;
+    let recs = plan::recommendations(
+        &pool,
+        &plan::EvidenceCache::new(Duration::ZERO),
+        None,
+        days,
+        TargetProfile::Default,
+        now,
+    )
+    .await?;
     line(
         "recommendations",
         t.elapsed(),
@@ -82,7 +90,16 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         reset_peak_rss();
         let before = peak_rss_kib();
         let t = Instant::now();
-        let p = plan::consolidation(&pool, None, days, right_size, now).await?;
+        let p = plan::consolidation(
+            &pool,
+            // A cache of its own: each plan reads its evidence, not the one before's.
+            &plan::EvidenceCache::new(Duration::ZERO),
+            None,
+            days,
+            right_size,
+            now,
+        )
+        .await?;
         let took = t.elapsed();
         let m = p
             .models

@@ -42,11 +42,16 @@ async fn read(
             "The plan covers every team's cards: it is for finance and admins.".into(),
         ));
     }
-    Ok(
-        plan::consolidation(&state.pool, None, DAYS, q.right_size(), Utc::now())
-            .await
-            .map_err(crate::http::error::ApiError::from)?,
+    Ok(plan::consolidation(
+        &state.pool,
+        &state.evidence,
+        None,
+        DAYS,
+        q.right_size(),
+        Utc::now(),
     )
+    .await
+    .map_err(crate::http::error::ApiError::from)?)
 }
 
 pub async fn plan_page(

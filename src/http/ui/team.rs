@@ -64,6 +64,7 @@ async fn team_month(state: &AppState, team: &TeamId, month: Month) -> Result<Tea
     let currency = currency_of(&report, &cards);
     let recommendations = plan::recommendations(
         &state.pool,
+        &state.evidence,
         Some(team.as_str()),
         RIGHT_SIZING_DAYS,
         TargetProfile::Default,
@@ -71,7 +72,7 @@ async fn team_month(state: &AppState, team: &TeamId, month: Month) -> Result<Tea
     )
     .await
     .map_err(ApiError::from)?;
-    let workloads = workloads::lines(&state.pool, &state.reports, team, month, &recommendations)
+    let workloads = workloads::lines(state, team, month, &recommendations)
         .await
         .map_err(ApiError::from)?;
     Ok(TeamMonth {

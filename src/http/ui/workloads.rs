@@ -4,10 +4,10 @@
 //! advises for it now; sortable, and the same rows as a CSV.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 
 use maud::{Markup, html};
 use rust_decimal::Decimal;
-use sqlx::PgPool;
 
 use super::format::{money, number, percent};
 use super::layout::IDLE_EFFICIENCY;
@@ -16,9 +16,10 @@ use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
+use crate::http::AppState;
 use crate::plan::recommend::{Action, Recommendation};
-use crate::plan::store::{self as plan_store, Evidence};
-use crate::reports::service::{self as reports, ReportCache};
+use crate::plan::store::Evidence;
+use crate::reports::service as reports;
 use crate::reports::usage::{Dimension, GroupBy, Step, UsageTotal};
 
 /// One workload's slices of one model, kind and profile in a month.
@@ -83,15 +84,14 @@ fn group_by() -> GroupBy {
 
 /// The team's workload lines of `month`, with `recs` (right-sizing now) beside them.
 pub async fn lines(
-    pool: &PgPool,
-    cache: &ReportCache,
+    state: &AppState,
     team: &TeamId,
     month: Month,
     recs: &[Recommendation],
 ) -> Result<Vec<WorkloadLine>, crate::billing::service::Error> {
     let report = reports::usage_report(
-        pool,
-        cache,
+        &state.pool,
+        &state.reports,
         month.start(),
         month.end(),
         &group_by(),
@@ -99,35 +99,70 @@ pub async fn lines(
         Some(team),
     )
     .await?;
-    let evidence =
-        plan_store::evidence(pool, month.start(), month.end(), Some(team.as_str())).await?;
+    let evidence = state
+        .evidence
+        .get(&state.pool, month.start(), month.end(), Some(team.as_str()))
+        .await?;
+    // Each row finds its evidence and advice by key, the first of each key as SQL ordered them:
+    // a team can have thousands of workloads.
+    let mut by_key: HashMap<Key<'_>, &Evidence> = HashMap::new();
+    for e in evidence.iter() {
+        by_key
+            .entry((
+                e.namespace.as_deref(),
+                &e.workload,
+                &e.model,
+                e.kind.as_str(),
+                e.profile.as_deref(),
+            ))
+            .or_insert(e);
+    }
+    let mut advice: HashMap<Key<'_>, &Recommendation> = HashMap::new();
+    for r in recs {
+        advice
+            .entry((
+                r.namespace.as_deref(),
+                &r.workload,
+                &r.gpu_model,
+                r.kind.as_str(),
+                r.profile.as_deref(),
+            ))
+            .or_insert(r);
+    }
     Ok(report
         .totals
         .iter()
-        .map(|t| line(t, &evidence, recs))
+        .map(|t| line(t, &by_key, &advice))
         .collect())
 }
 
-fn line(t: &UsageTotal, evidence: &[Evidence], recs: &[Recommendation]) -> WorkloadLine {
+/// Namespace, workload, GPU model, slice kind and profile.
+type Key<'a> = (Option<&'a str>, &'a str, &'a str, &'a str, Option<&'a str>);
+
+fn line(
+    t: &UsageTotal,
+    evidence: &HashMap<Key<'_>, &Evidence>,
+    recs: &HashMap<Key<'_>, &Recommendation>,
+) -> WorkloadLine {
     let value = |k: &str| t.key.get(k).cloned().flatten();
     let (namespace, workload) = (value("namespace"), value("workload"));
     let model = value("gpu_model").unwrap_or_default();
     let kind = value("kind").unwrap_or_default();
     // The profile dimension names the kind where there is no MIG profile.
     let profile = value("profile").filter(|p| *p != kind);
-    let same = |ns: &Option<String>, w: &str, m: &str, k: SliceKind, p: &Option<String>| {
-        *ns == namespace
-            && workload.as_deref() == Some(w)
-            && m == model
-            && k.as_str() == kind
-            && *p == profile
+    let (e, r) = match &workload {
+        Some(w) => {
+            let key = (
+                namespace.as_deref(),
+                w.as_str(),
+                model.as_str(),
+                kind.as_str(),
+                profile.as_deref(),
+            );
+            (evidence.get(&key).copied(), recs.get(&key).copied())
+        }
+        None => (None, None),
     };
-    let e = evidence
-        .iter()
-        .find(|e| same(&e.namespace, &e.workload, &e.model, e.kind, &e.profile));
-    let r = recs
-        .iter()
-        .find(|r| same(&r.namespace, &r.workload, &r.gpu_model, r.kind, &r.profile));
     let f = &t.figures;
     let measured = f.slice_hours - f.compute_unknown_hours;
     WorkloadLine {
