@@ -31,7 +31,13 @@ pub async fn connect_with(
         .max_connections(max_connections)
         // While the database is away, requests fail fast with 503 rather than queue.
         .acquire_timeout(Duration::from_secs(5))
-        .connect_with(options.application_name("slicemeter"))
+        // PostgreSQL's JIT compiles the reports' wide aggregations for longer than it saves:
+        // measured at 2,000 GPUs, the month's usage by day took 3.9 s with it and 3.3 s without.
+        .connect_with(
+            options
+                .application_name("slicemeter")
+                .options([("jit", "off")]),
+        )
         .await
 }
 

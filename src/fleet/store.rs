@@ -38,9 +38,20 @@ pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceR
                select distinct on (u.slice_id) u.slice_id, u.consumer_id from usage_hourly u
                where u.hour >= date_trunc('hour', $1::timestamptz, 'UTC') - interval '1 hour' and u.hour <= $1
                order by u.slice_id, u.hour desc, u.held_seconds desc),
+           last_day as (
+               select d.gpu_id, max(d.day) as day from gpu_daily d
+               where d.day >= date_trunc('day', $1::timestamptz - interval '31 days', 'UTC')
+               group by d.gpu_id),
+           -- Each GPU's last hour, found in its last day's hours: the day rollups narrow a month
+           -- of hours to the last day or so.
            present as (
-               select h.gpu_id, max(h.hour) + interval '1 hour' as until from gpu_hourly h
-               where h.hour >= $1::timestamptz - interval '31 days' group by h.gpu_id)
+               select h.gpu_id, max(h.hour) + interval '1 hour' as until
+               from last_day l
+               join gpu_hourly h on h.gpu_id = l.gpu_id
+                                and h.hour >= l.day and h.hour < l.day + interval '1 day'
+               where h.hour >= (select min(day) from last_day)
+                 and h.hour >= $1::timestamptz - interval '31 days'
+               group by h.gpu_id)
            select g.gpu_uuid, g.node, g.model, g.memory_bytes, g.mig_enabled,
                   p.until as "last_present?",
                   s.slice_uuid as "slice_uuid?", s.kind as "kind?: SliceKind", s.profile, s.gpu_instance_id,

@@ -46,13 +46,24 @@ pub async fn usage_sums(
                       d.compute_active_seconds, d.memory_byte_seconds, d.window_count
                from usage_daily d
                where d.day >= $5 and d.day < $6 and d.day not in (select day from split)
+               -- The hours before the first whole day and from the last on (all of them when
+               -- there is none), and split days': ranges of the key, so that a month of whole
+               -- days reads no hourly row at all.
                union all
                select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
                       h.compute_active_seconds, h.memory_byte_seconds, h.window_count
                from usage_hourly h
-               where h.hour >= $1 and h.hour < $2
-                 and ($5::timestamptz is null or h.hour < $5 or h.hour >= $6
-                      or date_trunc('day', h.hour, 'UTC') in (select day from split))),
+               where h.hour >= $1 and h.hour < coalesce($5, $2)
+               union all
+               select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
+                      h.compute_active_seconds, h.memory_byte_seconds, h.window_count
+               from usage_hourly h
+               where h.hour >= coalesce($6, $2) and h.hour < $2
+               union all
+               select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
+                      h.compute_active_seconds, h.memory_byte_seconds, h.window_count
+               from split x
+               join usage_hourly h on h.hour >= x.day and h.hour < x.day + interval '1 day'),
            per_slice as (
                select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id, r.rate_card_id,
                       case when $8 then c.namespace end as namespace,
@@ -155,8 +166,10 @@ pub async fn unattributed_consumers(
                where d.day >= $3 and d.day < $4
                union all
                select h.consumer_id, h.held_seconds from usage_hourly h
-               where h.hour >= $1 and h.hour < $2
-                 and ($3::timestamptz is null or h.hour < $3 or h.hour >= $4))
+               where h.hour >= $1 and h.hour < coalesce($3, $2)
+               union all
+               select h.consumer_id, h.held_seconds from usage_hourly h
+               where h.hour >= coalesce($4, $2) and h.hour < $2)
            select c.namespace, c.pod, c.container, c.unix_user, c.job_id,
                   round(sum(u.held_seconds) / 3600, 6) as "slice_hours!"
            from rollup u join consumer c using (consumer_id)
