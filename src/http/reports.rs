@@ -1,6 +1,7 @@
 //! `GET /v1/reports/usage`: what was held and used, from the hourly rollups.
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::Deserialize;
@@ -9,20 +10,75 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::require;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
+use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::domain::time::{floor_hour, start_of};
 use crate::reports::monthly::MonthlyReport;
-use crate::reports::service as reports;
+use crate::reports::service::{self as reports, ForecastReport};
 use crate::reports::usage::{GroupBy, Step, UsageReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(usage_report))
         .routes(routes!(monthly_report))
+        .routes(routes!(forecast))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct ForecastParams {
+    /// Only this team (a team lead: their own, the default).
+    #[param(example = "nlp", pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
+    team: Option<String>,
+}
+
+/// The current month's forecast per team: what it has spent so far (its invoice lines as billing
+/// prices them now), its cost per hour over the last 7 days (from the first day of its usage in
+/// them, for a younger team) projected over the time left in the month, and a band projecting the
+/// 10th and 90th percentiles of its daily cost in those days. A team lead gets their own team.
+#[utoipa::path(get, path = "/v1/reports/forecast", tag = "reports",
+    params(ForecastParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the forecast", body = ForecastReport),
+        (status = 400, description = "bad parameters, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token, or another team's", body = ErrorBody),
+        (status = 409, description = "hours without a rate card", body = ErrorBody)))]
+async fn forecast(
+    State(state): State<AppState>,
+    principal: Principal,
+    params: Result<Query<ForecastParams>, QueryRejection>,
+) -> Result<Json<ForecastReport>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let Query(params) = params?;
+    let asked = match params.team.as_deref().map(TeamId::parse).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(ApiError::invalid_fields(
+                "the forecast's parameters are invalid",
+                vec![FieldError::new("team", e.to_string())],
+            ));
+        }
+    };
+    let team = match (principal.team_scope(), asked) {
+        (Some(own), Some(asked)) if *own != asked => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("a team lead of {own} sees their own team's forecast only"),
+            ));
+        }
+        (Some(own), _) => Some(own.clone()),
+        (None, asked) => asked,
+    };
+    Ok(Json(
+        reports::forecasts(&state.pool, &state.reports, Utc::now(), team.as_ref()).await?,
+    ))
 }
 
 /// Per team: cost, GPU-equivalent hours, slice-hours, efficiency and the cost of held-but-idle

@@ -7,6 +7,7 @@ mod chunks;
 pub mod erp;
 pub mod exports;
 pub mod focus;
+pub mod forecast;
 pub mod gauges;
 pub mod monthly;
 pub mod opencost;

@@ -12,11 +12,13 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 
+use super::forecast::{self, PaceCost, TeamForecast};
 use super::gauges::FleetGauges;
 use super::monthly::{self, MonthlyReport, UnattributedConsumer};
 use super::store;
-use super::usage::{self, GroupBy, Invoiced, Step, UsageReport, UsageSums};
+use super::usage::{self, Dimension, GroupBy, Invoiced, Step, UsageReport, UsageSums};
 use crate::billing::period::{Books, Line, LineKind, PeriodBill, PeriodState};
+use crate::billing::pricing::{UsageAggregate, price};
 use crate::billing::rate_card::store as rate_cards;
 use crate::billing::service::{self as billing, Error};
 use crate::db::cache::SnapshotCache;
@@ -217,6 +219,104 @@ pub async fn team_cost(
 ) -> Result<rust_decimal::Decimal, Error> {
     let inputs = self::month(pool, cache, month).await?;
     Ok(inputs.bill.team_total(team.as_str()))
+}
+
+/// Each team's month-end forecast (`reports::forecast`) at `now`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ForecastReport {
+    /// The month forecast.
+    pub month: Month,
+    pub as_of: DateTime<Utc>,
+    /// The hours the pace is measured over: from `PACE_DAYS` UTC midnights before today's to the
+    /// last whole hour.
+    pub pace_from: DateTime<Utc>,
+    pub pace_to: DateTime<Utc>,
+    /// `null` while no rate card has priced anything.
+    pub currency: Option<String>,
+    /// Every team with usage in the month or in the measured days (`team`'s alone when asked),
+    /// by name; unattributed usage is never invoiced, so never forecast.
+    pub teams: Vec<TeamForecast>,
+}
+
+/// The month of `now` forecast per team (`team`: that team's only), in money that matches the
+/// invoices: spent is the month's lines as billing prices them now; the pace is the usage report's
+/// cost of the measured days.
+pub async fn forecasts(
+    pool: &PgPool,
+    cache: &ReportCache,
+    now: DateTime<Utc>,
+    team: Option<&TeamId>,
+) -> Result<ForecastReport, Error> {
+    let month = Month::of(now);
+    let inputs = self::month(pool, cache, month).await?;
+    let (pace_from, pace_to) = forecast::pace_range(now);
+    // Exact costs, priced as billing prices them (the usage report's rows are rounded to cents).
+    let sums = usage_sums(
+        pool,
+        cache,
+        pace_from,
+        pace_to,
+        &GroupBy::of(vec![Dimension::Team]),
+        Step::Day,
+        team,
+    )
+    .await?;
+    let cards = rate_cards::rate_cards(pool).await?;
+    let currency = inputs
+        .bill
+        .currency
+        .clone()
+        .or_else(|| cards.values().last().map(|c| c.currency.clone()));
+    let mut days: BTreeMap<(TeamId, DateTime<Utc>), Decimal> = BTreeMap::new();
+    for t in inputs.bill.lines.keys() {
+        days.entry((t.clone(), pace_from)).or_default();
+    }
+    for s in sums.iter() {
+        let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
+            continue;
+        };
+        let charge = price(
+            &UsageAggregate {
+                team: s.team.clone(),
+                model: s.model.clone(),
+                kind: s.kind,
+                profile: s.profile.clone(),
+                rate_card: card.id,
+                slices: 1,
+                sums: s.sums,
+            },
+            card,
+        );
+        *days.entry((s.team.clone(), s.bucket)).or_default() += charge.amount;
+    }
+    let today = crate::domain::time::start_of(now.date_naive());
+    let mut by_team: BTreeMap<TeamId, Vec<PaceCost>> = BTreeMap::new();
+    for ((t, bucket), cost) in days {
+        by_team.entry(t).or_default().push(PaceCost {
+            bucket,
+            whole_day: bucket < today,
+            cost,
+        });
+    }
+    let teams = match &currency {
+        None => Vec::new(),
+        Some(currency) => by_team
+            .into_iter()
+            .filter(|(t, _)| !t.is_unattributed() && team.is_none_or(|own| own == t))
+            .map(|(t, pace)| {
+                let spent = inputs.bill.team_total(t.as_str());
+                forecast::forecast(t, now, month.end(), spent, &pace, currency)
+            })
+            .collect(),
+    };
+    Ok(ForecastReport {
+        month,
+        as_of: now,
+        pace_from,
+        pace_to,
+        currency: currency.map(|c| c.code),
+        teams,
+    })
 }
 
 /// The fleet's gauges for the month of `now` (`reports::gauges`): each node's ingest lag, and with

@@ -316,6 +316,19 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
         ),
         row(
             "GET",
+            "/v1/reports/forecast",
+            "/v1/reports/forecast",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
+        // A lead naming another team is refused, not narrowed.
+        row(
+            "GET",
+            "/v1/reports/forecast",
+            "/v1/reports/forecast?team=aardvark",
+            [U, U, U, U, 200, 200, 200, 403, 403],
+        ),
+        row(
+            "GET",
             "/v1/reports/monthly/{period}",
             "/v1/reports/monthly/2026-10",
             [U, U, U, U, 200, 200, 200, 200, 403],

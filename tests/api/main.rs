@@ -10,6 +10,7 @@ mod collector;
 mod exports;
 mod faults;
 mod fleet;
+mod forecast;
 mod group_commit;
 mod hostile;
 mod ingest;

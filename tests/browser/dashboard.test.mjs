@@ -285,6 +285,14 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   const advice = await inline.locator('[data-field="saving"]').textContent();
   assert.match(advice, new RegExp(`Move to ${embedder.recommended_profile}`));
   sameDecimal(amount(advice.split(':')[1]), embedder.monthly_delta, 'inline saving');
+  // The current month's forecast card: the API's forecast (read a moment apart, so to the cent).
+  const thisMonth = new Date().toISOString().slice(0, 7);
+  const forecast = await api(LEAD_TOKEN, '/v1/reports/forecast');
+  assert.equal(forecast.teams.length, 1, 'the right-sizing workload ran in the last days');
+  await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${thisMonth}`);
+  const card = Number(amount(await page.textContent('[data-field="forecast"]')));
+  assert.ok(Math.abs(card - Number(forecast.teams[0].forecast)) <= 0.011,
+    `forecast: page says ${card}, API says ${forecast.teams[0].forecast}`);
   await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
   // The table as CSV: the same rows, the same costs.
   const [csvDownload] = await Promise.all([

@@ -27,6 +27,7 @@ use crate::plan::{
     self,
     recommend::{Action, Recommendation, TargetProfile},
 };
+use crate::reports::forecast::TeamForecast;
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
 use crate::teams::store as team_store;
@@ -131,6 +132,17 @@ pub async fn team(
         workloads,
     } = team_month(&state, &team, month).await?;
     let row = report.teams.first();
+    // The current month: where it ends if the last days' pace holds.
+    let forecast = if month == Month::of(Utc::now()) {
+        reports::forecasts(&state.pool, &state.reports, Utc::now(), Some(&team))
+            .await
+            .map_err(ApiError::from)?
+            .teams
+            .into_iter()
+            .next()
+    } else {
+        None
+    };
 
     // The last twelve months: what was invoiced, or what the month comes to now.
     let invoices = invoices::list(&state.pool, None, Some(&team)).await?;
@@ -163,6 +175,7 @@ pub async fn team(
             &report,
             &currency,
             &history,
+            forecast.as_ref(),
             workloads,
             &invoices,
             &q,
@@ -185,6 +198,7 @@ fn team_body(
     report: &MonthlyReport,
     currency: &Currency,
     history: &[(Month, Result<Decimal, String>, bool)],
+    forecast: Option<&TeamForecast>,
     mut workloads: Vec<WorkloadLine>,
     invoices: &[Invoice],
     q: &MonthQuery,
@@ -216,6 +230,16 @@ fn team_body(
             div class="card" {
                 div class="label" { "Cost of held-but-idle capacity" }
                 div class="value" data-field="idle_cost" { (row.and_then(|r| r.idle_cost).map_or("unknown".to_owned(), m)) }
+            }
+            @if let Some(f) = forecast {
+                div class="card" {
+                    div class="label" { "Forecast at month end" }
+                    div class="value" data-field="forecast" { (m(f.forecast)) }
+                    div class="muted" data-field="forecast-band" {
+                        (m(f.low)) " to " (m(f.high)) " (the 10th to the 90th percentile day of the last 7); "
+                        (m(f.hourly_rate)) " an hour now"
+                    }
+                }
             }
         }
         @for p in &report.pending_corrections {

@@ -16,7 +16,7 @@ use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::plan::recommend::{Action, Recommendation};
 use crate::plan::store::Evidence;
 use crate::reports::service as reports;
