@@ -9,6 +9,7 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::auth::store as tokens;
 use crate::domain::access::{Principal, Role};
+use crate::domain::team::TeamId;
 
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
@@ -40,6 +41,22 @@ impl FromRequestParts<AppState> for Principal {
                 ))
             }
         }
+    }
+}
+
+/// The team a request is about: a team lead's own (another team named is refused, not silently
+/// narrowed), or the one asked for, if any. `what` names the data in the refusal.
+pub fn team_in_scope(
+    principal: &Principal,
+    asked: Option<TeamId>,
+    what: &str,
+) -> Result<Option<TeamId>, ApiError> {
+    match (principal.team_scope(), asked) {
+        (Some(own), Some(asked)) if *own != asked => Err(ApiError::forbidden(format!(
+            "a team lead of {own} sees their own team's {what} only"
+        ))),
+        (Some(own), _) => Ok(Some(own.clone())),
+        (None, asked) => Ok(asked),
     }
 }
 

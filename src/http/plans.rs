@@ -12,7 +12,7 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::require;
+use super::auth::{require, team_in_scope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::{Principal, Role};
@@ -204,21 +204,12 @@ async fn recommendations(
             errors,
         ));
     }
-    let team = match (principal.team_scope(), asked) {
-        (Some(own), Some(asked)) if *own != asked => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!("a team lead of {own} sees their own team's recommendations only"),
-            ));
-        }
-        (Some(own), _) => Some(own.as_str().to_owned()),
-        (None, asked) => asked.map(|t| t.as_str().to_owned()),
-    };
+    let team = team_in_scope(&principal, asked, "recommendations")?;
     Ok(Json(
         plan::recommendations(
             &state.pool,
             &state.evidence,
-            team.as_deref(),
+            team.as_ref().map(TeamId::as_str),
             days,
             target,
             Utc::now(),

@@ -9,8 +9,8 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::require;
-use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::auth::{require, team_in_scope};
+use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
@@ -66,16 +66,7 @@ async fn forecast(
             ));
         }
     };
-    let team = match (principal.team_scope(), asked) {
-        (Some(own), Some(asked)) if *own != asked => {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!("a team lead of {own} sees their own team's forecast only"),
-            ));
-        }
-        (Some(own), _) => Some(own.clone()),
-        (None, asked) => asked,
-    };
+    let team = team_in_scope(&principal, asked, "forecast")?;
     Ok(Json(
         reports::forecasts(&state.pool, &state.reports, Utc::now(), team.as_ref()).await?,
     ))

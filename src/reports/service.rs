@@ -18,7 +18,6 @@ use super::monthly::{self, MonthlyReport, UnattributedConsumer};
 use super::store;
 use super::usage::{self, Dimension, GroupBy, Invoiced, Step, UsageReport, UsageSums};
 use crate::billing::period::{Books, Line, LineKind, PeriodBill, PeriodState};
-use crate::billing::pricing::{UsageAggregate, price};
 use crate::billing::rate_card::store as rate_cards;
 use crate::billing::service::{self as billing, Error};
 use crate::db::cache::SnapshotCache;
@@ -275,19 +274,7 @@ pub async fn forecasts(
         let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
             continue;
         };
-        let charge = price(
-            &UsageAggregate {
-                team: s.team.clone(),
-                model: s.model.clone(),
-                kind: s.kind,
-                profile: s.profile.clone(),
-                rate_card: card.id,
-                slices: 1,
-                sums: s.sums,
-            },
-            card,
-        );
-        *days.entry((s.team.clone(), s.bucket)).or_default() += charge.amount;
+        *days.entry((s.team.clone(), s.bucket)).or_default() += s.charge(card);
     }
     let today = crate::domain::time::start_of(now.date_naive());
     let mut by_team: BTreeMap<TeamId, Vec<PaceCost>> = BTreeMap::new();

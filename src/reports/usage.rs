@@ -61,6 +61,23 @@ pub struct UsageSums {
 type Key = Vec<Option<String>>;
 
 impl UsageSums {
+    /// What these sums cost under `card`, exact: billing's price of one slice's usage.
+    pub fn charge(&self, card: &RateCard) -> Decimal {
+        price(
+            &UsageAggregate {
+                team: self.team.clone(),
+                model: self.model.clone(),
+                kind: self.kind,
+                profile: self.profile.clone(),
+                rate_card: card.id,
+                slices: 1,
+                sums: self.sums,
+            },
+            card,
+        )
+        .amount
+    }
+
     fn key(&self, group_by: &GroupBy) -> Key {
         let mut labels = self.labels.iter();
         group_by
@@ -290,18 +307,6 @@ fn priced(
             continue;
         };
         currencies.insert(card.currency.code.clone());
-        let charge = price(
-            &UsageAggregate {
-                team: s.team.clone(),
-                model: s.model.clone(),
-                kind: s.kind,
-                profile: s.profile.clone(),
-                rate_card: card.id,
-                slices: 1,
-                sums: s.sums,
-            },
-            card,
-        );
         let line = (
             Month::of(s.bucket),
             s.team.clone(),
@@ -310,7 +315,7 @@ fn priced(
             s.profile.clone(),
             card.id,
         );
-        *lines.entry(line).or_default().entry(row).or_default() += charge.amount;
+        *lines.entry(line).or_default().entry(row).or_default() += s.charge(card);
     }
     for (line, pieces) in &lines {
         let currency = &cards[&line.5].currency;

@@ -293,6 +293,7 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   const card = Number(amount(await page.textContent('[data-field="forecast"]')));
   assert.ok(Math.abs(card - Number(forecast.teams[0].forecast)) <= 0.011,
     `forecast: page says ${card}, API says ${forecast.teams[0].forecast}`);
+  await page.screenshot({ path: `${SCREENSHOTS}/team-this-month.png` });
   await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
   // The table as CSV: the same rows, the same costs.
   const [csvDownload] = await Promise.all([

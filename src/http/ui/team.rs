@@ -236,8 +236,7 @@ fn team_body(
                     div class="label" { "Forecast at month end" }
                     div class="value" data-field="forecast" { (m(f.forecast)) }
                     div class="muted" data-field="forecast-band" {
-                        (m(f.low)) " to " (m(f.high)) " (the 10th to the 90th percentile day of the last 7); "
-                        (m(f.hourly_rate)) " an hour now"
+                        "p10–p90: " (m(f.low)) " – " (m(f.high)) "; " (m(f.hourly_rate)) " an hour"
                     }
                 }
             }
