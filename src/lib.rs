@@ -12,6 +12,8 @@ pub mod audit;
 pub mod auth;
 /// Rate cards, pricing, monthly statements and invoices.
 pub mod billing;
+/// Budgets per team and their thresholds.
+pub mod budgets;
 /// The `slicemeter` subcommands, one module each.
 pub mod cli;
 /// The node collector: sources, integrator, spool, shipper, and the `collect` modes.

@@ -20,6 +20,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("fleet", &["audit", "db", "domain"]),
     ("ingest", &["db", "domain"]),
     ("billing", &["audit", "db", "domain"]),
+    ("budgets", &["audit", "billing", "db", "domain"]),
     ("reports", &["billing", "db", "domain"]),
     ("plan", &["billing", "db", "domain"]),
     ("collector", &["domain"]),
@@ -27,8 +28,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "audit", "auth", "billing", "db", "domain", "fleet", "ingest", "plan", "process",
-            "reports", "teams",
+            "audit", "auth", "billing", "budgets", "db", "domain", "fleet", "ingest", "plan",
+            "process", "reports", "teams",
         ],
     ),
 ];

@@ -1,5 +1,5 @@
 //! The audit log: rate-card versions, invoice runs, issues and credit notes, team changes, GPU moves
-//! and tokens, each recorded by the feature that makes the change, in the same transaction.
+//! tokens and budgets, each recorded by the feature that makes the change, in the same transaction.
 
 pub mod store;
 
@@ -16,11 +16,14 @@ pub enum AuditAction {
     TokenCreate,
     TokenRevoke,
     GpuMove,
+    BudgetCreate,
+    BudgetUpdate,
+    BudgetDelete,
 }
 
 impl AuditAction {
     /// Every action, in the order the API lists them.
-    pub const ALL: [AuditAction; 9] = [
+    pub const ALL: [AuditAction; 12] = [
         AuditAction::RateCardPublish,
         AuditAction::RateCardWithdraw,
         AuditAction::GpuMove,
@@ -30,6 +33,9 @@ impl AuditAction {
         AuditAction::TeamPut,
         AuditAction::TokenCreate,
         AuditAction::TokenRevoke,
+        AuditAction::BudgetCreate,
+        AuditAction::BudgetUpdate,
+        AuditAction::BudgetDelete,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,6 +49,9 @@ impl AuditAction {
             AuditAction::TokenCreate => "token.create",
             AuditAction::TokenRevoke => "token.revoke",
             AuditAction::GpuMove => "gpu.move",
+            AuditAction::BudgetCreate => "budget.create",
+            AuditAction::BudgetUpdate => "budget.update",
+            AuditAction::BudgetDelete => "budget.delete",
         }
     }
 }

@@ -45,6 +45,8 @@ pub enum ErrorCode {
     RateCardConflict,
     /// 409: the period cannot be billed (not ended, hours without a rate card, ...).
     CannotBill,
+    /// 409: the team has a budget already.
+    BudgetExists,
     /// 409: the invoice's state does not allow it (not a draft, already issued, out of date, ...).
     InvoiceState,
     /// 409: the period cannot be exported yet.
@@ -67,7 +69,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the OpenAPI document lists them.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::BadRequest,
         ErrorCode::InvalidParameters,
         ErrorCode::MalformedBody,
@@ -81,6 +83,7 @@ impl ErrorCode {
         ErrorCode::NamespaceTaken,
         ErrorCode::RateCardConflict,
         ErrorCode::CannotBill,
+        ErrorCode::BudgetExists,
         ErrorCode::InvoiceState,
         ErrorCode::CannotExport,
         ErrorCode::CannotPlan,
@@ -115,6 +118,7 @@ impl ErrorCode {
             | ErrorCode::NamespaceTaken
             | ErrorCode::RateCardConflict
             | ErrorCode::CannotBill
+            | ErrorCode::BudgetExists
             | ErrorCode::InvoiceState
             | ErrorCode::CannotExport
             | ErrorCode::CannotPlan => StatusCode::CONFLICT,

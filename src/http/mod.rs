@@ -4,6 +4,7 @@
 
 mod audit;
 pub mod auth;
+mod budgets;
 pub mod error;
 mod exports;
 mod fleet;
@@ -70,6 +71,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(reports::router())
         .merge(rate_cards::router())
         .merge(invoices::router())
+        .merge(budgets::router())
         .merge(exports::router())
         .merge(audit::router())
         .merge(teams::router())

@@ -306,6 +306,34 @@ pub async fn forecasts(
     })
 }
 
+/// What `team` cost on average over the `months` closed months before `month`, as billing prices
+/// them now (issued months as issued), to the currency's minor unit; months billing cannot price
+/// (hours without a rate card) are left out, and `None` if that leaves none.
+pub async fn average_cost(
+    pool: &PgPool,
+    cache: &ReportCache,
+    month: Month,
+    team: &TeamId,
+    months: u32,
+) -> Result<Option<Decimal>, Error> {
+    let mut costs = Vec::new();
+    let mut currency = None;
+    for k in 1..=months {
+        let inputs = match self::month(pool, cache, month.minus(k)).await {
+            Ok(inputs) => inputs,
+            Err(Error::Billing(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        currency = currency.or_else(|| inputs.bill.currency.clone());
+        costs.push(inputs.bill.team_total(team.as_str()));
+    }
+    let n = Decimal::from(costs.len());
+    Ok((!costs.is_empty()).then(|| {
+        let mean = costs.iter().sum::<Decimal>() / n;
+        currency.map_or(mean, |c| c.round(mean))
+    }))
+}
+
 /// The fleet's gauges for the month of `now` (`reports::gauges`): each node's ingest lag, and with
 /// `billing` the month as billing prices it now and its capacity. A month billing cannot price yet
 /// (no rate card) has lags and capacity only.

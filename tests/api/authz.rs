@@ -314,6 +314,49 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "/v1/recommendations?days=14",
             [U, U, U, U, 200, 200, 200, 200, 403],
         ),
+        // Admin makes aardvark's budget; finance then finds it made.
+        with_body(
+            row(
+                "POST",
+                "/v1/budgets",
+                "/v1/budgets",
+                [U, U, U, U, 201, 409, 403, 403, 403],
+            ),
+            |_| {
+                json!({"team": "aardvark", "amount": "100.00", "currency": "USD",
+                       "thresholds": [{"kind": "forecast", "percent": 100}]})
+            },
+        ),
+        row(
+            "GET",
+            "/v1/budgets",
+            "/v1/budgets",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
+        row(
+            "GET",
+            "/v1/budgets/{id}",
+            "/v1/budgets/999999",
+            [U, U, U, U, 404, 404, 404, 404, 403],
+        ),
+        with_body(
+            row(
+                "PUT",
+                "/v1/budgets/{id}",
+                "/v1/budgets/999999",
+                [U, U, U, U, 404, 404, 403, 403, 403],
+            ),
+            |_| {
+                json!({"amount": "100.00", "currency": "USD",
+                       "thresholds": [{"kind": "actual", "percent": 80}]})
+            },
+        ),
+        row(
+            "DELETE",
+            "/v1/budgets/{id}",
+            "/v1/budgets/999999",
+            [U, U, U, U, 404, 404, 403, 403, 403],
+        ),
         row(
             "GET",
             "/v1/reports/forecast",

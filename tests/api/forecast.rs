@@ -13,7 +13,7 @@ use crate::billing::{dec, rate_card};
 use crate::support::*;
 
 /// `nlp` holds the H100's 3g.40gb every hour of the last nine days to the last whole hour.
-async fn nine_steady_days(app: &TestApp) -> DateTime<Utc> {
+pub async fn nine_steady_days(app: &TestApp) -> DateTime<Utc> {
     app.put_team("nlp", &["nlp"]).await;
     assert_eq!(
         rate_card(app, "2026-01-01T00:00:00Z", "4.00").await.status,

@@ -5,6 +5,7 @@ mod authz;
 mod billing;
 mod books;
 mod browser;
+mod budgets;
 mod cache;
 mod collector;
 mod exports;

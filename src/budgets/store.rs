@@ -1,0 +1,108 @@
+//! The `budget` table's statements, run inside `budgets`' transactions.
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use sqlx::PgConnection;
+
+use crate::domain::team::TeamId;
+
+/// A budget as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct BudgetRow {
+    pub budget_id: i64,
+    pub team_id: String,
+    pub amount: Option<Decimal>,
+    pub auto_months: Option<i16>,
+    pub currency: String,
+    pub thresholds: sqlx::types::Json<serde_json::Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Every budget (`team`'s only, when given), by team.
+pub async fn list(
+    conn: &mut PgConnection,
+    team: Option<&TeamId>,
+) -> Result<Vec<BudgetRow>, sqlx::Error> {
+    sqlx::query_as("select * from budget where $1::text is null or team_id = $1 order by team_id")
+        .bind(team.map(TeamId::as_str))
+        .fetch_all(conn)
+        .await
+}
+
+/// The budget `id`, locked until the transaction ends when `lock`.
+pub async fn get(
+    conn: &mut PgConnection,
+    id: i64,
+    lock: bool,
+) -> Result<Option<BudgetRow>, sqlx::Error> {
+    let sql = if lock {
+        "select * from budget where budget_id = $1 for update"
+    } else {
+        "select * from budget where budget_id = $1"
+    };
+    sqlx::query_as(sql).bind(id).fetch_optional(conn).await
+}
+
+/// Whether `team` exists.
+pub async fn team_exists(conn: &mut PgConnection, team: &TeamId) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select exists (select 1 from team where team_id = $1)")
+        .bind(team.as_str())
+        .fetch_one(conn)
+        .await
+}
+
+/// Inserts a budget; `None` if the team has one already.
+pub async fn insert(
+    conn: &mut PgConnection,
+    team: &TeamId,
+    amount: Option<Decimal>,
+    auto_months: Option<i16>,
+    currency: &str,
+    thresholds: &serde_json::Value,
+) -> Result<Option<BudgetRow>, sqlx::Error> {
+    sqlx::query_as(
+        "insert into budget (team_id, amount, auto_months, currency, thresholds)
+         values ($1, $2, $3, $4, $5)
+         on conflict (team_id) do nothing
+         returning *",
+    )
+    .bind(team.as_str())
+    .bind(amount)
+    .bind(auto_months)
+    .bind(currency)
+    .bind(sqlx::types::Json(thresholds))
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn update(
+    conn: &mut PgConnection,
+    id: i64,
+    amount: Option<Decimal>,
+    auto_months: Option<i16>,
+    currency: &str,
+    thresholds: &serde_json::Value,
+) -> Result<BudgetRow, sqlx::Error> {
+    sqlx::query_as(
+        "update budget set amount = $2, auto_months = $3, currency = $4, thresholds = $5,
+                           updated_at = now()
+         where budget_id = $1
+         returning *",
+    )
+    .bind(id)
+    .bind(amount)
+    .bind(auto_months)
+    .bind(currency)
+    .bind(sqlx::types::Json(thresholds))
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn delete(conn: &mut PgConnection, id: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("delete from budget where budget_id = $1")
+        .bind(id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! `POST/GET /v1/budgets`, `GET/PUT/DELETE /v1/budgets/{id}` (issue 15): a monthly budget per
+//! team, and where the current month stands against it: spent and forecast (`reports::forecast`,
+//! in the invoices' money), their share of the budget, and the thresholds they have crossed.
+//! Finance and admins change budgets (audited); a team lead reads their own team's.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::require;
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use super::state::AppState;
+use super::teams::ApiJson;
+use crate::budgets::store::BudgetRow;
+use crate::budgets::{self, BudgetError, BudgetSpec, Threshold, ThresholdInput, ThresholdKind};
+use crate::domain::access::{Actor, Principal, Role};
+use crate::domain::fields::FieldError;
+use crate::domain::team::TeamId;
+use crate::domain::time::Month;
+use crate::reports::service as reports;
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_budget, list_budgets))
+        .routes(routes!(get_budget, put_budget, delete_budget))
+}
+
+/// A budget to make, or what an existing one becomes.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetInput {
+    /// The team (on a change, left out or the budget's own).
+    #[schema(example = "nlp")]
+    pub team: Option<String>,
+    /// A decimal amount per month (`"5000.00"`), or `"auto"`: the average of the team's last
+    /// `auto_months` closed months.
+    #[schema(example = "5000.00", pattern = r"^(auto|[0-9]{1,15}(\.[0-9]{1,4})?)$")]
+    pub amount: String,
+    /// With `auto`: how many closed months it averages, 1 to 12.
+    #[schema(example = json!(null), minimum = 1, maximum = 12)]
+    pub auto_months: Option<i64>,
+    /// ISO 4217, as the rate cards bill.
+    #[schema(example = "USD", pattern = "^[A-Z]{3}$")]
+    pub currency: String,
+    /// 1 to 10, e.g. `[{"kind": "actual", "percent": 80}, {"kind": "forecast", "percent": 100}]`.
+    #[schema(min_items = 1, max_items = 10)]
+    pub thresholds: Vec<ThresholdInput>,
+}
+
+/// A budget, and where the current month stands against it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Budget {
+    pub id: i64,
+    pub team: String,
+    /// The fixed amount a month; `null` for an `auto` budget.
+    #[schema(value_type = Option<String>)]
+    pub amount: Option<Decimal>,
+    /// The closed months an `auto` budget averages; `null` for a fixed one.
+    pub auto_months: Option<i16>,
+    pub currency: String,
+    pub thresholds: Vec<Threshold>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The current month against the budget; `null` while billing cannot price the month (see
+    /// `current_error`).
+    pub current: Option<BudgetStanding>,
+    /// Why `current` is `null` (hours of the month without a rate card).
+    pub current_error: Option<String>,
+}
+
+/// The current month against the budget.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BudgetStanding {
+    pub month: Month,
+    /// The amount for this month: the fixed one, or the average of the closed months (`null`
+    /// while there is none billing can price).
+    #[schema(value_type = Option<String>)]
+    pub budget: Option<Decimal>,
+    /// The month so far, and its forecast with the band (`GET /v1/reports/forecast`).
+    #[schema(value_type = String)]
+    pub spent: Decimal,
+    #[schema(value_type = String)]
+    pub forecast: Decimal,
+    #[schema(value_type = String)]
+    pub low: Decimal,
+    #[schema(value_type = String)]
+    pub high: Decimal,
+    /// Spent and forecast as percents of the budget, to 0.01; `null` without a budget to compare.
+    #[schema(value_type = Option<String>)]
+    pub spent_percent: Option<Decimal>,
+    #[schema(value_type = Option<String>)]
+    pub forecast_percent: Option<Decimal>,
+    /// The thresholds the month has reached: `actual` ones by spent, `forecast` ones by forecast.
+    pub crossed: Vec<Threshold>,
+    /// Why figures are missing (no closed month to average, the invoices in another currency).
+    pub note: Option<String>,
+}
+
+async fn standing(state: &AppState, row: &BudgetRow) -> Result<BudgetStanding, ApiError> {
+    let now = Utc::now();
+    let month = Month::of(now);
+    let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
+    let report = reports::forecasts(&state.pool, &state.reports, now, Some(&team)).await?;
+    let f = report.teams.into_iter().next();
+    let (spent, forecast, low, high) =
+        f.map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high));
+    let mut note = None;
+    let budget = match (row.amount, row.auto_months) {
+        (Some(amount), _) => Some(amount),
+        (None, Some(months)) => {
+            let avg = reports::average_cost(
+                &state.pool,
+                &state.reports,
+                month,
+                &team,
+                u32::try_from(months).unwrap_or(1),
+            )
+            .await?;
+            if avg.is_none_or(|a| a <= Decimal::ZERO) {
+                note = Some(format!(
+                    "no cost in the last {months} closed months to average: no budget this month"
+                ));
+                None
+            } else {
+                avg
+            }
+        }
+        (None, None) => None,
+    };
+    let budget = match report.currency {
+        Some(c) if c != row.currency => {
+            note = Some(format!(
+                "the invoices are in {c}, this budget in {}: not compared",
+                row.currency
+            ));
+            None
+        }
+        _ => budget,
+    };
+    let percent = |x: Decimal| budget.map(|b| (x * Decimal::from(100) / b).round_dp(2));
+    let crossed = match budget {
+        Some(b) => budgets_crossed(row, spent, forecast, b),
+        None => Vec::new(),
+    };
+    Ok(BudgetStanding {
+        month,
+        budget,
+        spent,
+        forecast,
+        low,
+        high,
+        spent_percent: percent(spent),
+        forecast_percent: percent(forecast),
+        crossed,
+        note,
+    })
+}
+
+fn budgets_crossed(
+    row: &BudgetRow,
+    spent: Decimal,
+    forecast: Decimal,
+    budget: Decimal,
+) -> Vec<Threshold> {
+    row.thresholds()
+        .into_iter()
+        .filter(|t| {
+            let figure = match t.kind {
+                ThresholdKind::Actual => spent,
+                ThresholdKind::Forecast => forecast,
+            };
+            t.crossed_by(figure, budget)
+        })
+        .collect()
+}
+
+async fn answer(state: &AppState, row: BudgetRow) -> Result<Budget, ApiError> {
+    let (current, current_error) = match standing(state, &row).await {
+        Ok(s) => (Some(s), None),
+        Err(e) if e.code == ErrorCode::CannotBill => (None, Some(e.message)),
+        Err(e) => return Err(e),
+    };
+    Ok(Budget {
+        id: row.budget_id,
+        thresholds: row.thresholds(),
+        team: row.team_id,
+        amount: row.amount,
+        auto_months: row.auto_months,
+        currency: row.currency,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        current,
+        current_error,
+    })
+}
+
+fn spec(body: &BudgetInput) -> Result<BudgetSpec, ApiError> {
+    BudgetSpec::parse(
+        &body.amount,
+        body.auto_months,
+        &body.currency,
+        &body.thresholds,
+    )
+    .map_err(|fields| ApiError::invalid_fields("the budget is invalid", fields))
+}
+
+fn refused(e: BudgetError) -> ApiError {
+    match e {
+        BudgetError::UnknownTeam(_) => ApiError::invalid_fields(
+            "the budget is invalid",
+            vec![FieldError::new("team", e.to_string())],
+        ),
+        BudgetError::TeamHasOne(..) => ApiError::new(ErrorCode::BudgetExists, e.to_string()),
+        BudgetError::Db(e) => e.into(),
+    }
+}
+
+/// A budget id from the path; none that is not a number exists.
+fn id_of(id: &str) -> Result<i64, ApiError> {
+    id.parse::<i64>()
+        .map_err(|_| ApiError::not_found(format!("there is no budget {id:?}")))
+}
+
+/// Makes a team's monthly budget (one a team). Audited (`budget.create`).
+#[utoipa::path(post, path = "/v1/budgets", tag = "billing",
+    request_body = BudgetInput,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "the budget, with the current month against it", body = Budget),
+        (status = 400, description = "each bad field named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs admin or finance", body = ErrorBody),
+        (status = 409, description = "the team has a budget already", body = ErrorBody)))]
+async fn create_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    ApiJson(body): ApiJson<BudgetInput>,
+) -> Result<(StatusCode, Json<Budget>), ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let team = match body.team.as_deref().map(TeamId::parse) {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(FieldError::new("team", e.to_string())),
+        None => Err(FieldError::new("team", "a budget needs its team")),
+    };
+    let (team, spec) = match (team, spec(&body)) {
+        (Ok(team), Ok(spec)) => (team, spec),
+        (team, spec) => {
+            let mut fields: Vec<FieldError> = team.err().into_iter().collect();
+            if let Err(e) = spec {
+                fields.extend(e.fields);
+            }
+            return Err(ApiError::invalid_fields("the budget is invalid", fields));
+        }
+    };
+    let row = budgets::create(&state.pool, &team, &spec, &Actor::of(&principal))
+        .await
+        .map_err(refused)?;
+    Ok((StatusCode::CREATED, Json(answer(&state, row).await?)))
+}
+
+/// Every budget with the current month against it, by team; a team lead gets their team's.
+#[utoipa::path(get, path = "/v1/budgets", tag = "billing",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the budgets", body = Vec<Budget>),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token", body = ErrorBody)))]
+async fn list_budgets(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<Vec<Budget>>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let mut out = Vec::new();
+    for row in budgets::list(&state.pool, principal.team_scope()).await? {
+        out.push(answer(&state, row).await?);
+    }
+    Ok(Json(out))
+}
+
+/// One budget with the current month against it; another team's is not found for a team lead.
+#[utoipa::path(get, path = "/v1/budgets/{id}", tag = "billing",
+    params(("id" = String, Path, description = "the budget's id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the budget", body = Budget),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token", body = ErrorBody),
+        (status = 404, description = "no such budget (or another team's)", body = ErrorBody)))]
+async fn get_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Budget>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let id = id_of(&id)?;
+    let row = budgets::get(&state.pool, id)
+        .await?
+        .filter(|b| {
+            principal
+                .team_scope()
+                .is_none_or(|own| own.as_str() == b.team_id)
+        })
+        .ok_or_else(|| ApiError::not_found(format!("there is no budget {id}")))?;
+    Ok(Json(answer(&state, row).await?))
+}
+
+/// Replaces a budget's amount, currency and thresholds (its team stays). Audited
+/// (`budget.update`, with what it was).
+#[utoipa::path(put, path = "/v1/budgets/{id}", tag = "billing",
+    params(("id" = String, Path, description = "the budget's id")),
+    request_body = BudgetInput,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the budget as it is now", body = Budget),
+        (status = 400, description = "each bad field named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs admin or finance", body = ErrorBody),
+        (status = 404, description = "no such budget", body = ErrorBody)))]
+async fn put_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<BudgetInput>,
+) -> Result<Json<Budget>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let id = id_of(&id)?;
+    let spec = spec(&body)?;
+    let Some(existing) = budgets::get(&state.pool, id).await? else {
+        return Err(ApiError::not_found(format!("there is no budget {id}")));
+    };
+    if let Some(team) = &body.team
+        && *team != existing.team_id
+    {
+        return Err(ApiError::invalid_fields(
+            "the budget is invalid",
+            vec![FieldError::new(
+                "team",
+                format!(
+                    "budget {id} is {:?}'s; a budget does not move to another team",
+                    existing.team_id
+                ),
+            )],
+        ));
+    }
+    let row = budgets::update(&state.pool, id, &spec, &Actor::of(&principal))
+        .await
+        .map_err(refused)?
+        .ok_or_else(|| ApiError::not_found(format!("there is no budget {id}")))?;
+    Ok(Json(answer(&state, row).await?))
+}
+
+/// Deletes a budget. Audited (`budget.delete`, with what it was).
+#[utoipa::path(delete, path = "/v1/budgets/{id}", tag = "billing",
+    params(("id" = String, Path, description = "the budget's id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "deleted"),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "needs admin or finance", body = ErrorBody),
+        (status = 404, description = "no such budget", body = ErrorBody)))]
+async fn delete_budget(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance])?;
+    let id = id_of(&id)?;
+    if budgets::delete(&state.pool, id, &Actor::of(&principal))
+        .await
+        .map_err(refused)?
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("there is no budget {id}")))
+    }
+}
