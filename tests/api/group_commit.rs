@@ -52,17 +52,6 @@ fn node_batch(n: u32) -> Value {
            "windows": windows})
 }
 
-fn field_names(r: &Reply) -> Vec<String> {
-    r.body["error"]["fields"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|f| f["field"].as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 async fn batches_sent_together_are_stored_in_one_transaction() {
     let app = gathering_app().await;

@@ -10,24 +10,6 @@ use slicemeter::domain::access::Role;
 
 use crate::support::*;
 
-fn fields(r: &Reply) -> Vec<(String, String)> {
-    r.body["error"]["fields"]
-        .as_array()
-        .unwrap_or(&vec![])
-        .iter()
-        .map(|f| {
-            (
-                f["field"].as_str().unwrap().to_owned(),
-                f["message"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn field_names(r: &Reply) -> Vec<String> {
-    fields(r).into_iter().map(|(f, _)| f).collect()
-}
-
 /// What is stored: windows, their held seconds in the rollup, presence seconds.
 async fn stored(app: &TestApp) -> (i64, i64, i64) {
     (

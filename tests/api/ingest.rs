@@ -10,20 +10,6 @@ use slicemeter::http::state::ServerConfig;
 
 use crate::support::*;
 
-fn fields(r: &Reply) -> Vec<(String, String)> {
-    r.body["error"]["fields"]
-        .as_array()
-        .unwrap_or(&vec![])
-        .iter()
-        .map(|f| {
-            (
-                f["field"].as_str().unwrap().to_owned(),
-                f["message"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn posting_the_same_batch_twice_stores_it_once_and_says_so() {
     let app = TestApp::spawn().await;

@@ -353,6 +353,26 @@ pub const MIG_1G_A: &str = "MIG-00000000-0000-4000-8000-000000000019";
 pub const MIG_1G_B: &str = "MIG-00000000-0000-4000-8000-000000000020";
 
 /// An H100 cut with `nvidia-smi mig -cgi 9,19,19`: one 3g.40gb and two 1g.10gb.
+/// The fields a 4xx names, with their messages, in order.
+pub fn fields(r: &Reply) -> Vec<(String, String)> {
+    r.body["error"]["fields"]
+        .as_array()
+        .unwrap_or(&vec![])
+        .iter()
+        .map(|f| {
+            (
+                f["field"].as_str().unwrap().to_owned(),
+                f["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The fields a 4xx names, in order.
+pub fn field_names(r: &Reply) -> Vec<String> {
+    fields(r).into_iter().map(|(f, _)| f).collect()
+}
+
 pub fn h100_inventory() -> (Value, Value) {
     let gpus = json!([{"uuid": H100, "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
                        "compute_slices": 7, "memory_slices": 8, "mig_enabled": true}]);
