@@ -102,7 +102,11 @@ pub struct BudgetStanding {
     pub note: Option<String>,
 }
 
-async fn standing(state: &AppState, row: &BudgetRow) -> Result<BudgetStanding, ApiError> {
+/// Where the current month stands against `row`.
+pub(crate) async fn standing(
+    state: &AppState,
+    row: &BudgetRow,
+) -> Result<BudgetStanding, ApiError> {
     let now = Utc::now();
     let month = Month::of(now);
     let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;

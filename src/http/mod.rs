@@ -4,7 +4,7 @@
 
 mod audit;
 pub mod auth;
-mod budgets;
+pub(crate) mod budgets;
 pub mod error;
 mod exports;
 mod fleet;

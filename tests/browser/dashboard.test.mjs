@@ -287,12 +287,28 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   sameDecimal(amount(advice.split(':')[1]), embedder.monthly_delta, 'inline saving');
   // The current month's forecast card: the API's forecast (read a moment apart, so to the cent).
   const thisMonth = new Date().toISOString().slice(0, 7);
+  // Finance gives the team a budget; the card shows the month against it as the API does.
+  const made = await fetch(`${BASE_URL}/v1/budgets`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${FINANCE_TOKEN}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ team: LEAD_TEAM, amount: '100.00', currency: 'USD',
+      thresholds: [{ kind: 'actual', percent: 1 }, { kind: 'forecast', percent: 100 }] }),
+  });
+  assert.equal(made.status, 201, `POST /v1/budgets: ${made.status}`);
   const forecast = await api(LEAD_TOKEN, '/v1/reports/forecast');
   assert.equal(forecast.teams.length, 1, 'the right-sizing workload ran in the last days');
   await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${thisMonth}`);
   const card = Number(amount(await page.textContent('[data-field="forecast"]')));
   assert.ok(Math.abs(card - Number(forecast.teams[0].forecast)) <= 0.011,
     `forecast: page says ${card}, API says ${forecast.teams[0].forecast}`);
+  const [budget] = await api(LEAD_TOKEN, '/v1/budgets');
+  sameDecimal(amount(await page.textContent('[data-field="budget"]')), budget.current.budget, 'budget');
+  sameDecimal(amount(await page.textContent('[data-field="budget-spent-percent"]')),
+    budget.current.spent_percent, 'spent, percent of the budget');
+  const crossed = budget.current.crossed.map((t) => `${t.kind} ${t.percent} %`).join(', ');
+  if (crossed) {
+    assert.equal((await page.textContent('[data-field="budget-crossed"]')).trim(), `Crossed: ${crossed}`);
+  }
   await page.screenshot({ path: `${SCREENSHOTS}/team-this-month.png` });
   await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
   // The table as CSV: the same rows, the same costs.

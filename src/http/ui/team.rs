@@ -18,10 +18,13 @@ use super::layout::{
 use super::workloads::{self, WorkloadLine};
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::rate_card::{Currency, store as rate_cards};
+use crate::budgets;
 use crate::domain::access::Principal;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
+use crate::http::budgets::BudgetStanding;
 use crate::http::error::ApiError;
+use crate::http::error::ErrorCode;
 use crate::http::state::AppState;
 use crate::plan::{
     self,
@@ -143,6 +146,22 @@ pub async fn team(
     } else {
         None
     };
+    // ... and against its budget, if it has one.
+    let budget = match budgets::list(&state.pool, Some(&team))
+        .await?
+        .into_iter()
+        .next()
+    {
+        Some(row) if forecast.is_some() => {
+            let standing = match crate::http::budgets::standing(&state, &row).await {
+                Ok(s) => Some(s),
+                Err(e) if e.code == ErrorCode::CannotBill => None,
+                Err(e) => return Err(e.into()),
+            };
+            standing.map(|s| (row, s))
+        }
+        _ => None,
+    };
 
     // The last twelve months: what was invoiced, or what the month comes to now.
     let invoices = invoices::list(&state.pool, None, Some(&team)).await?;
@@ -176,6 +195,7 @@ pub async fn team(
             &currency,
             &history,
             forecast.as_ref(),
+            budget.as_ref().map(|(_, s)| s),
             workloads,
             &invoices,
             &q,
@@ -199,6 +219,7 @@ fn team_body(
     currency: &Currency,
     history: &[(Month, Result<Decimal, String>, bool)],
     forecast: Option<&TeamForecast>,
+    budget: Option<&BudgetStanding>,
     mut workloads: Vec<WorkloadLine>,
     invoices: &[Invoice],
     q: &MonthQuery,
@@ -237,6 +258,33 @@ fn team_body(
                     div class="value" data-field="forecast" { (m(f.forecast)) }
                     div class="muted" data-field="forecast-band" {
                         "p10–p90: " (m(f.low)) " – " (m(f.high)) "; " (m(f.hourly_rate)) " an hour"
+                    }
+                }
+            }
+            @if let Some(b) = budget {
+                div class="card" {
+                    div class="label" { "Budget this month" }
+                    @match b.budget {
+                        Some(amount) => {
+                            div class="value" data-field="budget" { (m(amount)) }
+                            div class="muted" {
+                                "spent " span data-field="budget-spent-percent" { (number(b.spent_percent.unwrap_or_default(), 2)) " %" }
+                                ", forecast " span data-field="budget-forecast-percent" { (number(b.forecast_percent.unwrap_or_default(), 2)) " %" }
+                            }
+                            @if !b.crossed.is_empty() {
+                                div class="notice" data-field="budget-crossed" {
+                                    "Crossed: "
+                                    @for (i, t) in b.crossed.iter().enumerate() {
+                                        @if i > 0 { ", " }
+                                        (format!("{:?}", t.kind).to_lowercase()) " " (t.percent) " %"
+                                    }
+                                }
+                            }
+                        }
+                        None => {
+                            div class="value" data-field="budget" { "none" }
+                            div class="muted" { (b.note.as_deref().unwrap_or("")) }
+                        }
                     }
                 }
             }
