@@ -248,6 +248,10 @@ async fn create_budget(
 ) -> Result<(StatusCode, Json<Budget>), ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let team = match body.team.as_deref().map(TeamId::parse) {
+        Some(Ok(t)) if t.is_unattributed() => Err(FieldError::new(
+            "team",
+            "unattributed usage is never invoiced, so it has no budget: attribute it to a team",
+        )),
         Some(Ok(t)) => Ok(t),
         Some(Err(e)) => Err(FieldError::new("team", e.to_string())),
         None => Err(FieldError::new("team", "a budget needs its team")),

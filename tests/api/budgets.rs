@@ -142,6 +142,8 @@ async fn each_bad_field_of_a_budget_is_named_and_nothing_is_stored() {
             .unwrap()
             .contains("no team \"nobody\"")
     );
+    let r = post(budget("unattributed", "10.00")).await;
+    assert_eq!(field_names(&r), vec!["team"], "{r:?}");
     let mut no_team = budget("nlp", "10.00");
     no_team.as_object_mut().unwrap().remove("team");
     let r = post(no_team).await;
