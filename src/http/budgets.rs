@@ -23,7 +23,7 @@ use crate::domain::access::{Actor, Principal, Role};
 use crate::domain::fields::FieldError;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::reports::service as reports;
+use crate::reports::service::{self as reports, ForecastReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -102,18 +102,38 @@ pub struct BudgetStanding {
     pub note: Option<String>,
 }
 
-/// Where the current month stands against `row`.
+/// The current month's forecasts of `team` (every team's, when `None`), read once for every
+/// budget an answer holds; `Err` with why, where billing cannot price the month.
+pub(crate) async fn forecasts(
+    state: &AppState,
+    team: Option<&TeamId>,
+) -> Result<Result<ForecastReport, String>, ApiError> {
+    match reports::forecasts(&state.pool, &state.reports, Utc::now(), team).await {
+        Ok(r) => Ok(Ok(r)),
+        Err(e) => {
+            let e = ApiError::from(e);
+            if e.code == ErrorCode::CannotBill {
+                Ok(Err(e.message))
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Where the month of `report` stands against `row`.
 pub(crate) async fn standing(
     state: &AppState,
     row: &BudgetRow,
+    report: &ForecastReport,
 ) -> Result<BudgetStanding, ApiError> {
-    let now = Utc::now();
-    let month = Month::of(now);
+    let month = report.month;
     let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
-    let report = reports::forecasts(&state.pool, &state.reports, now, Some(&team)).await?;
-    let f = report.teams.into_iter().next();
-    let (spent, forecast, low, high) =
-        f.map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high));
+    let (spent, forecast, low, high) = report
+        .teams
+        .iter()
+        .find(|f| f.team == team)
+        .map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high));
     let mut note = None;
     let budget = match (row.amount, row.auto_months) {
         (Some(amount), _) => Some(amount),
@@ -137,8 +157,8 @@ pub(crate) async fn standing(
         }
         (None, None) => None,
     };
-    let budget = match report.currency {
-        Some(c) if c != row.currency => {
+    let budget = match &report.currency {
+        Some(c) if *c != row.currency => {
             note = Some(format!(
                 "the invoices are in {c}, this budget in {}: not compared",
                 row.currency
@@ -184,11 +204,14 @@ fn budgets_crossed(
         .collect()
 }
 
-async fn answer(state: &AppState, row: BudgetRow) -> Result<Budget, ApiError> {
-    let (current, current_error) = match standing(state, &row).await {
-        Ok(s) => (Some(s), None),
-        Err(e) if e.code == ErrorCode::CannotBill => (None, Some(e.message)),
-        Err(e) => return Err(e),
+async fn answer(
+    state: &AppState,
+    row: BudgetRow,
+    forecasts: &Result<ForecastReport, String>,
+) -> Result<Budget, ApiError> {
+    let (current, current_error) = match forecasts {
+        Ok(report) => (Some(standing(state, &row, report).await?), None),
+        Err(why) => (None, Some(why.clone())),
     };
     Ok(Budget {
         id: row.budget_id,
@@ -269,7 +292,8 @@ async fn create_budget(
     let row = budgets::create(&state.pool, &team, &spec, &Actor::of(&principal))
         .await
         .map_err(refused)?;
-    Ok((StatusCode::CREATED, Json(answer(&state, row).await?)))
+    let f = forecasts(&state, Some(&team)).await?;
+    Ok((StatusCode::CREATED, Json(answer(&state, row, &f).await?)))
 }
 
 /// Every budget with the current month against it, by team; a team lead gets their team's.
@@ -284,9 +308,11 @@ async fn list_budgets(
     principal: Principal,
 ) -> Result<Json<Vec<Budget>>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let rows = budgets::list(&state.pool, principal.team_scope()).await?;
+    let f = forecasts(&state, principal.team_scope()).await?;
     let mut out = Vec::new();
-    for row in budgets::list(&state.pool, principal.team_scope()).await? {
-        out.push(answer(&state, row).await?);
+    for row in rows {
+        out.push(answer(&state, row, &f).await?);
     }
     Ok(Json(out))
 }
@@ -315,7 +341,9 @@ async fn get_budget(
                 .is_none_or(|own| own.as_str() == b.team_id)
         })
         .ok_or_else(|| ApiError::not_found(format!("there is no budget {id}")))?;
-    Ok(Json(answer(&state, row).await?))
+    let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
+    let f = forecasts(&state, Some(&team)).await?;
+    Ok(Json(answer(&state, row, &f).await?))
 }
 
 /// Replaces a budget's amount, currency and thresholds (its team stays). Audited
@@ -360,7 +388,9 @@ async fn put_budget(
         .await
         .map_err(refused)?
         .ok_or_else(|| ApiError::not_found(format!("there is no budget {id}")))?;
-    Ok(Json(answer(&state, row).await?))
+    let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
+    let f = forecasts(&state, Some(&team)).await?;
+    Ok(Json(answer(&state, row, &f).await?))
 }
 
 /// Deletes a budget. Audited (`budget.delete`, with what it was).

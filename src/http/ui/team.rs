@@ -24,7 +24,6 @@ use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::http::budgets::BudgetStanding;
 use crate::http::error::ApiError;
-use crate::http::error::ErrorCode;
 use crate::http::state::AppState;
 use crate::plan::{
     self,
@@ -135,32 +134,25 @@ pub async fn team(
         workloads,
     } = team_month(&state, &team, month).await?;
     let row = report.teams.first();
-    // The current month: where it ends if the last days' pace holds.
-    let forecast = if month == Month::of(Utc::now()) {
-        reports::forecasts(&state.pool, &state.reports, Utc::now(), Some(&team))
-            .await
-            .map_err(ApiError::from)?
-            .teams
-            .into_iter()
-            .next()
-    } else {
-        None
-    };
-    // ... and against its budget, if it has one.
-    let budget = match budgets::list(&state.pool, Some(&team))
-        .await?
-        .into_iter()
-        .next()
-    {
-        Some(row) if forecast.is_some() => {
-            let standing = match crate::http::budgets::standing(&state, &row).await {
-                Ok(s) => Some(s),
-                Err(e) if e.code == ErrorCode::CannotBill => None,
-                Err(e) => return Err(e.into()),
-            };
-            standing.map(|s| (row, s))
+    // The current month: where it ends if the last days' pace holds, and against its budget, if
+    // it has one.
+    let (forecast, budget) = if month == Month::of(Utc::now()) {
+        match crate::http::budgets::forecasts(&state, Some(&team)).await? {
+            Ok(report) => {
+                let budget = match budgets::list(&state.pool, Some(&team))
+                    .await?
+                    .into_iter()
+                    .next()
+                {
+                    Some(row) => Some(crate::http::budgets::standing(&state, &row, &report).await?),
+                    None => None,
+                };
+                (report.teams.into_iter().next(), budget)
+            }
+            Err(_) => (None, None),
         }
-        _ => None,
+    } else {
+        (None, None)
     };
 
     // The last twelve months: what was invoiced, or what the month comes to now.
@@ -195,7 +187,7 @@ pub async fn team(
             &currency,
             &history,
             forecast.as_ref(),
-            budget.as_ref().map(|(_, s)| s),
+            budget.as_ref(),
             workloads,
             &invoices,
             &q,
