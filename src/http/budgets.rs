@@ -309,6 +309,9 @@ async fn list_budgets(
 ) -> Result<Json<Vec<Budget>>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let rows = budgets::list(&state.pool, principal.team_scope()).await?;
+    if rows.is_empty() {
+        return Ok(Json(Vec::new()));
+    }
     let f = forecasts(&state, principal.team_scope()).await?;
     let mut out = Vec::new();
     for row in rows {

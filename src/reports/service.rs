@@ -267,9 +267,6 @@ pub async fn forecasts(
         .clone()
         .or_else(|| cards.values().last().map(|c| c.currency.clone()));
     let mut days: BTreeMap<(TeamId, DateTime<Utc>), Decimal> = BTreeMap::new();
-    for t in inputs.bill.lines.keys() {
-        days.entry((t.clone(), pace_from)).or_default();
-    }
     for s in sums.iter() {
         let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
             continue;
@@ -277,7 +274,13 @@ pub async fn forecasts(
         *days.entry((s.team.clone(), s.bucket)).or_default() += s.charge(card);
     }
     let today = crate::domain::time::start_of(now.date_naive());
-    let mut by_team: BTreeMap<TeamId, Vec<PaceCost>> = BTreeMap::new();
+    // Every team the month bills, with or without usage in the measured days.
+    let mut by_team: BTreeMap<TeamId, Vec<PaceCost>> = inputs
+        .bill
+        .lines
+        .keys()
+        .map(|t| (t.clone(), Vec::new()))
+        .collect();
     for ((t, bucket), cost) in days {
         by_team.entry(t).or_default().push(PaceCost {
             bucket,
