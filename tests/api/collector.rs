@@ -160,22 +160,29 @@ fn a_stalled_collector_logs_the_stretch_it_did_not_observe_and_a_dry_run_stops_o
         .map(|w| (w[1].0 - w[0].1).num_milliseconds())
         .filter(|ms| *ms != 0)
         .collect();
-    assert_eq!(gaps.len(), 1, "one stretch unobserved: {periods:?}");
-    assert!(
-        gaps[0] > 1000,
-        "the 2 s stop less the 500 ms a sample holds: {gaps:?}"
-    );
-    let logged: Vec<&str> = err
+    // The 2 s stop, less the 500 ms a sample holds, is one gap; a collector starved on a busy
+    // machine may leave short ones too, but every gap is one it logged, with its length.
+    let long: Vec<&i64> = gaps.iter().filter(|ms| **ms > 1000).collect();
+    assert_eq!(long.len(), 1, "one long stretch unobserved: {periods:?}");
+    let logged: Vec<i64> = err
         .lines()
         .filter(|l| l.contains("The sampler was late"))
+        .filter_map(|l| {
+            l.split("unobserved_ms=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
-    assert_eq!(logged.len(), 1, "{err}");
-    assert!(
-        logged[0].contains(&format!("unobserved_ms={}", gaps[0])),
-        "the log gives the gap's length, {} ms: {}",
-        gaps[0],
-        logged[0]
-    );
+    assert!(!logged.is_empty(), "{err}");
+    for gap in &gaps {
+        assert!(
+            logged.contains(gap),
+            "a gap of {gap} ms that the collector did not log (it logged {logged:?}): {err}"
+        );
+    }
 }
 
 /// The sum of every series of `name` in a Prometheus text page (`None`: no such series).
