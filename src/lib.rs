@@ -6,13 +6,15 @@
 //! collector` is the simulated fleet behind the collector's `Source` trait; `process` (logs,
 //! metrics, signals) stands alone. `tests/architecture.rs` holds the table and keeps it so.
 
+/// Budget alerts: evaluated by a worker in `serve`, each fired once, delivered with retries.
+pub mod alerts;
 /// The audit log: what was changed, by whom, recorded with the change.
 pub mod audit;
 /// API tokens and the dashboard's sessions.
 pub mod auth;
 /// Rate cards, pricing, monthly statements and invoices.
 pub mod billing;
-/// Budgets per team and their thresholds.
+/// Budgets per team, their thresholds and channels, and where a month stands against them.
 pub mod budgets;
 /// The `slicemeter` subcommands, one module each.
 pub mod cli;

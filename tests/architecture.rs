@@ -20,7 +20,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("fleet", &["audit", "db", "domain"]),
     ("ingest", &["db", "domain"]),
     ("billing", &["audit", "db", "domain"]),
-    ("budgets", &["audit", "billing", "db", "domain"]),
+    ("budgets", &["audit", "billing", "db", "domain", "reports"]),
+    ("alerts", &["billing", "budgets", "db", "domain", "reports"]),
     ("reports", &["billing", "db", "domain"]),
     ("plan", &["billing", "db", "domain"]),
     ("collector", &["domain"]),
@@ -28,8 +29,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "audit", "auth", "billing", "budgets", "db", "domain", "fleet", "ingest", "plan",
-            "process", "reports", "teams",
+            "alerts", "audit", "auth", "billing", "budgets", "db", "domain", "fleet", "ingest",
+            "plan", "process", "reports", "teams",
         ],
     ),
 ];

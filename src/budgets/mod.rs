@@ -4,6 +4,8 @@
 //! month stands at against its budget is worked out where the spend and the forecast are read
 //! (`http::budgets`, from `reports`).
 
+pub mod channel;
+pub mod standing;
 pub mod store;
 
 use rust_decimal::Decimal;
@@ -16,6 +18,7 @@ use crate::billing::rate_card::Currency;
 use crate::domain::access::Actor;
 use crate::domain::fields::FieldError;
 use crate::domain::team::TeamId;
+pub use channel::{Channel, ChannelInput, ChannelView};
 use store::BudgetRow;
 
 /// The most thresholds a budget has.
@@ -60,6 +63,102 @@ pub struct BudgetSpec {
     pub amount: BudgetAmount,
     pub currency: Currency,
     pub thresholds: Vec<Threshold>,
+    pub watch: Watch,
+}
+
+/// The most whole days a slice may be watched for idling.
+pub const MAX_IDLE_DAYS: i64 = 31;
+
+/// Where a budget's alerts go and what it watches besides its thresholds. Each field left out
+/// keeps what the budget has (none, for a new one): channel URLs are never shown back, so a client
+/// that reads a budget and writes it again must not lose them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Watch {
+    pub channels: Option<Vec<Channel>>,
+    /// A slice held this many whole days with no compute.
+    pub idle_days: Option<Option<i16>>,
+    /// A day costing more than this many times the trailing median day.
+    pub spend_change: Option<Option<Decimal>>,
+}
+
+impl Watch {
+    /// Checks `channels`, `idle_days` (1 to 31) and `spend_change` (a decimal above 1, at most
+    /// 100), naming each bad field; each `None` is left out, each `Some(None)` cleared.
+    pub fn parse(
+        channels: Option<&[ChannelInput]>,
+        idle_days: Option<Option<i64>>,
+        spend_change: Option<Option<&str>>,
+    ) -> Result<Watch, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let channels = channels.map(|list| {
+            if list.len() > channel::MAX_CHANNELS {
+                errors.push(FieldError::new(
+                    "channels",
+                    format!("a budget has at most {} channels", channel::MAX_CHANNELS),
+                ));
+            }
+            let mut out: Vec<Channel> = Vec::new();
+            for (i, c) in list.iter().enumerate() {
+                match Channel::parse(i, c) {
+                    Ok(c) if out.contains(&c) => errors.push(FieldError::new(
+                        format!("channels[{i}]"),
+                        "the same channel twice",
+                    )),
+                    Ok(c) => out.push(c),
+                    Err(e) => errors.extend(e),
+                }
+            }
+            out
+        });
+        let idle_days = idle_days.map(|d| {
+            d.and_then(|d| match i16::try_from(d) {
+                Ok(d) if (1..=MAX_IDLE_DAYS).contains(&i64::from(d)) => Some(d),
+                _ => {
+                    errors.push(FieldError::new(
+                        "idle_days",
+                        format!("{d} is not a number of days from 1 to {MAX_IDLE_DAYS}"),
+                    ));
+                    None
+                }
+            })
+        });
+        let spend_change = spend_change.map(|k| {
+            k.and_then(|k| match k.parse::<Decimal>() {
+                Ok(d) if d > Decimal::ONE && d <= Decimal::from(100) && d.scale() <= 2 => {
+                    Some(d.normalize())
+                }
+                _ => {
+                    errors.push(FieldError::new(
+                        "spend_change",
+                        format!("{k:?} is not a factor above 1 and at most 100 (\"2.5\")"),
+                    ));
+                    None
+                }
+            })
+        });
+        if errors.is_empty() {
+            Ok(Watch {
+                channels,
+                idle_days,
+                spend_change,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// What the budget watches once this is applied to `before` (a new budget's: nothing).
+    fn resolve(&self, before: Option<&BudgetRow>) -> (Vec<Channel>, Option<i16>, Option<Decimal>) {
+        (
+            self.channels
+                .clone()
+                .unwrap_or_else(|| before.map(BudgetRow::channels).unwrap_or_default()),
+            self.idle_days
+                .unwrap_or_else(|| before.and_then(|b| b.idle_days)),
+            self.spend_change
+                .unwrap_or_else(|| before.and_then(|b| b.spend_change)),
+        )
+    }
 }
 
 /// A threshold as sent, before it is checked.
@@ -187,28 +286,42 @@ impl BudgetSpec {
                     amount,
                     currency,
                     thresholds: checked,
+                    watch: Watch::default(),
                 })
             }
             _ => Err(errors),
         }
     }
 
-    fn columns(&self) -> (Option<Decimal>, Option<i16>, serde_json::Value) {
-        let (amount, months) = match self.amount {
+    /// The row's columns, with what the budget had (`before`) where the spec leaves it.
+    fn columns(&self, before: Option<&BudgetRow>) -> store::Columns {
+        let (amount, auto_months) = match self.amount {
             BudgetAmount::Fixed(d) => (Some(d), None),
             BudgetAmount::Auto { months } => (None, Some(months)),
         };
-        (
+        let (channels, idle_days, spend_change) = self.watch.resolve(before);
+        store::Columns {
             amount,
-            months,
-            serde_json::to_value(&self.thresholds).expect("thresholds are JSON"),
-        )
+            auto_months,
+            currency: self.currency.code.clone(),
+            thresholds: serde_json::to_value(&self.thresholds).expect("thresholds are JSON"),
+            channels: serde_json::to_value(&channels).expect("channels are JSON"),
+            idle_days,
+            spend_change,
+        }
     }
+}
 
+impl store::Columns {
+    /// What the audit log keeps of a budget: channel URLs only to their origin.
     fn audited(&self, team: &str) -> serde_json::Value {
-        let (amount, months, thresholds) = self.columns();
-        serde_json::json!({"team": team, "amount": amount, "auto_months": months,
-                           "currency": self.currency.code, "thresholds": thresholds})
+        let channels: Vec<Channel> =
+            serde_json::from_value(self.channels.clone()).unwrap_or_default();
+        let shown: Vec<ChannelView> = channels.iter().map(Channel::redacted).collect();
+        serde_json::json!({"team": team, "amount": self.amount, "auto_months": self.auto_months,
+                           "currency": self.currency, "thresholds": self.thresholds,
+                           "channels": shown, "idle_days": self.idle_days,
+                           "spend_change": self.spend_change})
     }
 }
 
@@ -216,6 +329,23 @@ impl BudgetRow {
     /// The stored thresholds (written by [`BudgetSpec`], so well-formed).
     pub fn thresholds(&self) -> Vec<Threshold> {
         serde_json::from_value(self.thresholds.0.clone()).unwrap_or_default()
+    }
+
+    /// The stored channels (written by [`Watch`], so well-formed).
+    pub fn channels(&self) -> Vec<Channel> {
+        serde_json::from_value(self.channels.0.clone()).unwrap_or_default()
+    }
+
+    fn stored(&self) -> store::Columns {
+        store::Columns {
+            amount: self.amount,
+            auto_months: self.auto_months,
+            currency: self.currency.clone(),
+            thresholds: self.thresholds.0.clone(),
+            channels: self.channels.0.clone(),
+            idle_days: self.idle_days,
+            spend_change: self.spend_change,
+        }
     }
 }
 
@@ -240,17 +370,8 @@ pub async fn create(
     if !store::team_exists(&mut tx, team).await? {
         return Err(BudgetError::UnknownTeam(team.to_string()));
     }
-    let (amount, months, thresholds) = spec.columns();
-    let Some(row) = store::insert(
-        &mut tx,
-        team,
-        amount,
-        months,
-        &spec.currency.code,
-        &thresholds,
-    )
-    .await?
-    else {
+    let columns = spec.columns(None);
+    let Some(row) = store::insert(&mut tx, team, &columns).await? else {
         let existing = store::list(&mut tx, Some(team)).await?;
         let id = existing.first().map_or(0, |b| b.budget_id);
         return Err(BudgetError::TeamHasOne(team.to_string(), id));
@@ -260,15 +381,15 @@ pub async fn create(
         actor,
         AuditAction::BudgetCreate,
         &row.budget_id.to_string(),
-        spec.audited(team.as_str()),
+        columns.audited(team.as_str()),
     )
     .await?;
     tx.commit().await?;
     Ok(row)
 }
 
-/// Replaces budget `id`'s amount, currency and thresholds; `None` if there is no such budget.
-/// Audited (`budget.update`, with what it was).
+/// Replaces budget `id`'s amount, currency and thresholds, and what `spec.watch` gives; `None` if
+/// there is no such budget. Audited (`budget.update`, with what it was).
 pub async fn update(
     pool: &PgPool,
     id: i64,
@@ -279,19 +400,10 @@ pub async fn update(
     let Some(before) = store::get(&mut tx, id, true).await? else {
         return Ok(None);
     };
-    let (amount, months, thresholds) = spec.columns();
-    let row = store::update(
-        &mut tx,
-        id,
-        amount,
-        months,
-        &spec.currency.code,
-        &thresholds,
-    )
-    .await?;
-    let mut details = spec.audited(&before.team_id);
-    details["before"] = serde_json::json!({"amount": before.amount, "auto_months": before.auto_months,
-                                           "currency": before.currency, "thresholds": before.thresholds.0});
+    let columns = spec.columns(Some(&before));
+    let row = store::update(&mut tx, id, &columns).await?;
+    let mut details = columns.audited(&before.team_id);
+    details["before"] = before.stored().audited(&before.team_id);
     audit::record(
         &mut tx,
         actor,
@@ -316,9 +428,7 @@ pub async fn delete(pool: &PgPool, id: i64, actor: &Actor) -> Result<bool, Budge
         actor,
         AuditAction::BudgetDelete,
         &id.to_string(),
-        serde_json::json!({"team": before.team_id, "amount": before.amount,
-                           "auto_months": before.auto_months, "currency": before.currency,
-                           "thresholds": before.thresholds.0}),
+        before.stored().audited(&before.team_id),
     )
     .await?;
     tx.commit().await?;

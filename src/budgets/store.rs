@@ -15,8 +15,23 @@ pub struct BudgetRow {
     pub auto_months: Option<i16>,
     pub currency: String,
     pub thresholds: sqlx::types::Json<serde_json::Value>,
+    pub channels: sqlx::types::Json<serde_json::Value>,
+    pub idle_days: Option<i16>,
+    pub spend_change: Option<Decimal>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A budget's columns as written.
+#[derive(Debug, Clone)]
+pub struct Columns {
+    pub amount: Option<Decimal>,
+    pub auto_months: Option<i16>,
+    pub currency: String,
+    pub thresholds: serde_json::Value,
+    pub channels: serde_json::Value,
+    pub idle_days: Option<i16>,
+    pub spend_change: Option<Decimal>,
 }
 
 /// Every budget (`team`'s only, when given), by team.
@@ -56,22 +71,23 @@ pub async fn team_exists(conn: &mut PgConnection, team: &TeamId) -> Result<bool,
 pub async fn insert(
     conn: &mut PgConnection,
     team: &TeamId,
-    amount: Option<Decimal>,
-    auto_months: Option<i16>,
-    currency: &str,
-    thresholds: &serde_json::Value,
+    c: &Columns,
 ) -> Result<Option<BudgetRow>, sqlx::Error> {
     sqlx::query_as(
-        "insert into budget (team_id, amount, auto_months, currency, thresholds)
-         values ($1, $2, $3, $4, $5)
+        "insert into budget (team_id, amount, auto_months, currency, thresholds, channels,
+                             idle_days, spend_change)
+         values ($1, $2, $3, $4, $5, $6, $7, $8)
          on conflict (team_id) do nothing
          returning *",
     )
     .bind(team.as_str())
-    .bind(amount)
-    .bind(auto_months)
-    .bind(currency)
-    .bind(sqlx::types::Json(thresholds))
+    .bind(c.amount)
+    .bind(c.auto_months)
+    .bind(&c.currency)
+    .bind(sqlx::types::Json(&c.thresholds))
+    .bind(sqlx::types::Json(&c.channels))
+    .bind(c.idle_days)
+    .bind(c.spend_change)
     .fetch_optional(conn)
     .await
 }
@@ -79,22 +95,22 @@ pub async fn insert(
 pub async fn update(
     conn: &mut PgConnection,
     id: i64,
-    amount: Option<Decimal>,
-    auto_months: Option<i16>,
-    currency: &str,
-    thresholds: &serde_json::Value,
+    c: &Columns,
 ) -> Result<BudgetRow, sqlx::Error> {
     sqlx::query_as(
         "update budget set amount = $2, auto_months = $3, currency = $4, thresholds = $5,
-                           updated_at = now()
+                           channels = $6, idle_days = $7, spend_change = $8, updated_at = now()
          where budget_id = $1
          returning *",
     )
     .bind(id)
-    .bind(amount)
-    .bind(auto_months)
-    .bind(currency)
-    .bind(sqlx::types::Json(thresholds))
+    .bind(c.amount)
+    .bind(c.auto_months)
+    .bind(&c.currency)
+    .bind(sqlx::types::Json(&c.thresholds))
+    .bind(sqlx::types::Json(&c.channels))
+    .bind(c.idle_days)
+    .bind(c.spend_change)
     .fetch_one(conn)
     .await
 }

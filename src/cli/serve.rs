@@ -6,6 +6,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use super::args::{DbArgs, ExportArgs};
+use crate::alerts::{AlertConfig, Secret, Smtp};
 use crate::billing::service::BillingConfig;
 use crate::db;
 use crate::http::server;
@@ -83,6 +84,99 @@ pub struct ServeArgs {
     pub metrics_billing: bool,
     #[command(flatten)]
     pub exports: ExportArgs,
+    #[command(flatten)]
+    pub alerts: AlertArgs,
+}
+
+/// The alert worker (README, Alerts).
+#[derive(Args)]
+pub struct AlertArgs {
+    /// How often budgets are evaluated for alerts (0: no alert worker on this server).
+    #[arg(long, env = "SLICEMETER_ALERT_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub alert_interval: Duration,
+    /// How often due alert deliveries are looked for.
+    #[arg(long, env = "SLICEMETER_ALERT_POLL", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub alert_poll: Duration,
+    /// The wait before a failed delivery's first retry; each next one waits twice as long (at most
+    /// an hour).
+    #[arg(long, env = "SLICEMETER_ALERT_RETRY_BASE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub alert_retry_base: Duration,
+    /// Attempts before a delivery is given up as failed.
+    #[arg(long, env = "SLICEMETER_ALERT_MAX_ATTEMPTS", default_value_t = 8)]
+    pub alert_max_attempts: u32,
+    /// A file holding the key webhooks are signed with (HMAC-SHA256, at least 16 bytes; a final
+    /// newline is not part of it). Without it, budgets cannot have webhook channels.
+    #[arg(long, env = "SLICEMETER_ALERT_SIGNING_KEY_FILE")]
+    pub alert_signing_key_file: Option<std::path::PathBuf>,
+    /// The SMTP server email alerts go through: `smtp://host:25` (plain),
+    /// `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host:465`.
+    /// Without it, budgets cannot have email channels.
+    #[arg(long, env = "SLICEMETER_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// The sender of email alerts.
+    #[arg(
+        long,
+        env = "SLICEMETER_SMTP_FROM",
+        default_value = "slicemeter <slicemeter@localhost>"
+    )]
+    pub smtp_from: String,
+    /// The dashboard's address as its users reach it, for the links in alerts (default: the
+    /// listen address over http).
+    #[arg(long, env = "SLICEMETER_PUBLIC_URL")]
+    pub public_url: Option<String>,
+}
+
+impl AlertArgs {
+    pub fn config(&self, listen: &str) -> anyhow::Result<AlertConfig> {
+        let signing_key = match &self.alert_signing_key_file {
+            None => None,
+            Some(path) => {
+                let mut key = std::fs::read(path).with_context(|| {
+                    format!("reading --alert-signing-key-file {}", path.display())
+                })?;
+                while key.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                    key.pop();
+                }
+                if key.len() < 16 {
+                    bail!(
+                        "--alert-signing-key-file holds {} bytes; a signing key has at least 16",
+                        key.len()
+                    );
+                }
+                Some(Secret(key))
+            }
+        };
+        let smtp = match &self.smtp_url {
+            None => None,
+            Some(url) => {
+                // Checked now, so that a typo stops the server rather than every email; the
+                // message names no part of the URL (it may hold a password).
+                lettre::AsyncSmtpTransport::<lettre::Tokio1Executor>::from_url(url)
+                    .map_err(|_| anyhow::anyhow!("--smtp-url is not an SMTP URL lettre can use (smtp://host:port, smtps://...)"))?;
+                let from = self.smtp_from.parse().with_context(|| {
+                    format!("--smtp-from {:?} is not a mailbox", self.smtp_from)
+                })?;
+                Some(Smtp {
+                    url: Secret(url.clone().into_bytes()),
+                    from,
+                })
+            }
+        };
+        let public_url = self
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{listen}"));
+        Ok(AlertConfig {
+            interval: self.alert_interval,
+            poll: self.alert_poll.max(Duration::from_millis(10)),
+            retry_base: self.alert_retry_base,
+            max_attempts: self.alert_max_attempts.max(1),
+            signing_key,
+            smtp,
+            public_url,
+            ..AlertConfig::default()
+        })
+    }
 }
 
 impl ServeArgs {
@@ -124,6 +218,7 @@ impl ServeArgs {
             idle_timeout: self.idle_timeout,
             report_max_stale: self.report_max_stale,
             metrics_billing: self.metrics_billing,
+            alerts: self.alerts.config(&self.listen)?,
             ..ServerConfig::default()
         })
     }

@@ -8,6 +8,10 @@ use rust_decimal::Decimal;
 
 use super::slice::{PhysicalShare, ShareWeights};
 
+/// Below this fraction of its known seconds busy (1 %), a slice did no real work: right-sizing
+/// gives it back, and a budget watching for idle slices alerts on it.
+pub const IDLE_FRACTION: Decimal = Decimal::from_parts(1, 0, 0, false, 2);
+
 /// Rollup sums over a set of (hour, slice, consumer) rows. Seconds throughout; `*_compute` and
 /// `*_memory` terms are multiplied by each slice's compute or memory share (for a time-sliced replica
 /// both shares are 1, its figures being relative to the whole GPU).

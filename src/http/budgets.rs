@@ -17,12 +17,15 @@ use super::auth::require;
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use super::teams::ApiJson;
+use crate::budgets::standing::{self, BudgetStanding};
 use crate::budgets::store::BudgetRow;
-use crate::budgets::{self, BudgetError, BudgetSpec, Threshold, ThresholdInput, ThresholdKind};
+use crate::budgets::{
+    self, BudgetError, BudgetSpec, Channel, ChannelInput, ChannelView, Threshold, ThresholdInput,
+    Watch,
+};
 use crate::domain::access::{Actor, Principal, Role};
 use crate::domain::fields::FieldError;
 use crate::domain::team::TeamId;
-use crate::domain::time::Month;
 use crate::reports::service::{self as reports, ForecastReport};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -51,6 +54,31 @@ pub struct BudgetInput {
     /// 1 to 10, e.g. `[{"kind": "actual", "percent": 80}, {"kind": "forecast", "percent": 100}]`.
     #[schema(min_items = 1, max_items = 10)]
     pub thresholds: Vec<ThresholdInput>,
+    /// Where the budget's alerts go, at most 5 (`GET /v1/alerts`; README, Alerts). Left out, a
+    /// change keeps the budget's channels (answers never show their URLs whole); `[]` removes them.
+    #[schema(max_items = 5)]
+    pub channels: Option<Vec<ChannelInput>>,
+    /// Alert on a slice the team has held this many whole days (1 to 31) with no compute, with
+    /// its cost. Left out, a change keeps it; `null` turns it off.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 31)]
+    pub idle_days: Option<Option<i64>>,
+    /// Alert on a day that cost more than this many times the team's median day of the 14 before
+    /// it (a decimal above 1, at most 100, e.g. `"2.5"`). Left out, a change keeps it; `null`
+    /// turns it off.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "2.5")]
+    pub spend_change: Option<Option<String>>,
+}
+
+/// A field that is there, `null` or not: `Some(None)` for `null`, `None` (by `default`) when left
+/// out.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A budget, and where the current month stands against it.
@@ -65,6 +93,11 @@ pub struct Budget {
     pub auto_months: Option<i16>,
     pub currency: String,
     pub thresholds: Vec<Threshold>,
+    /// Where its alerts go, each URL shown to its origin only.
+    pub channels: Vec<ChannelView>,
+    pub idle_days: Option<i16>,
+    #[schema(value_type = Option<String>)]
+    pub spend_change: Option<Decimal>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// The current month against the budget; `null` while billing cannot price the month (see
@@ -72,34 +105,6 @@ pub struct Budget {
     pub current: Option<BudgetStanding>,
     /// Why `current` is `null` (hours of the month without a rate card).
     pub current_error: Option<String>,
-}
-
-/// The current month against the budget.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BudgetStanding {
-    pub month: Month,
-    /// The amount for this month: the fixed one, or the average of the closed months (`null`
-    /// while there is none billing can price).
-    #[schema(value_type = Option<String>)]
-    pub budget: Option<Decimal>,
-    /// The month so far, and its forecast with the band (`GET /v1/reports/forecast`).
-    #[schema(value_type = String)]
-    pub spent: Decimal,
-    #[schema(value_type = String)]
-    pub forecast: Decimal,
-    #[schema(value_type = String)]
-    pub low: Decimal,
-    #[schema(value_type = String)]
-    pub high: Decimal,
-    /// Spent and forecast as percents of the budget, to 0.01; `null` without a budget to compare.
-    #[schema(value_type = Option<String>)]
-    pub spent_percent: Option<Decimal>,
-    #[schema(value_type = Option<String>)]
-    pub forecast_percent: Option<Decimal>,
-    /// The thresholds the month has reached: `actual` ones by spent, `forecast` ones by forecast.
-    pub crossed: Vec<Threshold>,
-    /// Why figures are missing (no closed month to average, the invoices in another currency).
-    pub note: Option<String>,
 }
 
 /// The current month's forecasts of `team` (every team's, when `None`), read once for every
@@ -121,101 +126,24 @@ pub(crate) async fn forecasts(
     }
 }
 
-/// Where the month of `report` stands against `row`.
-pub(crate) async fn standing(
-    state: &AppState,
-    row: &BudgetRow,
-    report: &ForecastReport,
-) -> Result<BudgetStanding, ApiError> {
-    let month = report.month;
-    let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
-    let (spent, forecast, low, high) = report
-        .teams
-        .iter()
-        .find(|f| f.team == team)
-        .map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high));
-    let mut note = None;
-    let budget = match (row.amount, row.auto_months) {
-        (Some(amount), _) => Some(amount),
-        (None, Some(months)) => {
-            let avg = reports::average_cost(
-                &state.pool,
-                &state.reports,
-                month,
-                &team,
-                u32::try_from(months).unwrap_or(1),
-            )
-            .await?;
-            if avg.is_none_or(|a| a <= Decimal::ZERO) {
-                note = Some(format!(
-                    "no cost in the last {months} closed months to average: no budget this month"
-                ));
-                None
-            } else {
-                avg
-            }
-        }
-        (None, None) => None,
-    };
-    let budget = match &report.currency {
-        Some(c) if *c != row.currency => {
-            note = Some(format!(
-                "the invoices are in {c}, this budget in {}: not compared",
-                row.currency
-            ));
-            None
-        }
-        _ => budget,
-    };
-    let percent = |x: Decimal| budget.map(|b| (x * Decimal::from(100) / b).round_dp(2));
-    let crossed = match budget {
-        Some(b) => budgets_crossed(row, spent, forecast, b),
-        None => Vec::new(),
-    };
-    Ok(BudgetStanding {
-        month,
-        budget,
-        spent,
-        forecast,
-        low,
-        high,
-        spent_percent: percent(spent),
-        forecast_percent: percent(forecast),
-        crossed,
-        note,
-    })
-}
-
-fn budgets_crossed(
-    row: &BudgetRow,
-    spent: Decimal,
-    forecast: Decimal,
-    budget: Decimal,
-) -> Vec<Threshold> {
-    row.thresholds()
-        .into_iter()
-        .filter(|t| {
-            let figure = match t.kind {
-                ThresholdKind::Actual => spent,
-                ThresholdKind::Forecast => forecast,
-            };
-            t.crossed_by(figure, budget)
-        })
-        .collect()
-}
-
 async fn answer(
     state: &AppState,
     row: BudgetRow,
     forecasts: &Result<ForecastReport, String>,
 ) -> Result<Budget, ApiError> {
     let (current, current_error) = match forecasts {
-        Ok(report) => (Some(standing(state, &row, report).await?), None),
+        Ok(report) => (
+            Some(standing::standing(&state.pool, &state.reports, &row, report).await?),
+            None,
+        ),
         Err(why) => (None, Some(why.clone())),
     };
     Ok(Budget {
         id: row.budget_id,
         thresholds: row.thresholds(),
+        channels: row.channels().iter().map(Channel::redacted).collect(),
+        idle_days: row.idle_days,
+        spend_change: row.spend_change,
         team: row.team_id,
         amount: row.amount,
         auto_months: row.auto_months,
@@ -227,14 +155,37 @@ async fn answer(
     })
 }
 
-fn spec(body: &BudgetInput) -> Result<BudgetSpec, ApiError> {
-    BudgetSpec::parse(
+/// The budget asked for, each bad field named; a channel this server cannot send to (a webhook
+/// without a signing key, an email without SMTP) is refused now, not found failing later.
+fn spec(state: &AppState, body: &BudgetInput) -> Result<BudgetSpec, ApiError> {
+    let spec = BudgetSpec::parse(
         &body.amount,
         body.auto_months,
         &body.currency,
         &body.thresholds,
-    )
-    .map_err(|fields| ApiError::invalid_fields("the budget is invalid", fields))
+    );
+    let watch = Watch::parse(
+        body.channels.as_deref(),
+        body.idle_days,
+        body.spend_change.as_ref().map(Option::as_deref),
+    );
+    let mut fields = Vec::new();
+    if let Ok(w) = &watch {
+        for (i, c) in w.channels.iter().flatten().enumerate() {
+            if let Some(why) = state.config.alerts.cannot_send(c) {
+                fields.push(FieldError::new(format!("channels[{i}]"), why));
+            }
+        }
+    }
+    match (spec, watch) {
+        (Ok(spec), Ok(watch)) if fields.is_empty() => Ok(BudgetSpec { watch, ..spec }),
+        (spec, watch) => {
+            let mut all = spec.err().unwrap_or_default();
+            all.extend(watch.err().unwrap_or_default());
+            all.extend(fields);
+            Err(ApiError::invalid_fields("the budget is invalid", all))
+        }
+    }
 }
 
 fn refused(e: BudgetError) -> ApiError {
@@ -279,7 +230,7 @@ async fn create_budget(
         Some(Err(e)) => Err(FieldError::new("team", e.to_string())),
         None => Err(FieldError::new("team", "a budget needs its team")),
     };
-    let (team, spec) = match (team, spec(&body)) {
+    let (team, spec) = match (team, spec(&state, &body)) {
         (Ok(team), Ok(spec)) => (team, spec),
         (team, spec) => {
             let mut fields: Vec<FieldError> = team.err().into_iter().collect();
@@ -349,8 +300,8 @@ async fn get_budget(
     Ok(Json(answer(&state, row, &f).await?))
 }
 
-/// Replaces a budget's amount, currency and thresholds (its team stays). Audited
-/// (`budget.update`, with what it was).
+/// Replaces a budget's amount, currency and thresholds, and its channels, `idle_days` and
+/// `spend_change` where given (its team stays). Audited (`budget.update`, with what it was).
 #[utoipa::path(put, path = "/v1/budgets/{id}", tag = "billing",
     params(("id" = String, Path, description = "the budget's id")),
     request_body = BudgetInput,
@@ -369,7 +320,7 @@ async fn put_budget(
 ) -> Result<Json<Budget>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
     let id = id_of(&id)?;
-    let spec = spec(&body)?;
+    let spec = spec(&state, &body)?;
     let Some(existing) = budgets::get(&state.pool, id).await? else {
         return Err(ApiError::not_found(format!("there is no budget {id}")));
     };

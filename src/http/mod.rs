@@ -2,6 +2,7 @@
 //! OpenAPI annotation through `utoipa-axum` so that a route and its documentation cannot drift; the
 //! dashboard (`ui`); and the server that runs them (`server`). This module only assembles them.
 
+mod alerts;
 mod audit;
 pub mod auth;
 pub(crate) mod budgets;
@@ -72,6 +73,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(rate_cards::router())
         .merge(invoices::router())
         .merge(budgets::router())
+        .merge(alerts::router())
         .merge(exports::router())
         .merge(audit::router())
         .merge(teams::router())

@@ -61,6 +61,13 @@ pub async fn serve(
     );
     let state = AppState::new(pool, config);
     let maintenance = keep_partitions_ahead(&state);
+    let (stop_alerts, alerts_stopped) = tokio::sync::watch::channel(false);
+    let alerts = crate::alerts::worker::spawn(
+        state.pool.clone(),
+        state.reports.clone(),
+        state.config.alerts.clone(),
+        alerts_stopped,
+    );
     let app = super::router(state);
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -104,6 +111,17 @@ pub async fn serve(
         );
     }
     maintenance.abort();
+    // The alert worker stops between rounds: a delivery it is sending is finished and marked, not
+    // cut off half sent (which would send it again).
+    let _ = stop_alerts.send(true);
+    if let Some(mut worker) = alerts
+        && tokio::time::timeout(request_timeout, &mut worker)
+            .await
+            .is_err()
+    {
+        tracing::warn!("The alert worker was still busy after the request timeout; stopped.");
+        worker.abort();
+    }
     Ok(())
 }
 

@@ -44,6 +44,8 @@ pub struct ServerConfig {
     /// Whether `/metrics`, which needs no token, also shows the month's billing figures so far
     /// (`reports::gauges`): each team's cost and GPU-equivalent hours, the fleet's ratios.
     pub metrics_billing: bool,
+    /// The alert worker's settings (`alerts`).
+    pub alerts: crate::alerts::AlertConfig,
 }
 
 impl ServerConfig {
@@ -70,6 +72,7 @@ impl Default for ServerConfig {
             gpu_map_per_gpu: 256,
             report_max_stale: Duration::from_secs(10),
             metrics_billing: false,
+            alerts: crate::alerts::AlertConfig::default(),
         }
     }
 }

@@ -19,11 +19,10 @@ use crate::billing::rate_card::RateCard;
 use crate::domain::profiles::{self, MigProfile};
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::time::AVERAGE_MONTH_HOURS;
+use crate::domain::usage::IDLE_FRACTION;
 
 /// Headroom on the p99 of peak memory.
 const MEMORY_HEADROOM: f64 = 1.15;
-/// Below this fraction of its known seconds busy (1 %), a slice did no real work.
-const IDLE_FRACTION: Decimal = Decimal::from_parts(1, 0, 0, false, 2);
 /// Days of data a recommendation needs; under 14 its confidence is medium.
 const MIN_DAYS: i64 = 7;
 const HIGH_DAYS: i64 = 14;

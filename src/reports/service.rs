@@ -266,13 +266,7 @@ pub async fn forecasts(
         .currency
         .clone()
         .or_else(|| cards.values().last().map(|c| c.currency.clone()));
-    let mut days: BTreeMap<(TeamId, DateTime<Utc>), Decimal> = BTreeMap::new();
-    for s in sums.iter() {
-        let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
-            continue;
-        };
-        *days.entry((s.team.clone(), s.bucket)).or_default() += s.charge(card);
-    }
+    let days = priced_days(&sums, &cards);
     let today = crate::domain::time::start_of(now.date_naive());
     // Every team the month bills, with or without usage in the measured days.
     let mut by_team: BTreeMap<TeamId, Vec<PaceCost>> = inputs
@@ -307,6 +301,124 @@ pub async fn forecasts(
         currency: currency.map(|c| c.code),
         teams,
     })
+}
+
+/// Each team's exact cost per UTC day of `sums` (grouped by team, a row a day).
+fn priced_days(
+    sums: &[UsageSums],
+    cards: &BTreeMap<i64, crate::billing::rate_card::RateCard>,
+) -> BTreeMap<(TeamId, DateTime<Utc>), Decimal> {
+    let mut days: BTreeMap<(TeamId, DateTime<Utc>), Decimal> = BTreeMap::new();
+    for s in sums {
+        let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
+            continue;
+        };
+        *days.entry((s.team.clone(), s.bucket)).or_default() += s.charge(card);
+    }
+    days
+}
+
+/// Each team's exact cost per UTC day of `[from, to)`, as billing prices it, with the currency;
+/// days without usage are not in the map.
+pub async fn daily_costs(
+    pool: &PgPool,
+    cache: &ReportCache,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<(BTreeMap<(TeamId, DateTime<Utc>), Decimal>, Option<String>), Error> {
+    let sums = usage_sums(
+        pool,
+        cache,
+        from,
+        to,
+        &GroupBy::of(vec![Dimension::Team]),
+        Step::Day,
+        None,
+    )
+    .await?;
+    let cards = rate_cards::rate_cards(pool).await?;
+    let currency = cards.values().last().map(|c| c.currency.code.clone());
+    Ok((priced_days(&sums, &cards), currency))
+}
+
+/// A slice a team held on every UTC day of a range without doing work on it
+/// ([`IDLE_FRACTION`](crate::domain::usage::IDLE_FRACTION) of its measured seconds or less).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdleSlice {
+    pub team: TeamId,
+    pub node: String,
+    pub gpu_uuid: String,
+    pub gpu_instance_id: Option<i16>,
+    pub profile: Option<String>,
+    pub workload: String,
+    pub held_seconds: Decimal,
+    /// What the range of it cost, exact, as billing prices it.
+    pub cost: Decimal,
+}
+
+/// The slices held idle on each of the `days` whole UTC days before `today`.
+pub async fn idle_slices(
+    pool: &PgPool,
+    cache: &ReportCache,
+    today: DateTime<Utc>,
+    days: u32,
+) -> Result<Vec<IdleSlice>, Error> {
+    use crate::domain::dcgm::DcgmLabel;
+    use crate::domain::usage::IDLE_FRACTION;
+    let from = today - chrono::Duration::days(i64::from(days));
+    let group_by = GroupBy::of(vec![
+        Dimension::Team,
+        Dimension::Node,
+        Dimension::Dcgm(DcgmLabel::Uuid),
+        Dimension::Dcgm(DcgmLabel::GpuIId),
+        Dimension::Profile,
+        Dimension::Workload,
+    ]);
+    let sums = usage_sums(pool, cache, from, today, &group_by, Step::Day, None).await?;
+    let cards = rate_cards::rate_cards(pool).await?;
+    type Key = (TeamId, String, String, Option<i16>, Option<String>, String);
+    let mut by_slice: BTreeMap<Key, (u32, crate::domain::usage::OccupancySums, Decimal)> =
+        BTreeMap::new();
+    for s in sums.iter().filter(|s| !s.team.is_unattributed()) {
+        let key = (
+            s.team.clone(),
+            s.node.clone().unwrap_or_default(),
+            s.gpu_uuid.clone().unwrap_or_default(),
+            s.gpu_instance_id,
+            s.profile.clone(),
+            s.workload.clone().unwrap_or_default(),
+        );
+        let e = by_slice.entry(key).or_default();
+        e.0 += 1;
+        e.1.held_seconds += s.sums.held_seconds;
+        e.1.known_seconds += s.sums.known_seconds;
+        e.1.active_seconds += s.sums.active_seconds;
+        if let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) {
+            e.2 += s.charge(card);
+        }
+    }
+    Ok(by_slice
+        .into_iter()
+        .filter(|(_, (n, sums, _))| {
+            *n == days
+                && sums.known_seconds > Decimal::ZERO
+                && sums.active_seconds <= sums.known_seconds * IDLE_FRACTION
+        })
+        .map(
+            |((team, node, gpu_uuid, gpu_instance_id, profile, workload), (_, sums, cost))| {
+                IdleSlice {
+                    team,
+                    node,
+                    gpu_uuid,
+                    gpu_instance_id,
+                    profile,
+                    workload,
+                    held_seconds: sums.held_seconds,
+                    cost,
+                }
+            },
+        )
+        .collect())
 }
 
 /// What `team` cost on average over the `months` closed months before `month`, as billing prices

@@ -363,6 +363,19 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "/v1/reports/forecast",
             [U, U, U, U, 200, 200, 200, 200, 403],
         ),
+        row(
+            "GET",
+            "/v1/alerts",
+            "/v1/alerts",
+            [U, U, U, U, 200, 200, 200, 200, 403],
+        ),
+        // A lead naming another team is refused, not narrowed.
+        row(
+            "GET",
+            "/v1/alerts",
+            "/v1/alerts?team=aardvark",
+            [U, U, U, U, 200, 200, 200, 403, 403],
+        ),
         // A lead naming another team is refused, not narrowed.
         row(
             "GET",

@@ -149,7 +149,7 @@ async fn each_bad_field_of_a_budget_is_named_and_nothing_is_stored() {
     let r = post(no_team).await;
     assert_eq!(r.body["error"]["fields"][0]["field"], "team", "{r:?}");
     let mut extra = budget("nlp", "10.00");
-    extra["channels"] = json!([]);
+    extra["notify"] = json!([]);
     assert_eq!(post(extra).await.status, StatusCode::BAD_REQUEST);
     assert_eq!(app.count("select count(*) from budget").await, 0);
 }

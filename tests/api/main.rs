@@ -1,5 +1,6 @@
 //! The API, in-process, against a real PostgreSQL: one test binary, one module per resource.
 
+mod alerts;
 mod audit;
 mod authz;
 mod billing;

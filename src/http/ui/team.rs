@@ -19,10 +19,10 @@ use super::workloads::{self, WorkloadLine};
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::budgets;
+use crate::budgets::standing::BudgetStanding;
 use crate::domain::access::Principal;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::http::budgets::BudgetStanding;
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::plan::{
@@ -144,7 +144,15 @@ pub async fn team(
                     .into_iter()
                     .next()
                 {
-                    Some(row) => Some(crate::http::budgets::standing(&state, &row, &report).await?),
+                    Some(row) => Some(
+                        crate::budgets::standing::standing(
+                            &state.pool,
+                            &state.reports,
+                            &row,
+                            &report,
+                        )
+                        .await?,
+                    ),
                     None => None,
                 };
                 (report.teams.into_iter().next(), budget)
