@@ -12,6 +12,7 @@ use chrono::Utc;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::alerts::{AlertConfig, Secret};
 use crate::auth::store as tokens;
 use crate::billing::rate_card::{RateCardInput, store as rate_cards};
 use crate::billing::service::{self as billing, BillingConfig};
@@ -133,6 +134,18 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
     )
     .await?;
 
+    // A signing key for webhook alerts, kept in the folder (mode 0600) so that a receiver can
+    // verify what the demo sends (README, Alerts).
+    let key_file = demo_dir.join("alert-signing-key");
+    let signing_key: String = {
+        use rand::Rng;
+        let mut rng = rand::rng();
+        (0..32)
+            .map(|_| format!("{:02x}", rng.random::<u8>()))
+            .collect()
+    };
+    write_private(&key_file, &signing_key)?;
+
     // Collectors stop first, so that their last windows still reach the server.
     let (stop_collectors, collectors_stopped) = watch::channel(false);
     let (stop_server, mut server_stopped) = watch::channel(false);
@@ -143,6 +156,12 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         },
         // On loopback: the billing gauges a local Prometheus and Grafana would chart.
         metrics_billing: true,
+        alerts: AlertConfig {
+            interval: Duration::from_secs(60),
+            signing_key: Some(Secret(signing_key.into_bytes())),
+            public_url: base.clone(),
+            ..AlertConfig::default()
+        },
         ..ServerConfig::default()
     };
     let mut serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
@@ -191,6 +210,10 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         url_file.display(),
         token_file.display(),
         url_file.display()
+    );
+    println!(
+        "webhook alerts are signed with the key in {} (README, Alerts)",
+        key_file.display()
     );
     println!("dashboard: {base}/ui/ (sign in with the token above)");
     println!(

@@ -167,22 +167,32 @@ async fn get_invoice(
     invoice_response(&state, &principal, &id).await
 }
 
+/// Invoice `raw` with its lines, if `principal` may see it (a team lead: their team's; another
+/// team's is not found).
+pub(crate) async fn visible_invoice(
+    state: &AppState,
+    principal: &Principal,
+    raw: &str,
+) -> Result<Invoice, ApiError> {
+    require(principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let id = invoice_id(raw)?;
+    repo::get(&state.pool, id)
+        .await?
+        .filter(|i| principal.team_scope().is_none_or(|t| *t == i.team))
+        .ok_or_else(|| ApiError::not_found(format!("there is no invoice {id}")))
+}
+
 /// An invoice as JSON, or as CSV for an id ending in `.csv`; the dashboard serves the same.
 pub(crate) async fn invoice_response(
     state: &AppState,
     principal: &Principal,
     id: &str,
 ) -> Result<Response, ApiError> {
-    require(principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
     let (raw, csv) = match id.strip_suffix(".csv") {
         Some(raw) => (raw, true),
         None => (id, false),
     };
-    let id = invoice_id(raw)?;
-    let invoice = repo::get(&state.pool, id)
-        .await?
-        .filter(|i| principal.team_scope().is_none_or(|t| *t == i.team))
-        .ok_or_else(|| ApiError::not_found(format!("there is no invoice {id}")))?;
+    let invoice = visible_invoice(state, principal, raw).await?;
     if !csv {
         return Ok(Json(invoice).into_response());
     }

@@ -75,6 +75,7 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
         .current_dir(browser_dir())
         .env("BASE_URL", base)
         .env("MONTH", "2026-09")
+        .env("ADMIN_TOKEN", &app.admin)
         .env("FINANCE_TOKEN", &finance)
         .env("LEAD_TOKEN", &lead)
         .env("LEAD_TEAM", &lead_team)
@@ -95,6 +96,8 @@ async fn the_dashboard_shows_each_role_the_apis_figures_and_nothing_else_in_a_re
         "plan.png",
         "plan-phone.png",
         "forbidden.png",
+        "tokens.png",
+        "invoice.png",
     ] {
         assert!(screenshots.join(shot).exists(), "no screenshot {shot}");
     }

@@ -1,13 +1,13 @@
 // End-to-end test of the dashboard in Debian's chromium, driven by playwright-core. Run by
 // tests/api/browser.rs (part of `cargo test`) against a server it started on loopback, with:
-//   BASE_URL, MONTH, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS (a folder)
+//   BASE_URL, MONTH, ADMIN_TOKEN, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS (a folder)
 // It exits non-zero, saying why, on the first failed check.
 import { chromium } from 'playwright-core';
 import { readFileSync, mkdirSync } from 'node:fs';
 import assert from 'node:assert/strict';
 
-const { BASE_URL, MONTH, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS } = process.env;
-for (const [k, v] of Object.entries({ BASE_URL, MONTH, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS })) {
+const { BASE_URL, MONTH, ADMIN_TOKEN, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS } = process.env;
+for (const [k, v] of Object.entries({ BASE_URL, MONTH, ADMIN_TOKEN, FINANCE_TOKEN, LEAD_TOKEN, LEAD_TEAM, SCREENSHOTS })) {
   if (!v) throw new Error(`${k} is not set`);
 }
 mkdirSync(SCREENSHOTS, { recursive: true });
@@ -213,6 +213,28 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   // Its corrections are billed now: nothing of the month before is pending any more.
   assert.deepEqual((await api(FINANCE_TOKEN, `/v1/reports/monthly/${previous}`)).pending_corrections, []);
   await page.screenshot({ path: `${SCREENSHOTS}/fleet-issued.png`, fullPage: true });
+  // An invoice as a page, from its number in the table: every line with its provenance, as the API
+  // has it; the month's corrections of the month before in a section of their own.
+  let withCorrections = null;
+  for (const i of after) {
+    const full = await api(FINANCE_TOKEN, `/v1/invoices/${i.id}`);
+    if (full.lines.some((l) => l.line_kind === 'correction')) { withCorrections = full; break; }
+  }
+  assert.ok(withCorrections, 'an invoice carries corrections');
+  await Promise.all([page.waitForURL(new RegExp(`/ui/invoices/${withCorrections.id}$`)),
+    page.click(`tr[data-invoice="${withCorrections.id}"] a[data-field="open"]`)]);
+  assert.equal(await page.textContent('h1'), `Invoice ${withCorrections.number}`);
+  sameDecimal(amount(await page.textContent('[data-field="total"]')), withCorrections.total, 'invoice page total');
+  for (const l of withCorrections.lines) {
+    const row = page.locator(`tr[data-line="${l.line_no}"]`);
+    sameDecimal(amount(await row.locator('[data-field="amount"]').textContent()), l.amount, `line ${l.line_no}`);
+    assert.equal((await row.locator('[data-field="rate-card"]').textContent()).trim(), l.rate_card ? `v${l.rate_card}` : '');
+  }
+  const corrections = withCorrections.lines.filter((l) => l.line_kind === 'correction').length;
+  assert.equal(await page.locator('section[data-section="corrections"] tbody tr').count(), corrections, 'correction lines');
+  assert.equal(await page.locator('a:text("Download this invoice (CSV)")').count(), 1, 'the CSV beside it');
+  await checkAccessibility(page, 'invoice');
+  await page.screenshot({ path: `${SCREENSHOTS}/invoice.png`, fullPage: true });
 
   const bytes = await firstLoadBytes(context, `/ui/fleet?month=${MONTH}`);
   assert.ok(bytes < 300 * 1024, `the fleet page's first load is ${bytes} bytes`);
@@ -354,6 +376,13 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await leaks('another team\'s workload CSV');
   const csv = await page.goto(`${BASE_URL}/ui/invoices/${foreign.id}.csv`);
   assert.equal(csv.status(), 404, 'another team\'s invoice CSV');
+  const foreignPage = await page.goto(`${BASE_URL}/ui/invoices/${foreign.id}`);
+  assert.equal(foreignPage.status(), 404, 'another team\'s invoice page');
+  await leaks('another team\'s invoice page');
+  const ownInvoice = all.find((i) => i.team === LEAD_TEAM);
+  const ownPage = await page.goto(`${BASE_URL}/ui/invoices/${ownInvoice.id}`);
+  assert.equal(ownPage.status(), 200, 'the lead\'s own invoice page');
+  sameDecimal(amount(await page.textContent('[data-field="total"]')), ownInvoice.total, 'own invoice total');
   await leaks('another team\'s invoice');
   await context.close();
 
@@ -420,5 +449,51 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
 
 const remote = requests.filter((u) => !/^(https?:\/\/(127\.0\.0\.1|localhost)(:\d+)?\/|data:|blob:)/.test(u));
 assert.deepEqual(remote, [], 'requests that left the machine');
+// --- Admin: the token page -------------------------------------------------------------------
+{
+  const { context, page } = await newSession();
+  await signIn(page, ADMIN_TOKEN);
+  await page.click('nav a:text("Tokens")');
+  await page.waitForURL(/\/ui\/tokens$/);
+  await page.selectOption('#role', 'team_lead');
+  await page.selectOption('#team', LEAD_TEAM);
+  await page.fill('#label', 'made in the browser');
+  await Promise.all([page.waitForNavigation(), page.click('button:text("Make token")')]);
+  const secret = (await page.textContent('[data-field="new-token"]')).trim();
+  assert.match(secret, /^smt_\d+_[0-9a-f]{64}$/, 'the new token, shown once');
+  const [, id, hidden] = secret.split('_');
+  // It works, and sees its own team only.
+  const budgets = await api(secret, '/v1/budgets');
+  assert.ok(budgets.length > 0 && budgets.every((b) => b.team === LEAD_TEAM), 'the new lead token reads its budget');
+  // Neither the API's list nor the page's shows a secret.
+  const listed = await api(ADMIN_TOKEN, '/v1/tokens');
+  const made = listed.find((t) => t.id === Number(id));
+  assert.equal(made.label, 'made in the browser');
+  assert.equal(made.team, LEAD_TEAM);
+  assert.ok(!JSON.stringify(listed).includes(hidden), 'GET /v1/tokens shows no secret');
+  await page.goto(`${BASE_URL}/ui/tokens`);
+  assert.ok(!(await page.content()).includes(hidden), 'the token list shows no secret');
+  assert.equal((await page.textContent(`tr[data-token="${id}"] [data-field="state"]`)).trim(), 'active');
+  // A bad form names the bad field, in the API's words.
+  await page.selectOption('#role', 'collector');
+  await Promise.all([page.waitForNavigation(), page.click('button:text("Make token")')]);
+  assert.match(await page.textContent('[data-field="errors"]'), /node: a collector token needs its node/);
+  await checkAccessibility(page, 'tokens');
+  await page.screenshot({ path: `${SCREENSHOTS}/tokens.png`, fullPage: true });
+  // Revoked on the page: 401 from then on.
+  await Promise.all([page.waitForURL(/\/ui\/tokens$/), page.click(`tr[data-token="${id}"] button:text("Revoke")`)]);
+  assert.match(await page.textContent(`tr[data-token="${id}"] [data-field="state"]`), /^revoked /);
+  const after = await fetch(`${BASE_URL}/v1/budgets`, { headers: { Authorization: `Bearer ${secret}` } });
+  assert.equal(after.status, 401, 'a revoked token');
+  await context.close();
+
+  const finance = await newSession();
+  await signIn(finance.page, FINANCE_TOKEN);
+  assert.equal(await finance.page.locator('nav a:text("Tokens")').count(), 0, 'finance has no Tokens link');
+  const r = await finance.page.goto(`${BASE_URL}/ui/tokens`);
+  assert.equal(r.status(), 403, 'finance opening the token page');
+  await finance.context.close();
+}
+
 console.log(`${requests.length} requests, all on loopback; screenshots in ${SCREENSHOTS}`);
 await browser.close();

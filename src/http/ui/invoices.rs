@@ -1,19 +1,23 @@
 //! The dashboard's invoice forms (finance, admin): make a month's drafts, issue one draft or all of
-//! a month's after a confirmation page (issued invoices never change), and download one as CSV. They
+//! a month's after a confirmation page (issued invoices never change), read one as a page (its lines
+//! with their provenance, corrections and credits) or download it as CSV. They
 //! call the same billing service as the API, and say what they did in the page's own words.
 
 use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::Utc;
-use maud::html;
+use maud::{Markup, html};
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
-use super::format::money;
+use super::format::{money, number};
 use super::layout::{MonthQuery, UiError, Viewer, latest_currency, page, same_origin};
-use crate::billing::invoice::{Invoice, InvoiceStatus, store as invoices};
-use crate::billing::rate_card::{Currency, store as rate_cards};
+use crate::billing::invoice::{
+    Invoice, InvoiceKind, InvoiceLine, InvoiceStatus, store as invoices,
+};
+use crate::billing::period::LineKind;
+use crate::billing::rate_card::{Currency, PriceSource, store as rate_cards};
 use crate::billing::service as billing;
 use crate::domain::access::{Actor, Principal};
 use crate::domain::time::Month;
@@ -189,18 +193,132 @@ pub async fn issue_period(
     Ok(Redirect::to(&format!("/ui/fleet?month={month}&done=issued_all")).into_response())
 }
 
-pub async fn invoice_csv(
+/// `/ui/invoices/{id}`: the invoice as a page, its lines with their provenance; `{id}.csv`: as CSV.
+/// Another team's is not found for a team lead, either way.
+pub async fn invoice(
     State(state): State<AppState>,
     Viewer(viewer): Viewer,
     Path(id): Path<String>,
 ) -> Result<Response, UiError> {
-    if !id.ends_with(".csv") {
-        return Err(UiError::NotFound);
+    let not_found = |e: ApiError| match e.code.status() {
+        StatusCode::NOT_FOUND => UiError::NotFound,
+        _ => UiError::Api(e),
+    };
+    if id.ends_with(".csv") {
+        return api::invoice_response(&state, &viewer, &id)
+            .await
+            .map_err(not_found);
     }
-    api::invoice_response(&state, &viewer, &id)
+    let invoice = api::visible_invoice(&state, &viewer, &id)
         .await
-        .map_err(|e| match e.code.status() {
-            StatusCode::NOT_FOUND => UiError::NotFound,
-            _ => UiError::Api(e),
-        })
+        .map_err(not_found)?;
+    Ok(page(&title_of(&invoice), Some(&viewer), invoice_page(&invoice)?).into_response())
+}
+
+fn title_of(i: &Invoice) -> String {
+    let what = match i.kind {
+        InvoiceKind::CreditNote => "Credit note",
+        InvoiceKind::Invoice => "Invoice",
+    };
+    match &i.number {
+        Some(n) => format!("{what} {n}"),
+        None => format!("Draft {} {}", what.to_lowercase(), i.id),
+    }
+}
+
+/// What a line's columns do not say: a line of no slice (the idle spread) is its description; a
+/// model off the price list is priced at the rate card's default.
+fn note(l: &InvoiceLine) -> String {
+    if l.gpu_model.is_none() {
+        l.description.clone()
+    } else if l.price_source == Some(PriceSource::Default) {
+        "model not on the price list: default rate".into()
+    } else {
+        String::new()
+    }
+}
+
+fn invoice_page(i: &Invoice) -> Result<Markup, UiError> {
+    let currency = Currency::parse(&i.currency).map_err(|e| UiError::Api(ApiError::internal(e)))?;
+    let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
+    let sections = [
+        (
+            "Usage",
+            "What the team's slices blocked, priced by the rate card version in force.",
+            vec![LineKind::Usage, LineKind::IdleSpread],
+        ),
+        (
+            "Corrections",
+            "Differences found after an earlier month was issued (late data, re-attribution), billed here once.",
+            vec![LineKind::Correction],
+        ),
+        (
+            "Credits",
+            "The reversal of an issued invoice's lines.",
+            vec![LineKind::Credit],
+        ),
+    ];
+    Ok(html! {
+        h1 { (title_of(i)) }
+        dl class="facts" {
+            dt { "Team" } dd data-field="team" { a href=(format!("/ui/team/{}?month={}", i.team, i.period)) { (i.team) } }
+            dt { "Period" } dd data-field="period" { (i.period) }
+            dt { "Status" } dd data-field="status" { (i.status) }
+            @if let Some(at) = i.issued_at { dt { "Issued" } dd { (at.format("%Y-%m-%d %H:%M UTC")) } }
+            @if let Some(c) = i.credits { dt { "Voids" } dd { a href=(format!("/ui/invoices/{c}")) { "invoice " (c) } } }
+            @if let Some(c) = i.credited_by { dt { "Voided by" } dd { a href=(format!("/ui/invoices/{c}")) { "credit note " (c) } } }
+            dt { "Total" } dd data-field="total" { strong { (m(i.total)) } }
+        }
+        p {
+            a href=(format!("/ui/invoices/{}.csv", i.id)) download { "Download this invoice (CSV)" }
+            @if i.status == InvoiceStatus::Draft {
+                " · A draft changes with every run of its month's drafts until it is issued."
+            }
+        }
+        @for (heading, about, kinds) in &sections {
+            @let lines: Vec<_> = i.lines.iter().filter(|l| kinds.contains(&l.line_kind)).collect();
+            @if !lines.is_empty() {
+                section data-section=(heading.to_lowercase()) {
+                    h2 { (heading) }
+                    p { (about) }
+                    div class="scroll" {
+                        table data-table="lines" {
+                            caption { (heading) " lines" }
+                            thead { tr {
+                                th scope="col" class="num" { "#" }
+                                @if *heading == "Corrections" { th scope="col" { "Corrects" } }
+                                th scope="col" { "GPU model" }
+                                th scope="col" { "Kind" }
+                                th scope="col" { "Profile" }
+                                th scope="col" class="num" { "Rate card" }
+                                th scope="col" class="num" { "Slice-hours" }
+                                th scope="col" class="num" { "GPU-eq. hours" }
+                                th scope="col" class="num" { "Unit price" }
+                                th scope="col" class="num" { "Amount" }
+                                th scope="col" { "Note" }
+                            } }
+                            tbody {
+                                @for l in &lines {
+                                    tr data-line=(l.line_no) {
+                                        td class="num" { (l.line_no) }
+                                        @if *heading == "Corrections" { td { (l.corrects_period.map(|p| p.to_string()).unwrap_or_default()) } }
+                                        td { (l.gpu_model.as_deref().unwrap_or("")) }
+                                        td { (l.slice_kind.map(|k| k.as_str()).unwrap_or("")) }
+                                        td { (l.profile.as_deref().unwrap_or("")) }
+                                        td class="num" data-field="rate-card" { (l.rate_card.map(|v| format!("v{v}")).unwrap_or_default()) }
+                                        td class="num" { (number(l.slice_hours, 2)) }
+                                        td class="num" { (number(l.gpu_equivalent_hours, 4)) }
+                                        td class="num" { (l.unit_price.map(&m).unwrap_or_default()) }
+                                        td class="num" data-field="amount" { (m(l.amount)) }
+                                        td { (note(l)) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if i.lines.is_empty() { p class="empty" { "This invoice has no lines." } }
+    })
 }

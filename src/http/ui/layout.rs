@@ -155,6 +155,11 @@ pub fn page(title: &str, viewer: Option<&Principal>, body: Markup) -> Markup {
                                 Principal::TeamLead { team, .. } => {
                                     a href=(format!("/ui/team/{team}")) { "My team" }
                                 }
+                                Principal::Admin { .. } => {
+                                    a href="/ui/fleet" { "Fleet" }
+                                    a href="/ui/plan" { "Plan" }
+                                    a href="/ui/tokens" { "Tokens" }
+                                }
                                 _ => {
                                     a href="/ui/fleet" { "Fleet" }
                                     a href="/ui/plan" { "Plan" }
@@ -309,7 +314,7 @@ pub fn invoice_table(invoices: &[Invoice], currency: &Currency, can_issue: bool)
                             tr data-invoice=(i.id) data-team=(i.team) {
                                 td { (i.team) }
                                 td { (i.period) }
-                                td { (i.number.as_deref().unwrap_or("draft")) }
+                                td { a href=(format!("/ui/invoices/{}", i.id)) data-field="open" { (i.number.as_deref().unwrap_or("draft")) } }
                                 td data-field="status" { (i.status) @if i.kind == InvoiceKind::CreditNote { " (credit note)" } }
                                 td class="num" data-field="total" { (m(i.total)) }
                                 td {

@@ -12,6 +12,7 @@ mod layout;
 mod plan;
 mod signin;
 mod team;
+mod tokens;
 mod workloads;
 
 use axum::Router;
@@ -44,7 +45,12 @@ pub fn router() -> Router<AppState> {
             "/ui/invoices/{id}/issue",
             get(invoices::confirm_issue_invoice).post(invoices::issue_invoice),
         )
-        .route("/ui/invoices/{id}", get(invoices::invoice_csv))
+        .route("/ui/invoices/{id}", get(invoices::invoice))
+        .route(
+            "/ui/tokens",
+            get(tokens::tokens_page).post(tokens::create_token),
+        )
+        .route("/ui/tokens/{id}/revoke", post(tokens::revoke_token))
         .route("/ui/exports/focus", get(exports::focus_export))
         .route("/ui/exports/erp", get(exports::erp_export))
         .layer(axum::middleware::map_response(security_headers))
