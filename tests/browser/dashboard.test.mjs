@@ -102,6 +102,39 @@ async function checkCharts(page, names) {
   }
 }
 
+/** The last `n` months up to this one, as `YYYY-MM`: [first, last]. */
+function lastMonths(n) {
+  const d = new Date();
+  const last = d.toISOString().slice(0, 7);
+  d.setUTCDate(1);
+  d.setUTCMonth(d.getUTCMonth() - (n - 1));
+  return [d.toISOString().slice(0, 7), last];
+}
+
+/** The page's cost-over-time table, month by month, against the usage API grouped as the chart. */
+async function checkCostOverTime(page, token, [first, last], groupBy) {
+  const to = new Date(`${last}-01T00:00:00Z`);
+  to.setUTCMonth(to.getUTCMonth() + 1);
+  const usage = await api(token, `/v1/reports/usage?from=${first}-01&to=${to.toISOString().slice(0, 10)}` +
+    `&group_by=${groupBy}&step=month`);
+  const byMonth = {};
+  for (const r of usage.rows) {
+    const m = r.bucket.slice(0, 7);
+    byMonth[m] = (byMonth[m] || 0) + Math.round(Number(r.cost || 0) * 100);
+  }
+  const rows = page.locator('table[data-table="cost-over-time"] tbody tr');
+  const n = await rows.count();
+  assert.ok(n >= 2, 'a row per month');
+  let nonZero = 0;
+  for (let i = 0; i < n; i++) {
+    const period = await rows.nth(i).getAttribute('data-period');
+    const cents = Math.round(Number(amount(await rows.nth(i).locator('[data-field="period-cost"]').textContent())) * 100);
+    assert.equal(cents, byMonth[period] || 0, `cost over time, ${period}: page ${cents / 100}, API ${(byMonth[period] || 0) / 100}`);
+    if (cents !== 0) nonZero++;
+  }
+  assert.ok(nonZero > 0, 'some month has a cost');
+}
+
 /** Bytes a fresh load of `path` transfers (document and everything it loads). */
 async function firstLoadBytes(context, path) {
   const page = await context.newPage();
@@ -148,6 +181,9 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
     sameDecimal(amount(text), t.cost, `${t.team} cost`);
   }
   await checkCharts(page, ['conservation', 'team-cost', 'allocation', 'gpu-map']);
+  // Cost over time (the last 12 months by default), by team, as the usage API has it.
+  await checkCharts(page, ['cost-over-time']);
+  await checkCostOverTime(page, FINANCE_TOKEN, lastMonths(12), 'team');
   await checkAccessibility(page, 'fleet');
   await page.screenshot({ path: `${SCREENSHOTS}/fleet.png`, fullPage: true });
 
@@ -263,8 +299,16 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   sameDecimal(amount(await page.textContent('[data-field="cost"]')), own.teams[0].cost, 'own cost');
   sameDecimal(amount(await page.textContent('[data-field="gpu_equivalent_hours"]')),
     Number(own.teams[0].gpu_equivalent_hours).toFixed(2), 'own GPU-equivalent hours');
-  await checkCharts(page, ['history']);
+  await checkCharts(page, ['cost-over-time']);
+  await checkCostOverTime(page, LEAD_TOKEN, lastMonths(12), 'workload');
   await checkAccessibility(page, 'team');
+  // The presets: the last 3 months by month; this month by day.
+  await Promise.all([page.waitForURL(/range=3m/), page.click('nav.presets a:text("Last 3 months")')]);
+  await checkCostOverTime(page, LEAD_TOKEN, lastMonths(3), 'workload');
+  await Promise.all([page.waitForURL(/range=this-month/), page.click('nav.presets a:text("This month")')]);
+  const dayRows = await page.locator('table[data-table="cost-over-time"] tbody tr').count();
+  assert.equal(dayRows, new Date().getUTCDate(), 'a row per day of this month so far');
+  await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
   // The workload table: a row per workload and slice, its costs the usage API's (the invoices').
   const next = new Date(`${MONTH}-01T00:00:00Z`);
   next.setUTCMonth(next.getUTCMonth() + 1);
@@ -323,10 +367,30 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   const card = Number(amount(await page.textContent('[data-field="forecast"]')));
   assert.ok(Math.abs(card - Number(forecast.teams[0].forecast)) <= 0.011,
     `forecast: page says ${card}, API says ${forecast.teams[0].forecast}`);
-  const [budget] = await api(LEAD_TOKEN, '/v1/budgets');
+  // Another team's budget: the lead neither lists nor reads it.
+  const other = others.find((t) => t.team !== 'unattributed');
+  const theirs = await fetch(`${BASE_URL}/v1/budgets`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${FINANCE_TOKEN}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ team: other.team, amount: '777.00', currency: 'USD',
+      thresholds: [{ kind: 'actual', percent: 50 }] }),
+  });
+  assert.equal(theirs.status, 201, `POST /v1/budgets for ${other.team}: ${theirs.status}`);
+  const theirId = (await theirs.json()).id;
+  const peek = await fetch(`${BASE_URL}/v1/budgets/${theirId}`, { headers: { Authorization: `Bearer ${LEAD_TOKEN}` } });
+  assert.equal(peek.status, 404, 'a lead reading another team\'s budget');
+  const budgets = await api(LEAD_TOKEN, '/v1/budgets');
+  assert.deepEqual(budgets.map((b) => b.team), [LEAD_TEAM], 'a lead lists their own team\'s budget only');
+  const [budget] = budgets;
   sameDecimal(amount(await page.textContent('[data-field="budget"]')), budget.current.budget, 'budget');
   sameDecimal(amount(await page.textContent('[data-field="budget-spent-percent"]')),
     budget.current.spent_percent, 'spent, percent of the budget');
+  // The budget on the charts: a line on the months, the forecast band on this month, the burn-down.
+  assert.equal(await page.locator('svg[data-chart="cost-over-time"] [data-reference="budget"]').count(), 1, 'budget line');
+  assert.equal(await page.locator('svg[data-chart="cost-over-time"] [data-band]').count(), 1, 'forecast band');
+  await checkCharts(page, ['burn-down']);
+  sameDecimal(amount(await page.textContent('[data-field="burn-budget"]')), budget.current.budget, 'burn-down budget');
+  sameDecimal(amount(await page.textContent('[data-field="burn-spent"]')), budget.current.spent, 'burn-down spent');
   const crossed = budget.current.crossed.map((t) => `${t.kind} ${t.percent} %`).join(', ');
   if (crossed) {
     assert.equal((await page.textContent('[data-field="budget-crossed"]')).trim(), `Crossed: ${crossed}`);

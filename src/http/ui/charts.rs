@@ -122,6 +122,124 @@ pub fn bars(id: &str, title: &str, description: &str, unit: &str, bars: &[Bar]) 
     }
 }
 
+/// One series of stacked columns: its value in each column.
+pub struct Stack {
+    pub name: String,
+    pub colour: &'static str,
+    pub values: Vec<f64>,
+}
+
+/// A range drawn over one column (a forecast's band): from `low` to `high`, hovering `hover`.
+pub struct Band {
+    pub column: usize,
+    pub low: f64,
+    pub high: f64,
+    pub hover: String,
+}
+
+/// Column `i`'s stacks above zero, each with the height it starts at.
+fn cut(stacks: &[Stack], i: usize) -> Vec<(&Stack, f64, f64)> {
+    let mut base = 0.0;
+    let mut out = Vec::new();
+    for s in stacks {
+        let v = s.values.get(i).copied().unwrap_or(0.0).max(0.0);
+        if v > 0.0 {
+            out.push((s, base, v));
+            base += v;
+        }
+    }
+    out
+}
+
+/// Vertical columns over labelled x positions, each cut into its stacks, with a legend; a dashed
+/// horizontal line (`reference`, a budget) and bands over columns (forecasts) where given.
+#[allow(clippy::too_many_arguments)]
+pub fn columns(
+    id: &str,
+    title: &str,
+    description: &str,
+    unit: &str,
+    x: &[String],
+    stacks: &[Stack],
+    reference: Option<(f64, String)>,
+    bands: &[Band],
+) -> Markup {
+    let totals: Vec<f64> = (0..x.len())
+        .map(|i| {
+            stacks
+                .iter()
+                .map(|s| s.values.get(i).copied().unwrap_or(0.0).max(0.0))
+                .sum()
+        })
+        .collect();
+    let max = totals
+        .iter()
+        .copied()
+        .chain(reference.as_ref().map(|r| r.0))
+        .chain(bands.iter().map(|b| b.high))
+        .fold(0.0, f64::max);
+    let (top, marks) = ticks(max);
+    let plot = H - BOTTOM - TOP;
+    let slot = (W - LEFT - 8.0) / x.len().max(1) as f64;
+    let width = (slot * 0.7).min(48.0);
+    let py = |v: f64| TOP + plot - v / top * plot;
+    let label_every = x.len().div_ceil(12).max(1);
+    let legend_rows =
+        stacks.len().div_ceil(3) + usize::from(reference.is_some() || !bands.is_empty());
+    html! {
+        svg class="chart" viewBox=(format!("0 0 {W} {}", H + 8.0 + 18.0 * legend_rows as f64)) role="img"
+            aria-labelledby=(format!("{id}-title {id}-desc")) data-chart=(id) {
+            title id=(format!("{id}-title")) { (title) }
+            desc id=(format!("{id}-desc")) { (description) }
+            (y_axis(top, &marks, unit))
+            @for (i, label) in x.iter().enumerate() {
+                @let left = LEFT + slot * i as f64 + (slot - width) / 2.0;
+                @for (s, base, v) in cut(stacks, i) {
+                    g class="mark" {
+                        title { (label) ", " (s.name) ": " (format!("{v:.2}")) " " (unit) }
+                        rect x=(left) y=(py(base + v)) width=(width) height=((v / top * plot).max(0.0)) fill=(s.colour) {}
+                    }
+                }
+                @if i % label_every == 0 {
+                    text x=(left + width / 2.0) y=(H - BOTTOM + 14.0) text-anchor="middle" font-size="10" fill="#333" { (label) }
+                }
+            }
+            @for b in bands {
+                @let cx = LEFT + slot * b.column as f64 + slot / 2.0;
+                g class="mark" data-band=(b.column) {
+                    title { (b.hover) }
+                    line x1=(cx) x2=(cx) y1=(py(b.low)) y2=(py(b.high)) stroke="#333" stroke-width="2" {}
+                    line x1=(cx - 6.0) x2=(cx + 6.0) y1=(py(b.low)) y2=(py(b.low)) stroke="#333" stroke-width="2" {}
+                    line x1=(cx - 6.0) x2=(cx + 6.0) y1=(py(b.high)) y2=(py(b.high)) stroke="#333" stroke-width="2" {}
+                }
+            }
+            @if let Some((v, hover)) = &reference {
+                g class="mark" data-reference="budget" {
+                    title { (hover) }
+                    line x1=(LEFT) x2=(W - 8.0) y1=(py(*v)) y2=(py(*v)) stroke="#b00020" stroke-width="2" stroke-dasharray="6 4" {}
+                }
+            }
+            @for (k, s) in stacks.iter().enumerate() {
+                @let lx = LEFT + 190.0 * (k % 3) as f64;
+                @let ly = H + 6.0 + 18.0 * (k / 3) as f64;
+                rect x=(lx) y=(ly) width="12" height="12" fill=(s.colour) {}
+                text x=(lx + 16.0) y=(ly + 10.0) font-size="11" fill="#333" { (s.name) }
+            }
+            @if reference.is_some() || !bands.is_empty() {
+                @let ly = H + 6.0 + 18.0 * stacks.len().div_ceil(3) as f64;
+                @if reference.is_some() {
+                    line x1=(LEFT) x2=(LEFT + 12.0) y1=(ly + 6.0) y2=(ly + 6.0) stroke="#b00020" stroke-width="2" stroke-dasharray="4 2" {}
+                    text x=(LEFT + 16.0) y=(ly + 10.0) font-size="11" fill="#333" { "budget" }
+                }
+                @if !bands.is_empty() {
+                    line x1=(LEFT + 196.0) x2=(LEFT + 196.0) y1=(ly) y2=(ly + 12.0) stroke="#333" stroke-width="2" {}
+                    text x=(LEFT + 206.0) y=(ly + 10.0) font-size="11" fill="#333" { "forecast p10–p90" }
+                }
+            }
+        }
+    }
+}
+
 /// One series of a line chart.
 pub struct Series {
     pub name: String,

@@ -17,6 +17,7 @@ use super::layout::{
     MonthQuery, UiError, Viewer, currency_of, done_message, empty_state, f, invoice_table,
     month_form, page, state_text,
 };
+use super::over_time;
 use crate::billing::invoice::{Invoice, InvoiceStatus, store as invoices};
 use crate::billing::period::PeriodState;
 use crate::billing::rate_card::{Currency, store as rate_cards};
@@ -78,18 +79,25 @@ pub async fn fleet(
                 node: q.node.clone().filter(|n| !n.is_empty()),
                 per_gpu_limit: state.config.gpu_map_per_gpu,
             };
-            fleet_body(
-                month,
-                &map,
-                &report,
-                &currency,
-                &daily,
-                &capacity,
-                &fleet,
-                &invoices,
-                &palette,
-                done.as_deref(),
-            )
+            let now = Utc::now();
+            let range = over_time::CostRange::of(&q, now)?;
+            let over = over_time::read(&state, range, None, now).await?;
+            html! {
+                (fleet_body(
+                    month,
+                    &map,
+                    &report,
+                    &currency,
+                    &daily,
+                    &capacity,
+                    &fleet,
+                    &invoices,
+                    &palette,
+                    done.as_deref(),
+                ))
+                (over_time::section(&format!("/ui/fleet?month={month}"), &over, &currency,
+                    Some(&palette), None, None, now))
+            }
         }
     };
     Ok(page(&format!("Fleet {month}"), Some(&viewer), body).into_response())

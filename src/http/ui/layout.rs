@@ -190,13 +190,18 @@ pub struct MonthQuery {
     /// The fleet page's GPU map drilled down to one GPU model, or one node.
     pub model: Option<String>,
     pub node: Option<String>,
+    /// The cost-over-time chart's range: a preset, or `from` and `to` months.
+    pub range: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
 }
 
 impl MonthQuery {
-    /// The month asked for, this month by default.
+    /// The month asked for; by default the last closed one, whose figures are whole (the current
+    /// month is a click away, `month_form`).
     pub fn month(&self) -> Result<Month, UiError> {
         match self.month.as_deref().filter(|m| !m.is_empty()) {
-            None => Ok(Month::of(Utc::now())),
+            None => Ok(Month::of(Utc::now()).minus(1)),
             Some(m) => m
                 .parse()
                 .map_err(|e: String| UiError::Api(ApiError::bad_request(e))),
@@ -255,6 +260,14 @@ pub fn month_form(action: &str, month: Month) -> Markup {
             input id="month" name="month" type="month" value=(month.to_string());
             " "
             button type="submit" { "Show" }
+            @let this = Month::of(Utc::now());
+            @if month != this {
+                " "
+                a href=(format!("{action}?month={this}")) data-field="this-month" { "This month so far" }
+            } @else {
+                " "
+                a href=(format!("{action}?month={}", this.minus(1))) data-field="last-month" { "Last month" }
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ mod fleet;
 mod format;
 mod invoices;
 mod layout;
+mod over_time;
 mod plan;
 mod signin;
 mod team;

@@ -9,14 +9,14 @@ use chrono::Utc;
 use maud::{Markup, html};
 use rust_decimal::Decimal;
 
-use super::charts::{self, Bar};
 use super::format::{money, number, percent};
 use super::layout::{
-    IDLE_EFFICIENCY, MonthQuery, UiError, Viewer, currency_of, empty_state, f, invoice_table,
+    IDLE_EFFICIENCY, MonthQuery, UiError, Viewer, currency_of, empty_state, invoice_table,
     month_form, page,
 };
+use super::over_time;
 use super::workloads::{self, WorkloadLine};
-use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
+use crate::billing::invoice::{Invoice, store as invoices};
 use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::budgets;
 use crate::budgets::standing::BudgetStanding;
@@ -133,58 +133,49 @@ pub async fn team(
         recommendations,
         workloads,
     } = team_month(&state, &team, month).await?;
-    let row = report.teams.first();
     // The current month: where it ends if the last days' pace holds, and against its budget, if
-    // it has one.
-    let (forecast, budget) = if month == Month::of(Utc::now()) {
-        match crate::http::budgets::forecasts(&state, Some(&team)).await? {
-            Ok(report) => {
-                let budget = match budgets::list(&state.pool, Some(&team))
-                    .await?
-                    .into_iter()
-                    .next()
-                {
-                    Some(row) => Some(
-                        crate::budgets::standing::standing(
-                            &state.pool,
-                            &state.reports,
-                            &row,
-                            &report,
-                        )
+    // it has one (the cards show them for the current month, the charts whatever the month).
+    let now = Utc::now();
+    let (forecast, budget) = match crate::http::budgets::forecasts(&state, Some(&team)).await? {
+        Ok(report) => {
+            let budget = match budgets::list(&state.pool, Some(&team))
+                .await?
+                .into_iter()
+                .next()
+            {
+                Some(row) => Some(
+                    crate::budgets::standing::standing(&state.pool, &state.reports, &row, &report)
                         .await?,
-                    ),
-                    None => None,
-                };
-                (report.teams.into_iter().next(), budget)
-            }
-            Err(_) => (None, None),
+                ),
+                None => None,
+            };
+            (report.teams.into_iter().next(), budget)
         }
-    } else {
-        (None, None)
+        Err(_) => (None, None),
     };
-
-    // The last twelve months: what was invoiced, or what the month comes to now.
+    let range = over_time::CostRange::of(&q, now)?;
+    let over = over_time::read(&state, range, Some(&team), now).await?;
+    let burn = match (&budget, &forecast) {
+        (Some(b), Some(fc)) => {
+            let this = Month::of(now);
+            let (daily, _) =
+                reports::daily_costs(&state.pool, &state.reports, this.start(), this.end()).await?;
+            let daily: Vec<_> = daily
+                .into_iter()
+                .filter(|((t, _), _)| *t == team)
+                .map(|((_, day), cost)| (day, cost))
+                .collect();
+            over_time::burn_down(&daily, b, fc, &currency, now)
+        }
+        _ => None,
+    };
     let invoices = invoices::list(&state.pool, None, Some(&team)).await?;
-    let mut history = Vec::new();
-    for k in (0..12).rev() {
-        let m = month.minus(k);
-        let invoiced = invoices
-            .iter()
-            .filter(|i| {
-                i.period == m && i.kind == InvoiceKind::Invoice && i.status != InvoiceStatus::Void
-            })
-            .map(|i| i.total)
-            .next();
-        // A month billing cannot price (hours without a rate card) says why, never 0.
-        let cost = match invoiced {
-            Some(total) => Ok(total),
-            None if m == month => Ok(row.map(|r| r.cost).unwrap_or_default()),
-            None => reports::team_cost(&state.pool, &state.reports, m, &team)
-                .await
-                .map_err(|e| e.to_string()),
-        };
-        history.push((m, cost, invoiced.is_some()));
-    }
+    let current = month == Month::of(now);
+    let charts = html! {
+        (over_time::section(&format!("/ui/team/{team}?month={month}"), &over, &currency, None,
+            budget.as_ref(), forecast.as_ref(), now))
+        @if let Some(b) = burn { (b) }
+    };
 
     let body = html! {
         (team_body(
@@ -193,9 +184,9 @@ pub async fn team(
             month,
             &report,
             &currency,
-            &history,
-            forecast.as_ref(),
-            budget.as_ref(),
+            charts,
+            forecast.as_ref().filter(|_| current),
+            budget.as_ref().filter(|_| current),
             workloads,
             &invoices,
             &q,
@@ -217,7 +208,7 @@ fn team_body(
     month: Month,
     report: &MonthlyReport,
     currency: &Currency,
-    history: &[(Month, Result<Decimal, String>, bool)],
+    charts: Markup,
     forecast: Option<&TeamForecast>,
     budget: Option<&BudgetStanding>,
     mut workloads: Vec<WorkloadLine>,
@@ -295,21 +286,7 @@ fn team_body(
                 "; it is billed once, as corrections on the next open period's invoice."
             }
         }
-        section aria-labelledby="history-h" {
-            h2 id="history-h" { "Last 12 months" }
-            (charts::bars("history", &format!("{name}: cost per month"),
-                "Invoiced months show their invoice total; the others what they come to now.",
-                &currency.code,
-                &history.iter().map(|(mo, cost, invoiced)| Bar {
-                    label: mo.to_string()[2..].to_owned(),
-                    value: cost.as_ref().map_or(0.0, |c| f(*c)),
-                    hover: match cost {
-                        Ok(c) => format!("{mo}: {}{}", m(*c), if *invoiced { " (invoiced)" } else { "" }),
-                        Err(why) => format!("{mo}: not priced ({why})"),
-                    },
-                    colour: "#1f77b4",
-                }).collect::<Vec<_>>()))
-        }
+        (charts)
         section aria-labelledby="workloads-h" {
             h2 id="workloads-h" { "Workloads in " (month) }
             @if workloads.is_empty() {
