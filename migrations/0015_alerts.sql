@@ -1,5 +1,14 @@
 -- Alerts (issue 15): what a budget watches besides its thresholds, where its alerts go, each alert
--- fired once, and each delivery's state.
+-- fired once, and each delivery's state; and budgets narrower than a team's month.
+
+-- `scope`: '' for the whole team, `namespace:<ns>` (one of its namespaces) or `label:<key>=<value>`
+-- (its pods with that label). `period`: the month, or the quarter. A team has one budget a scope
+-- and period.
+alter table budget
+    add column scope  text not null default '' check (scope = '' or scope ~ '^(namespace|label):.'),
+    add column period text not null default 'month' check (period in ('month', 'quarter'));
+alter table budget drop constraint budget_team_id_key;
+alter table budget add constraint budget_team_scope_period unique (team_id, scope, period);
 
 -- `channels`: [{"type": "webhook" | "slack", "url": ...} | {"type": "email", "to": ...}], checked by
 -- the API. `idle_days`: alert on a slice held that many whole days without compute. `spend_change`:

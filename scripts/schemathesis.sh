@@ -79,7 +79,8 @@ st() {
 #     a known ISO 4217 currency, an amount above 0 with no more decimals than the currency has,
 #     auto_months with "auto" only, no threshold or channel twice, only channels this server can
 #     send to (a webhook needs --alert-signing-key-file, email --smtp-url), a channel's URL with a
-#     host and no user (400).
+#     host and no user, a namespace of the team's own, a label as key=value, a quarter's amount
+#     fixed, idle and spend-change alerts on a whole team's budget only (400).
 semantic=("POST /v1/ingest" "POST /v1/rate-cards" "GET /v1/reports/usage" "PUT /v1/teams/{team}"
   "GET /allocation" "GET /allocation/compute" "POST /v1/tokens" "POST /v1/budgets"
   "PUT /v1/budgets/{id}")

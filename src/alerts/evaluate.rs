@@ -55,7 +55,8 @@ pub async fn evaluate(
                 let s = standing::standing(pool, cache, b, &report).await?;
                 if let (Some(budget), Some(c)) = (s.budget, &currency) {
                     for t in &s.crossed {
-                        let fire = threshold_fire(b, &s, t, budget, c, &link(&b.team_id, s.month));
+                        let link = link(&b.team_id, Month::of(s.period_start));
+                        let fire = threshold_fire(b, &s, t, budget, c, &link);
                         fires.push((fire, b));
                     }
                 }
@@ -173,11 +174,12 @@ fn threshold_fire(
             "actual",
             s.spent,
             format!(
-                "{} has spent {} of its {} budget for {}: past its {} % threshold",
+                "{}{} has spent {} of its {} budget for {}: past its {} % threshold",
                 b.team_id,
+                scope_words(b),
                 money(s.spent, c),
                 money(budget, c),
-                s.month,
+                s.period,
                 t.percent
             ),
         ),
@@ -185,10 +187,11 @@ fn threshold_fire(
             "forecast",
             s.forecast,
             format!(
-                "{} is forecast to spend {} in {}, against a budget of {}: past its {} % forecast threshold",
+                "{}{} is forecast to spend {} in {}, against a budget of {}: past its {} % forecast threshold",
                 b.team_id,
+                scope_words(b),
                 money(s.forecast, c),
-                s.month,
+                s.period,
                 money(budget, c),
                 t.percent
             ),
@@ -197,17 +200,28 @@ fn threshold_fire(
     Fire {
         budget_id: b.budget_id,
         team: TeamId::parse(&b.team_id).unwrap_or_else(|_| TeamId::unattributed()),
-        period: s.month.first_day(),
+        period: Month::of(s.period_start).first_day(),
         kind,
         key: t.percent.to_string(),
         subject,
         details: json!({
-            "team": b.team_id, "month": s.month, "threshold": t, "amount": figure.round_dp(c.minor_units),
+            "team": b.team_id, "scope": b.scope().map(|s| s.stored()), "period": s.period,
+            "threshold": t, "amount": figure.round_dp(c.minor_units),
             "budget": budget.round_dp(c.minor_units), "currency": c.code,
             "spent": s.spent.round_dp(c.minor_units), "forecast": s.forecast.round_dp(c.minor_units),
             "low": s.low.round_dp(c.minor_units), "high": s.high.round_dp(c.minor_units),
             "link": link,
         }),
+    }
+}
+
+/// ` (namespace x)` or ` (label k=v)` after a team's name; nothing for a whole team.
+fn scope_words(b: &BudgetRow) -> String {
+    use crate::domain::scope::UsageScope;
+    match b.scope() {
+        None => String::new(),
+        Some(UsageScope::Namespace(ns)) => format!(" (namespace {ns})"),
+        Some(UsageScope::Label { key, value }) => format!(" (label {key}={value})"),
     }
 }
 

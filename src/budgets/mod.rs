@@ -8,6 +8,7 @@ pub mod channel;
 pub mod standing;
 pub mod store;
 
+use chrono::{DateTime, Datelike, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -17,7 +18,9 @@ use crate::audit::{AuditAction, store as audit};
 use crate::billing::rate_card::Currency;
 use crate::domain::access::Actor;
 use crate::domain::fields::FieldError;
+use crate::domain::scope::UsageScope;
 use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 pub use channel::{Channel, ChannelInput, ChannelView};
 use store::BudgetRow;
 
@@ -57,6 +60,63 @@ pub enum BudgetAmount {
     Auto { months: i16 },
 }
 
+/// What a budget's amount covers: a calendar month, or a quarter (UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetPeriod {
+    Month,
+    Quarter,
+}
+
+/// One period of a budget: its first month, its bounds, and its name (`2026-12`, `2026-Q4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeriodBounds {
+    pub first: Month,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub name: String,
+}
+
+impl BudgetPeriod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetPeriod::Month => "month",
+            BudgetPeriod::Quarter => "quarter",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<BudgetPeriod, String> {
+        match s {
+            "month" => Ok(BudgetPeriod::Month),
+            "quarter" => Ok(BudgetPeriod::Quarter),
+            other => Err(format!("{other:?} is neither month nor quarter")),
+        }
+    }
+
+    /// The period holding `now`.
+    pub fn holding(self, now: DateTime<Utc>) -> PeriodBounds {
+        let month = Month::of(now);
+        match self {
+            BudgetPeriod::Month => PeriodBounds {
+                first: month,
+                start: month.start(),
+                end: month.end(),
+                name: month.to_string(),
+            },
+            BudgetPeriod::Quarter => {
+                let day = month.first_day();
+                let first = month.minus(day.month0() % 3);
+                PeriodBounds {
+                    first,
+                    start: first.start(),
+                    end: first.next().next().end(),
+                    name: format!("{}-Q{}", day.year(), day.month0() / 3 + 1),
+                }
+            }
+        }
+    }
+}
+
 /// A budget as asked for, each field checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetSpec {
@@ -64,6 +124,9 @@ pub struct BudgetSpec {
     pub currency: Currency,
     pub thresholds: Vec<Threshold>,
     pub watch: Watch,
+    /// The part of the team's usage it watches; `None`: all of it.
+    pub scope: Option<UsageScope>,
+    pub period: BudgetPeriod,
 }
 
 /// The most whole days a slice may be watched for idling.
@@ -174,6 +237,45 @@ pub struct ThresholdInput {
 }
 
 impl BudgetSpec {
+    /// This spec for `scope` and `period`: a quarter's amount is fixed (`auto` averages months),
+    /// and idle and spend-change alerts watch a whole team.
+    pub fn for_scope(
+        self,
+        scope: Option<UsageScope>,
+        period: BudgetPeriod,
+    ) -> Result<BudgetSpec, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        if period == BudgetPeriod::Quarter && matches!(self.amount, BudgetAmount::Auto { .. }) {
+            errors.push(FieldError::new(
+                "amount",
+                "a quarter's budget is a fixed amount; auto averages closed months",
+            ));
+        }
+        if scope.is_some() {
+            if matches!(self.watch.idle_days, Some(Some(_))) {
+                errors.push(FieldError::new(
+                    "idle_days",
+                    "idle slices are watched on a whole team's budget, not a namespace's or label's",
+                ));
+            }
+            if matches!(self.watch.spend_change, Some(Some(_))) {
+                errors.push(FieldError::new(
+                    "spend_change",
+                    "a day's spend is watched on a whole team's budget, not a namespace's or label's",
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(BudgetSpec {
+                scope,
+                period,
+                ..self
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
     /// Checks `amount` (a decimal, or `auto` with `auto_months`), `currency` (ISO 4217) and
     /// `thresholds`, naming each bad field.
     pub fn parse(
@@ -287,6 +389,8 @@ impl BudgetSpec {
                     currency,
                     thresholds: checked,
                     watch: Watch::default(),
+                    scope: None,
+                    period: BudgetPeriod::Month,
                 })
             }
             _ => Err(errors),
@@ -301,6 +405,11 @@ impl BudgetSpec {
         };
         let (channels, idle_days, spend_change) = self.watch.resolve(before);
         store::Columns {
+            scope: self
+                .scope
+                .as_ref()
+                .map_or(String::new(), UsageScope::stored),
+            period: self.period.as_str().to_owned(),
             amount,
             auto_months,
             currency: self.currency.code.clone(),
@@ -318,7 +427,8 @@ impl store::Columns {
         let channels: Vec<Channel> =
             serde_json::from_value(self.channels.clone()).unwrap_or_default();
         let shown: Vec<ChannelView> = channels.iter().map(Channel::redacted).collect();
-        serde_json::json!({"team": team, "amount": self.amount, "auto_months": self.auto_months,
+        serde_json::json!({"team": team, "scope": self.scope, "period": self.period,
+                           "amount": self.amount, "auto_months": self.auto_months,
                            "currency": self.currency, "thresholds": self.thresholds,
                            "channels": shown, "idle_days": self.idle_days,
                            "spend_change": self.spend_change})
@@ -336,8 +446,19 @@ impl BudgetRow {
         serde_json::from_value(self.channels.0.clone()).unwrap_or_default()
     }
 
+    /// The part of the team's usage it watches; `None`: all of it.
+    pub fn scope(&self) -> Option<UsageScope> {
+        UsageScope::of_stored(&self.scope)
+    }
+
+    pub fn period(&self) -> BudgetPeriod {
+        BudgetPeriod::parse(&self.period).unwrap_or(BudgetPeriod::Month)
+    }
+
     fn stored(&self) -> store::Columns {
         store::Columns {
+            scope: self.scope.clone(),
+            period: self.period.clone(),
             amount: self.amount,
             auto_months: self.auto_months,
             currency: self.currency.clone(),
@@ -353,8 +474,12 @@ impl BudgetRow {
 pub enum BudgetError {
     #[error("there is no team {0:?}")]
     UnknownTeam(String),
-    #[error("team {0:?} has a budget already (budget {1}); change that one")]
+    #[error(
+        "team {0:?} has a budget for this scope and period already (budget {1}); change that one"
+    )]
     TeamHasOne(String, i64),
+    #[error("namespace {0:?} is not {1:?}'s (its namespaces: {2})")]
+    NotTheTeams(String, String, String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -370,10 +495,27 @@ pub async fn create(
     if !store::team_exists(&mut tx, team).await? {
         return Err(BudgetError::UnknownTeam(team.to_string()));
     }
+    if let Some(UsageScope::Namespace(ns)) = &spec.scope {
+        let theirs = store::namespaces(&mut tx, team).await?;
+        if !theirs.contains(ns) {
+            return Err(BudgetError::NotTheTeams(
+                ns.clone(),
+                team.to_string(),
+                if theirs.is_empty() {
+                    "none".into()
+                } else {
+                    theirs.join(", ")
+                },
+            ));
+        }
+    }
     let columns = spec.columns(None);
     let Some(row) = store::insert(&mut tx, team, &columns).await? else {
         let existing = store::list(&mut tx, Some(team)).await?;
-        let id = existing.first().map_or(0, |b| b.budget_id);
+        let id = existing
+            .iter()
+            .find(|b| b.scope == columns.scope && b.period == columns.period)
+            .map_or(0, |b| b.budget_id);
         return Err(BudgetError::TeamHasOne(team.to_string(), id));
     };
     audit::record(
@@ -517,6 +659,27 @@ mod tests {
             fields(BudgetSpec::parse("10.001", None, "USD", &[t("actual", 5)])),
             vec!["amount"],
             "USD has cents"
+        );
+    }
+
+    #[test]
+    fn a_quarter_is_its_three_calendar_months() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let q = BudgetPeriod::Quarter.holding(at("2026-12-02T07:00:00Z"));
+        assert_eq!(q.name, "2026-Q4");
+        assert_eq!(
+            (q.start, q.end),
+            (at("2026-10-01T00:00:00Z"), at("2027-01-01T00:00:00Z"))
+        );
+        let q = BudgetPeriod::Quarter.holding(at("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            (q.name.as_str(), q.end),
+            ("2026-Q1", at("2026-04-01T00:00:00Z"))
+        );
+        let m = BudgetPeriod::Month.holding(at("2026-02-28T23:59:59Z"));
+        assert_eq!(
+            (m.name.as_str(), m.end),
+            ("2026-02", at("2026-03-01T00:00:00Z"))
         );
     }
 

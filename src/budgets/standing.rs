@@ -1,28 +1,36 @@
-//! Where the current month stands against a budget: spent and forecast (`reports::forecast`, in
-//! the invoices' money), their share of the budget, and the thresholds crossed. The API answers it
-//! with every budget; the alert worker fires from it.
+//! Where the current period (month or quarter) stands against a budget: spent and forecast
+//! (`reports::forecast`, in the invoices' money; for a namespace, a label or a quarter, the usage
+//! report's), their share of the budget, and the thresholds crossed. The API answers it with every
+//! budget; the alert worker fires from it.
 
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use sqlx::PgPool;
 use utoipa::ToSchema;
 
 use super::store::BudgetRow;
-use super::{Threshold, ThresholdKind};
+use super::{BudgetPeriod, Threshold, ThresholdKind};
 use crate::billing::service::Error;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::reports::service::{self as reports, ForecastReport, ReportCache};
 
-/// The current month against the budget.
+/// The current period against the budget.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BudgetStanding {
+    /// The current month.
     pub month: Month,
-    /// The amount for this month: the fixed one, or the average of the closed months (`null`
+    /// The budget's current period: `2026-12`, or `2026-Q4` for a quarter, and its bounds.
+    #[schema(example = "2026-12")]
+    pub period: String,
+    pub period_start: DateTime<Utc>,
+    pub period_end: DateTime<Utc>,
+    /// The amount for this period: the fixed one, or the average of the closed months (`null`
     /// while there is none billing can price).
     #[schema(value_type = Option<String>)]
     pub budget: Option<Decimal>,
-    /// The month so far, and its forecast with the band (`GET /v1/reports/forecast`).
+    /// The period so far, and its forecast with the band (`GET /v1/reports/forecast`).
     #[schema(value_type = String)]
     pub spent: Decimal,
     #[schema(value_type = String)]
@@ -42,7 +50,7 @@ pub struct BudgetStanding {
     pub note: Option<String>,
 }
 
-/// Where the month of `report` stands against `row`.
+/// Where the period of `row` holding `report`'s moment stands against it.
 pub async fn standing(
     pool: &PgPool,
     cache: &ReportCache,
@@ -51,11 +59,29 @@ pub async fn standing(
 ) -> Result<BudgetStanding, Error> {
     let month = report.month;
     let team = TeamId::parse(&row.team_id).map_err(|e| Error::Db(sqlx::Error::Decode(e.into())))?;
-    let (spent, forecast, low, high) = report
-        .teams
-        .iter()
-        .find(|f| f.team == team)
-        .map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high));
+    let period = row.period().holding(report.as_of);
+    let scope = row.scope();
+    // A team's month is the invoices' (`report`); a narrower scope or a quarter is the usage
+    // report's cost of it.
+    let (spent, forecast, low, high) = if scope.is_none() && row.period() == BudgetPeriod::Month {
+        report
+            .teams
+            .iter()
+            .find(|f| f.team == team)
+            .map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high))
+    } else {
+        reports::period_forecast(
+            pool,
+            cache,
+            report.as_of,
+            &team,
+            scope.as_ref(),
+            period.start,
+            period.end,
+        )
+        .await?
+        .map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high))
+    };
     let mut note = None;
     let budget = match (row.amount, row.auto_months) {
         (Some(amount), _) => Some(amount),
@@ -96,6 +122,9 @@ pub async fn standing(
     };
     Ok(BudgetStanding {
         month,
+        period: period.name,
+        period_start: period.start,
+        period_end: period.end,
         budget,
         spent,
         forecast,

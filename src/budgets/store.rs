@@ -11,6 +11,10 @@ use crate::domain::team::TeamId;
 pub struct BudgetRow {
     pub budget_id: i64,
     pub team_id: String,
+    /// `""`, `namespace:<ns>` or `label:<key>=<value>` (`domain::scope`).
+    pub scope: String,
+    /// `month` or `quarter`.
+    pub period: String,
     pub amount: Option<Decimal>,
     pub auto_months: Option<i16>,
     pub currency: String,
@@ -25,6 +29,8 @@ pub struct BudgetRow {
 /// A budget's columns as written.
 #[derive(Debug, Clone)]
 pub struct Columns {
+    pub scope: String,
+    pub period: String,
     pub amount: Option<Decimal>,
     pub auto_months: Option<i16>,
     pub currency: String,
@@ -39,10 +45,13 @@ pub async fn list(
     conn: &mut PgConnection,
     team: Option<&TeamId>,
 ) -> Result<Vec<BudgetRow>, sqlx::Error> {
-    sqlx::query_as("select * from budget where $1::text is null or team_id = $1 order by team_id")
-        .bind(team.map(TeamId::as_str))
-        .fetch_all(conn)
-        .await
+    sqlx::query_as(
+        "select * from budget where $1::text is null or team_id = $1
+         order by team_id, scope, period",
+    )
+    .bind(team.map(TeamId::as_str))
+    .fetch_all(conn)
+    .await
 }
 
 /// The budget `id`, locked until the transaction ends when `lock`.
@@ -57,6 +66,17 @@ pub async fn get(
         "select * from budget where budget_id = $1"
     };
     sqlx::query_as(sql).bind(id).fetch_optional(conn).await
+}
+
+/// `team`'s namespaces, by name.
+pub async fn namespaces(
+    conn: &mut PgConnection,
+    team: &TeamId,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("select namespace from team_namespace where team_id = $1 order by namespace")
+        .bind(team.as_str())
+        .fetch_all(conn)
+        .await
 }
 
 /// Whether `team` exists.
@@ -75,9 +95,9 @@ pub async fn insert(
 ) -> Result<Option<BudgetRow>, sqlx::Error> {
     sqlx::query_as(
         "insert into budget (team_id, amount, auto_months, currency, thresholds, channels,
-                             idle_days, spend_change)
-         values ($1, $2, $3, $4, $5, $6, $7, $8)
-         on conflict (team_id) do nothing
+                             idle_days, spend_change, scope, period)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         on conflict (team_id, scope, period) do nothing
          returning *",
     )
     .bind(team.as_str())
@@ -88,6 +108,8 @@ pub async fn insert(
     .bind(sqlx::types::Json(&c.channels))
     .bind(c.idle_days)
     .bind(c.spend_change)
+    .bind(&c.scope)
+    .bind(&c.period)
     .fetch_optional(conn)
     .await
 }

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod dcgm;
 pub mod fields;
 pub mod profiles;
+pub mod scope;
 pub mod slice;
 pub mod team;
 pub mod text;

@@ -20,11 +20,12 @@ use super::teams::ApiJson;
 use crate::budgets::standing::{self, BudgetStanding};
 use crate::budgets::store::BudgetRow;
 use crate::budgets::{
-    self, BudgetError, BudgetSpec, Channel, ChannelInput, ChannelView, Threshold, ThresholdInput,
-    Watch,
+    self, BudgetError, BudgetPeriod, BudgetSpec, Channel, ChannelInput, ChannelView, Threshold,
+    ThresholdInput, Watch,
 };
 use crate::domain::access::{Actor, Principal, Role};
 use crate::domain::fields::FieldError;
+use crate::domain::scope::UsageScope;
 use crate::domain::team::TeamId;
 use crate::reports::service::{self as reports, ForecastReport};
 
@@ -41,6 +42,16 @@ pub struct BudgetInput {
     /// The team (on a change, left out or the budget's own).
     #[schema(example = "nlp")]
     pub team: Option<String>,
+    /// Only this one of the team's namespaces (on a change, left out or the budget's own).
+    #[schema(example = "nlp-prod")]
+    pub namespace: Option<String>,
+    /// Only the team's pods with this label, `key=value` (on a change, left out or the budget's
+    /// own).
+    #[schema(example = "app.kubernetes.io/part-of=search")]
+    pub label: Option<String>,
+    /// `month` (the default) or `quarter` (UTC calendar quarters; a fixed amount).
+    #[schema(example = "month", pattern = "^(month|quarter)$")]
+    pub period: Option<String>,
     /// A decimal amount per month (`"5000.00"`), or `"auto"`: the average of the team's last
     /// `auto_months` closed months.
     #[schema(example = "5000.00", pattern = r"^(auto|[0-9]{1,15}(\.[0-9]{1,4})?)$")]
@@ -86,6 +97,12 @@ where
 pub struct Budget {
     pub id: i64,
     pub team: String,
+    /// The one namespace it watches, if it is narrower than the team.
+    pub namespace: Option<String>,
+    /// The label (`key=value`) of the pods it watches, if it is narrower than the team.
+    pub label: Option<String>,
+    /// `month` or `quarter`.
+    pub period: BudgetPeriod,
     /// The fixed amount a month; `null` for an `auto` budget.
     #[schema(value_type = Option<String>)]
     pub amount: Option<Decimal>,
@@ -138,8 +155,16 @@ async fn answer(
         ),
         Err(why) => (None, Some(why.clone())),
     };
+    let (namespace, label) = match row.scope() {
+        None => (None, None),
+        Some(UsageScope::Namespace(ns)) => (Some(ns), None),
+        Some(UsageScope::Label { key, value }) => (None, Some(format!("{key}={value}"))),
+    };
     Ok(Budget {
         id: row.budget_id,
+        namespace,
+        label,
+        period: row.period(),
         thresholds: row.thresholds(),
         channels: row.channels().iter().map(Channel::redacted).collect(),
         idle_days: row.idle_days,
@@ -177,11 +202,38 @@ fn spec(state: &AppState, body: &BudgetInput) -> Result<BudgetSpec, ApiError> {
             }
         }
     }
-    match (spec, watch) {
-        (Ok(spec), Ok(watch)) if fields.is_empty() => Ok(BudgetSpec { watch, ..spec }),
-        (spec, watch) => {
+    let scope = match (&body.namespace, &body.label) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(FieldError::new(
+            "label",
+            "a budget watches a namespace or a label, not both",
+        )),
+        (Some(ns), None) => match crate::domain::text::check(ns, 253) {
+            Ok(()) if !ns.is_empty() => Ok(Some(UsageScope::Namespace(ns.clone()))),
+            _ => Err(FieldError::new(
+                "namespace",
+                "a namespace has 1 to 253 characters",
+            )),
+        },
+        (None, Some(l)) => UsageScope::label(l)
+            .map(Some)
+            .map_err(|e| FieldError::new("label", e)),
+    };
+    let period = match body.period.as_deref() {
+        None => Ok(BudgetPeriod::Month),
+        Some(p) => BudgetPeriod::parse(p).map_err(|e| FieldError::new("period", e)),
+    };
+    match (spec, watch, scope, period) {
+        (Ok(spec), Ok(watch), Ok(scope), Ok(period)) if fields.is_empty() => {
+            BudgetSpec { watch, ..spec }
+                .for_scope(scope, period)
+                .map_err(|all| ApiError::invalid_fields("the budget is invalid", all))
+        }
+        (spec, watch, scope, period) => {
             let mut all = spec.err().unwrap_or_default();
             all.extend(watch.err().unwrap_or_default());
+            all.extend(scope.err());
+            all.extend(period.err());
             all.extend(fields);
             Err(ApiError::invalid_fields("the budget is invalid", all))
         }
@@ -193,6 +245,10 @@ fn refused(e: BudgetError) -> ApiError {
         BudgetError::UnknownTeam(_) => ApiError::invalid_fields(
             "the budget is invalid",
             vec![FieldError::new("team", e.to_string())],
+        ),
+        BudgetError::NotTheTeams(..) => ApiError::invalid_fields(
+            "the budget is invalid",
+            vec![FieldError::new("namespace", e.to_string())],
         ),
         BudgetError::TeamHasOne(..) => ApiError::new(ErrorCode::BudgetExists, e.to_string()),
         BudgetError::Db(e) => e.into(),
@@ -324,20 +380,57 @@ async fn put_budget(
     let Some(existing) = budgets::get(&state.pool, id).await? else {
         return Err(ApiError::not_found(format!("there is no budget {id}")));
     };
+    // What a budget is of does not change: its team, scope and period (make another budget).
+    let mut moved = Vec::new();
     if let Some(team) = &body.team
         && *team != existing.team_id
     {
-        return Err(ApiError::invalid_fields(
-            "the budget is invalid",
-            vec![FieldError::new(
-                "team",
-                format!(
-                    "budget {id} is {:?}'s; a budget does not move to another team",
-                    existing.team_id
-                ),
-            )],
+        moved.push(FieldError::new(
+            "team",
+            format!(
+                "budget {id} is {:?}'s; a budget does not move to another team",
+                existing.team_id
+            ),
         ));
     }
+    let given_scope = spec
+        .scope
+        .as_ref()
+        .map(UsageScope::stored)
+        .unwrap_or_default();
+    if (body.namespace.is_some() || body.label.is_some()) && given_scope != existing.scope {
+        moved.push(FieldError::new(
+            if body.namespace.is_some() {
+                "namespace"
+            } else {
+                "label"
+            },
+            format!(
+                "budget {id} watches {:?}; make another budget for another scope",
+                existing.scope
+            ),
+        ));
+    }
+    if body.period.is_some() && spec.period != existing.period() {
+        moved.push(FieldError::new(
+            "period",
+            format!(
+                "budget {id} is a {} budget; make another for another period",
+                existing.period
+            ),
+        ));
+    }
+    if !moved.is_empty() {
+        return Err(ApiError::invalid_fields("the budget is invalid", moved));
+    }
+    // Left out, they stay what they are.
+    let spec = BudgetSpec {
+        scope: existing.scope(),
+        period: existing.period(),
+        ..spec
+    }
+    .for_scope(existing.scope(), existing.period())
+    .map_err(|all| ApiError::invalid_fields("the budget is invalid", all))?;
     let row = budgets::update(&state.pool, id, &spec, &Actor::of(&principal))
         .await
         .map_err(refused)?

@@ -303,6 +303,74 @@ pub async fn forecasts(
     })
 }
 
+/// `team`'s forecast for the period `[start, end)` holding `now`, of its usage in `scope` (all of
+/// it when `None`): spent is the usage report's exact cost of the period so far (before the
+/// invoices' rounding, a cent a line at most), the pace as [`forecasts`] measures it.
+pub async fn period_forecast(
+    pool: &PgPool,
+    cache: &ReportCache,
+    now: DateTime<Utc>,
+    team: &TeamId,
+    scope: Option<&crate::domain::scope::UsageScope>,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Result<Option<TeamForecast>, Error> {
+    use crate::domain::scope::UsageScope;
+    let mut dimensions = vec![Dimension::Team];
+    match scope {
+        None => {}
+        Some(UsageScope::Namespace(_)) => dimensions.push(Dimension::Namespace),
+        Some(UsageScope::Label { key, .. }) => dimensions.push(Dimension::Label(key.clone())),
+    }
+    let group_by = GroupBy::of(dimensions);
+    let inside = |s: &UsageSums| match scope {
+        None => true,
+        Some(UsageScope::Namespace(ns)) => s.namespace.as_deref() == Some(ns.as_str()),
+        Some(UsageScope::Label { value, .. }) => {
+            s.labels.first().and_then(|v| v.as_deref()) == Some(value.as_str())
+        }
+    };
+    let cards = rate_cards::rate_cards(pool).await?;
+    let Some(currency) = cards.values().last().map(|c| c.currency.clone()) else {
+        return Ok(None);
+    };
+    let cost = |sums: &[UsageSums]| -> BTreeMap<DateTime<Utc>, Decimal> {
+        let mut by_bucket = BTreeMap::new();
+        for s in sums.iter().filter(|s| inside(s)) {
+            if let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) {
+                *by_bucket.entry(s.bucket).or_default() += s.charge(card);
+            }
+        }
+        by_bucket
+    };
+    let so_far = usage_sums(pool, cache, start, end, &group_by, Step::Month, Some(team)).await?;
+    let spent: Decimal = cost(&so_far).values().copied().sum();
+    let (pace_from, pace_to) = forecast::pace_range(now);
+    let days = usage_sums(
+        pool,
+        cache,
+        pace_from,
+        pace_to,
+        &group_by,
+        Step::Day,
+        Some(team),
+    )
+    .await?;
+    let today = crate::domain::time::start_of(now.date_naive());
+    let pace: Vec<PaceCost> = cost(&days)
+        .into_iter()
+        .map(|(bucket, cost)| PaceCost {
+            bucket,
+            whole_day: bucket < today,
+            cost,
+        })
+        .collect();
+    let mut f = forecast::forecast(team.clone(), now, end, spent, &pace, &currency);
+    // Projected from the exact figure; shown, like every amount, to the minor unit.
+    f.spent = currency.round(f.spent);
+    Ok(Some(f))
+}
+
 /// Each team's exact cost per UTC day of `sums` (grouped by team, a row a day).
 fn priced_days(
     sums: &[UsageSums],

@@ -250,3 +250,138 @@ async fn a_team_lead_reads_their_teams_budget_only_and_finance_changes_it_on_the
     );
     assert_eq!(entries[2].1["team"], "nlp");
 }
+
+#[tokio::test]
+async fn a_budget_can_watch_one_namespace_a_label_or_a_quarter() {
+    use chrono::{Datelike, Duration, TimeZone, Utc};
+    let app = TestApp::spawn().await;
+    let to = nine_steady_days(&app).await;
+    app.put_team("nlp", &["nlp", "nlp-dev"]).await;
+    let post = |body: Value| {
+        let app = &app;
+        async move {
+            app.send_json("POST", Some(&app.admin), "/v1/budgets", &body)
+                .await
+        }
+    };
+    let with = |extra: Value| {
+        let mut b = budget("nlp", "200.00");
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let whole = post(budget("nlp", "200.00")).await;
+    assert_eq!(whole.status, StatusCode::CREATED, "{whole:?}");
+    // All of nlp's usage is in namespace nlp: the same figures (the whole team's are its invoice
+    // lines, the namespace's the usage report's exact cost: a cent apart at most).
+    let ns = post(with(json!({"namespace": "nlp"}))).await;
+    assert_eq!(ns.status, StatusCode::CREATED, "{ns:?}");
+    assert_eq!(ns.body["namespace"], "nlp");
+    let (a, b) = (&whole.body["current"], &ns.body["current"]);
+    assert!(
+        (dec(&a["spent"]) - dec(&b["spent"])).abs() <= dec(&json!("0.01")),
+        "{a} {b}"
+    );
+    assert!(
+        (dec(&a["forecast"]) - dec(&b["forecast"])).abs() <= dec(&json!("0.02")),
+        "{a} {b}"
+    );
+    assert_eq!(b["crossed"], json!([{"kind": "forecast", "percent": 100}]));
+    // Nothing ran in nlp-dev, nor under a label.
+    for extra in [
+        json!({"namespace": "nlp-dev"}),
+        json!({"label": "app.kubernetes.io/name=embedder"}),
+    ] {
+        let r = post(with(extra.clone())).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{extra}: {r:?}");
+        assert_eq!(dec(&r.body["current"]["spent"]), Decimal::ZERO, "{extra}");
+        assert_eq!(
+            dec(&r.body["current"]["forecast"]),
+            Decimal::ZERO,
+            "{extra}"
+        );
+        assert_eq!(r.body["current"]["crossed"], json!([]));
+    }
+
+    // The quarter: what the quarter has spent, plus 13/7 an hour to its end, to the cent.
+    let before = Utc::now();
+    let q = post(with(json!({"period": "quarter", "amount": "5000.00"}))).await;
+    let after = Utc::now();
+    assert_eq!(q.status, StatusCode::CREATED, "{q:?}");
+    let month0 = to.month0();
+    let q_start = Utc
+        .with_ymd_and_hms(to.year(), month0 - month0 % 3 + 1, 1, 0, 0, 0)
+        .unwrap();
+    let q_end = if month0 >= 9 {
+        Utc.with_ymd_and_hms(to.year() + 1, 1, 1, 0, 0, 0).unwrap()
+    } else {
+        Utc.with_ymd_and_hms(to.year(), month0 - month0 % 3 + 4, 1, 0, 0, 0)
+            .unwrap()
+    };
+    let current = &q.body["current"];
+    assert_eq!(
+        current["period"],
+        format!("{}-Q{}", to.year(), month0 / 3 + 1)
+    );
+    let rate = Decimal::from(13) / Decimal::from(7);
+    let hours = Decimal::from((to - (to - Duration::days(9)).max(q_start)).num_hours());
+    assert_eq!(dec(&current["spent"]), (rate * hours).round_dp(2));
+    let projected = |at: chrono::DateTime<Utc>| {
+        (rate * hours + rate * Decimal::from((q_end - at).num_seconds()) / Decimal::from(3600))
+            .round_dp(2)
+    };
+    let forecast = dec(&current["forecast"]);
+    assert!(
+        projected(after) <= forecast && forecast <= projected(before),
+        "{forecast} outside {}..{}",
+        projected(after),
+        projected(before)
+    );
+
+    // One budget a scope and period; what a budget watches does not change.
+    let r = post(with(json!({"namespace": "nlp"}))).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    let id = ns.body["id"].as_i64().unwrap();
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            &format!("/v1/budgets/{id}"),
+            &json!({"namespace": "nlp-dev", "period": "quarter", "amount": "300.00", "currency": "USD",
+                    "thresholds": [{"kind": "actual", "percent": 50}]}),
+        )
+        .await;
+    assert_eq!(field_names(&r), vec!["namespace", "period"], "{r:?}");
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            &format!("/v1/budgets/{id}"),
+            &json!({"amount": "300.00", "currency": "USD",
+                    "thresholds": [{"kind": "actual", "percent": 50}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["namespace"], "nlp", "left out, the scope stays");
+    assert_eq!(r.body["period"], "month");
+
+    // Each bad field named.
+    let r = post(with(json!({"namespace": "vision"}))).await;
+    assert_eq!(field_names(&r), vec!["namespace"], "{r:?}");
+    assert!(
+        fields(&r)[0].1.contains("its namespaces: nlp, nlp-dev"),
+        "{r:?}"
+    );
+    let r = post(with(json!({"namespace": "nlp", "label": "a=b"}))).await;
+    assert_eq!(field_names(&r), vec!["label"], "{r:?}");
+    let r = post(with(json!({"label": "no-equals", "period": "year"}))).await;
+    assert_eq!(field_names(&r), vec!["label", "period"], "{r:?}");
+    let r = post(
+        json!({"team": "nlp", "amount": "auto", "auto_months": 3, "currency": "USD",
+                        "period": "quarter", "namespace": "nlp-dev", "idle_days": 2,
+                        "thresholds": [{"kind": "actual", "percent": 50}]}),
+    )
+    .await;
+    assert_eq!(field_names(&r), vec!["amount", "idle_days"], "{r:?}");
+}

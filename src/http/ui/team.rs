@@ -138,10 +138,11 @@ pub async fn team(
     let now = Utc::now();
     let (forecast, budget) = match crate::http::budgets::forecasts(&state, Some(&team)).await? {
         Ok(report) => {
+            // The whole team's monthly budget; narrower ones are in the API.
             let budget = match budgets::list(&state.pool, Some(&team))
                 .await?
                 .into_iter()
-                .next()
+                .find(|b| b.scope().is_none() && b.period() == budgets::BudgetPeriod::Month)
             {
                 Some(row) => Some(
                     crate::budgets::standing::standing(&state.pool, &state.reports, &row, &report)
