@@ -308,6 +308,13 @@ async fn each_threshold_reaches_each_channel_once_across_a_restart_and_with_two_
     }
     percents.sort();
     assert_eq!(percents, vec![50, 100]);
+    let amounts: Vec<String> = hook
+        .iter()
+        .map(|(_, body)| {
+            let p: Value = serde_json::from_slice(body).unwrap();
+            p["details"]["amount"].as_str().unwrap().to_owned()
+        })
+        .collect();
 
     let slack = slack.lock().unwrap();
     assert_eq!(slack.len(), 2, "Slack calls that were answered 200");
@@ -330,6 +337,13 @@ async fn each_threshold_reaches_each_channel_once_across_a_restart_and_with_two_
             "{m}"
         );
         assert!(m.contains("against a budget of 200.00 USD"), "{m}");
+        // The forecast amount, as the webhook carried it for the same alert.
+        assert!(
+            amounts
+                .iter()
+                .any(|a| m.contains(&format!("amount: {a}\n"))),
+            "{m} has none of {amounts:?}"
+        );
         assert!(
             m.contains("https://slicemeter.example.com/ui/team/nlp?month="),
             "{m}"
