@@ -5,10 +5,11 @@
 //! (`http::budgets`, from `reports`).
 
 pub mod channel;
+pub mod period;
 pub mod standing;
 pub mod store;
+pub mod watch;
 
-use chrono::{DateTime, Datelike, Utc};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -20,9 +21,10 @@ use crate::domain::access::Actor;
 use crate::domain::fields::FieldError;
 use crate::domain::scope::UsageScope;
 use crate::domain::team::TeamId;
-use crate::domain::time::Month;
 pub use channel::{Channel, ChannelInput, ChannelView};
+pub use period::{BudgetPeriod, PeriodBounds};
 use store::BudgetRow;
+pub use watch::Watch;
 
 /// The most thresholds a budget has.
 pub const MAX_THRESHOLDS: usize = 10;
@@ -60,63 +62,6 @@ pub enum BudgetAmount {
     Auto { months: i16 },
 }
 
-/// What a budget's amount covers: a calendar month, or a quarter (UTC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum BudgetPeriod {
-    Month,
-    Quarter,
-}
-
-/// One period of a budget: its first month, its bounds, and its name (`2026-12`, `2026-Q4`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeriodBounds {
-    pub first: Month,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    pub name: String,
-}
-
-impl BudgetPeriod {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetPeriod::Month => "month",
-            BudgetPeriod::Quarter => "quarter",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<BudgetPeriod, String> {
-        match s {
-            "month" => Ok(BudgetPeriod::Month),
-            "quarter" => Ok(BudgetPeriod::Quarter),
-            other => Err(format!("{other:?} is neither month nor quarter")),
-        }
-    }
-
-    /// The period holding `now`.
-    pub fn holding(self, now: DateTime<Utc>) -> PeriodBounds {
-        let month = Month::of(now);
-        match self {
-            BudgetPeriod::Month => PeriodBounds {
-                first: month,
-                start: month.start(),
-                end: month.end(),
-                name: month.to_string(),
-            },
-            BudgetPeriod::Quarter => {
-                let day = month.first_day();
-                let first = month.minus(day.month0() % 3);
-                PeriodBounds {
-                    first,
-                    start: first.start(),
-                    end: first.next().next().end(),
-                    name: format!("{}-Q{}", day.year(), day.month0() / 3 + 1),
-                }
-            }
-        }
-    }
-}
-
 /// A budget as asked for, each field checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetSpec {
@@ -127,101 +72,6 @@ pub struct BudgetSpec {
     /// The part of the team's usage it watches; `None`: all of it.
     pub scope: Option<UsageScope>,
     pub period: BudgetPeriod,
-}
-
-/// The most whole days a slice may be watched for idling.
-pub const MAX_IDLE_DAYS: i64 = 31;
-
-/// Where a budget's alerts go and what it watches besides its thresholds. Each field left out
-/// keeps what the budget has (none, for a new one): channel URLs are never shown back, so a client
-/// that reads a budget and writes it again must not lose them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Watch {
-    pub channels: Option<Vec<Channel>>,
-    /// A slice held this many whole days with no compute.
-    pub idle_days: Option<Option<i16>>,
-    /// A day costing more than this many times the trailing median day.
-    pub spend_change: Option<Option<Decimal>>,
-}
-
-impl Watch {
-    /// Checks `channels`, `idle_days` (1 to 31) and `spend_change` (a decimal above 1, at most
-    /// 100), naming each bad field; each `None` is left out, each `Some(None)` cleared.
-    pub fn parse(
-        channels: Option<&[ChannelInput]>,
-        idle_days: Option<Option<i64>>,
-        spend_change: Option<Option<&str>>,
-    ) -> Result<Watch, Vec<FieldError>> {
-        let mut errors = Vec::new();
-        let channels = channels.map(|list| {
-            if list.len() > channel::MAX_CHANNELS {
-                errors.push(FieldError::new(
-                    "channels",
-                    format!("a budget has at most {} channels", channel::MAX_CHANNELS),
-                ));
-            }
-            let mut out: Vec<Channel> = Vec::new();
-            for (i, c) in list.iter().enumerate() {
-                match Channel::parse(i, c) {
-                    Ok(c) if out.contains(&c) => errors.push(FieldError::new(
-                        format!("channels[{i}]"),
-                        "the same channel twice",
-                    )),
-                    Ok(c) => out.push(c),
-                    Err(e) => errors.extend(e),
-                }
-            }
-            out
-        });
-        let idle_days = idle_days.map(|d| {
-            d.and_then(|d| match i16::try_from(d) {
-                Ok(d) if (1..=MAX_IDLE_DAYS).contains(&i64::from(d)) => Some(d),
-                _ => {
-                    errors.push(FieldError::new(
-                        "idle_days",
-                        format!("{d} is not a number of days from 1 to {MAX_IDLE_DAYS}"),
-                    ));
-                    None
-                }
-            })
-        });
-        let spend_change = spend_change.map(|k| {
-            k.and_then(|k| match k.parse::<Decimal>() {
-                Ok(d) if d > Decimal::ONE && d <= Decimal::from(100) && d.scale() <= 2 => {
-                    Some(d.normalize())
-                }
-                _ => {
-                    errors.push(FieldError::new(
-                        "spend_change",
-                        format!("{k:?} is not a factor above 1 and at most 100 (\"2.5\")"),
-                    ));
-                    None
-                }
-            })
-        });
-        if errors.is_empty() {
-            Ok(Watch {
-                channels,
-                idle_days,
-                spend_change,
-            })
-        } else {
-            Err(errors)
-        }
-    }
-
-    /// What the budget watches once this is applied to `before` (a new budget's: nothing).
-    fn resolve(&self, before: Option<&BudgetRow>) -> (Vec<Channel>, Option<i16>, Option<Decimal>) {
-        (
-            self.channels
-                .clone()
-                .unwrap_or_else(|| before.map(BudgetRow::channels).unwrap_or_default()),
-            self.idle_days
-                .unwrap_or_else(|| before.and_then(|b| b.idle_days)),
-            self.spend_change
-                .unwrap_or_else(|| before.and_then(|b| b.spend_change)),
-        )
-    }
 }
 
 /// A threshold as sent, before it is checked.
@@ -659,27 +509,6 @@ mod tests {
             fields(BudgetSpec::parse("10.001", None, "USD", &[t("actual", 5)])),
             vec!["amount"],
             "USD has cents"
-        );
-    }
-
-    #[test]
-    fn a_quarter_is_its_three_calendar_months() {
-        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
-        let q = BudgetPeriod::Quarter.holding(at("2026-12-02T07:00:00Z"));
-        assert_eq!(q.name, "2026-Q4");
-        assert_eq!(
-            (q.start, q.end),
-            (at("2026-10-01T00:00:00Z"), at("2027-01-01T00:00:00Z"))
-        );
-        let q = BudgetPeriod::Quarter.holding(at("2026-01-01T00:00:00Z"));
-        assert_eq!(
-            (q.name.as_str(), q.end),
-            ("2026-Q1", at("2026-04-01T00:00:00Z"))
-        );
-        let m = BudgetPeriod::Month.holding(at("2026-02-28T23:59:59Z"));
-        assert_eq!(
-            (m.name.as_str(), m.end),
-            ("2026-02", at("2026-03-01T00:00:00Z"))
         );
     }
 
