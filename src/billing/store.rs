@@ -54,6 +54,17 @@ pub async fn books(conn: &mut PgConnection, month: Month) -> Result<Books, sqlx:
     })
 }
 
+/// Makes the partition of `month`'s books if it is not there. Making one locks the whole books
+/// table to the end of the transaction, so the invoice run makes it in a transaction of its own
+/// first; and it cannot be made while a statement uses the table, so not in the books' own insert.
+pub async fn books_partition(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
+    sqlx::query("select ensure_month_partition('book_slice_day', $1)")
+        .bind(month.first_day())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Replaces the period's unfrozen books with what the rollups hold now, in one statement (one
 /// snapshot: usage and presence from the same instant).
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
@@ -61,6 +72,7 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     sqlx::query!("delete from book where period = $1", p)
         .execute(&mut *conn)
         .await?;
+    books_partition(&mut *conn, month).await?;
     sqlx::query!(
         "with b as (insert into book (period) values ($1) returning period),
               u as (insert into book_slice_day select * from period_slice_day($1, false) returning 1),
