@@ -69,7 +69,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
 }
 
-/// The partitioned tables, each with a partition per month.
+/// The tables ingest writes, each with a partition per month made before a batch of that month is
+/// written. The books' `book_slice_day` is partitioned by month too; the invoice run makes its
+/// month's partition (`billing::store::books_partition`).
 pub const PARTITIONED: [&str; 6] = [
     "occupancy",
     "gpu_presence",
