@@ -2,9 +2,9 @@
 //! batches waiting (up to [`GroupCommit::wait`] for more while others are on their way, or until
 //! [`GroupCommit::max_windows`]) and hands the group to one of [`GroupCommit::writers`] writers,
 //! which stores it with set-based statements: one advisory-lock statement, one read of the GPUs'
-//! registrations, the slices and consumers registered only when the [`Known`] cache has not seen
-//! them, one presence check, one insert of presence and its rollups, one `COPY` of every window and
-//! one upsert of the rollups.
+//! registrations, the slices and consumers registered only where the [`Known`] cache has not seen
+//! them (a group with a few new consumers registers those few), one presence check, one insert of
+//! presence and its rollups, one `COPY` of every window and one upsert of the rollups.
 //!
 //! Each batch was validated on its own and is answered on its own. The fast path only stores
 //! batches that are new and consistent; anything else a batch can meet (a re-sent period, a
@@ -22,6 +22,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::known::Known;
 use super::registry::{self, RegisteredSlice};
 use super::resent;
 use super::validate::ValidBatch;
@@ -39,7 +40,8 @@ pub struct GroupCommit {
     pub max_windows: usize,
     /// Groups written at once, each on its own connection.
     pub writers: usize,
-    /// Slices and consumers the [`Known`] cache remembers (each); past it, it starts over.
+    /// GPUs, slices and consumers the [`Known`] cache remembers (each, per generation: it keeps
+    /// what was used in the last two generations, so at most twice this many).
     pub cache_entries: usize,
 }
 
@@ -51,104 +53,6 @@ impl Default for GroupCommit {
             writers: 2,
             cache_entries: 200_000,
         }
-    }
-}
-
-/// Registrations seen committed, so that a group whose GPUs, slices and consumers are all known
-/// costs no statement to register them. Slices and consumers are never changed once stored, so
-/// what is remembered stays true; a GPU's registration can change (an admin moves it, its MIG mode
-/// flips), so only the fact that it exists is remembered and its row is read in every group.
-#[derive(Debug)]
-pub struct Known {
-    cap: usize,
-    inner: std::sync::Mutex<KnownRows>,
-}
-
-#[derive(Debug, Default)]
-struct KnownRows {
-    gpus: HashSet<String>,
-    slices: HashMap<String, RegisteredSlice>,
-    consumers: HashMap<[u8; 32], i64>,
-}
-
-impl Known {
-    pub fn new(cap: usize) -> Self {
-        Known {
-            cap: cap.max(1),
-            inner: Default::default(),
-        }
-    }
-
-    fn rows(&self) -> std::sync::MutexGuard<'_, KnownRows> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn all_gpus_known(&self, batches: &[&ValidBatch]) -> bool {
-        let rows = self.rows();
-        batches
-            .iter()
-            .flat_map(|b| &b.gpus)
-            .all(|g| rows.gpus.contains(&g.uuid))
-    }
-
-    /// The registrations of every batch's slices, if all are known.
-    fn slices(&self, batches: &[&ValidBatch]) -> Option<Vec<RegisteredSlice>> {
-        let rows = self.rows();
-        batches
-            .iter()
-            .flat_map(|b| &b.slices)
-            .map(|s| rows.slices.get(&s.uuid).cloned())
-            .collect()
-    }
-
-    /// Every batch's consumer ids, per batch in batch order, if all are known.
-    fn consumers(&self, batches: &[&ValidBatch]) -> Option<Vec<Vec<i64>>> {
-        let rows = self.rows();
-        batches
-            .iter()
-            .map(|b| {
-                b.consumers
-                    .iter()
-                    .map(|c| rows.consumers.get(&c.fingerprint).copied())
-                    .collect()
-            })
-            .collect()
-    }
-
-    /// Remembers what a committed group registered.
-    fn remember(
-        &self,
-        batches: &[&ValidBatch],
-        slices: &[RegisteredSlice],
-        consumers: &[Vec<i64>],
-    ) {
-        let cap = self.cap;
-        let mut rows = self.rows();
-        let gpus = batches.iter().flat_map(|b| &b.gpus).count();
-        if rows.gpus.len() + gpus > cap {
-            rows.gpus.clear();
-        }
-        rows.gpus
-            .extend(batches.iter().flat_map(|b| &b.gpus).map(|g| g.uuid.clone()));
-        if rows.slices.len() + slices.len() > cap {
-            rows.slices.clear();
-        }
-        for s in slices {
-            rows.slices.insert(s.slice_uuid.clone(), s.clone());
-        }
-        let new: usize = consumers.iter().map(Vec::len).sum();
-        if rows.consumers.len() + new > cap {
-            rows.consumers.clear();
-        }
-        for (b, ids) in batches.iter().zip(consumers) {
-            for (c, &id) in b.consumers.iter().zip(ids) {
-                rows.consumers.insert(c.fingerprint, id);
-            }
-        }
-    }
-
-    fn forget(&self) {
-        *self.rows() = KnownRows::default();
     }
 }
 
@@ -405,11 +309,25 @@ async fn store_group(
         slice_ids.push(registry::check_slices(b, gpus, &own)?);
     }
     let known_consumers = known.consumers(batches);
-    let registered_consumers = known_consumers.is_none();
-    let consumer_ids = match known_consumers {
-        Some(ids) => ids,
-        None => store::register_consumers(&mut tx, batches).await?,
+    let registered_consumers = if known_consumers.unknown.is_empty() {
+        HashMap::new()
+    } else {
+        store::register_consumers(&mut tx, &known_consumers.unknown).await?
     };
+    let consumer_ids: Vec<Vec<i64>> = known_consumers
+        .ids
+        .into_iter()
+        .zip(batches)
+        .map(|(ids, b)| {
+            ids.into_iter()
+                .zip(&b.consumers)
+                .map(|(id, c)| {
+                    id.or_else(|| registered_consumers.get(&c.fingerprint).copied())
+                        .ok_or(sqlx::Error::RowNotFound)
+                })
+                .collect::<Result<_, _>>()
+        })
+        .collect::<Result<_, _>>()?;
     let (mut gpu, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new());
     for (b, ids) in &placed {
         for &g in *ids {
@@ -447,8 +365,8 @@ async fn store_group(
     store::add_to_rollup(&mut tx, rollup).await?;
     tx.commit().await?;
     // An unchanged inventory costs nothing here either.
-    if insert || registered_slices || registered_consumers {
-        known.remember(batches, &slices, &consumer_ids);
+    if insert || registered_slices || !registered_consumers.is_empty() {
+        known.remember(batches, &slices, &registered_consumers);
     }
     Ok(batches
         .iter()
@@ -478,10 +396,14 @@ async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Ing
     }
     let slices = store::register_slices(&mut tx, &[(b, &gpus.ids)]).await?;
     let slice_ids = registry::check_slices(b, &gpus.ids, &slices)?;
-    let consumer_ids = store::register_consumers(&mut tx, &[b])
-        .await?
-        .pop()
-        .unwrap_or_default();
+    let consumers: Vec<_> = b.consumers.iter().collect();
+    let registered = store::register_consumers(&mut tx, &consumers).await?;
+    let consumer_ids = b
+        .consumers
+        .iter()
+        .map(|c| registered.get(&c.fingerprint).copied())
+        .collect::<Option<Vec<i64>>>()
+        .ok_or(sqlx::Error::RowNotFound)?;
     let n = gpus.ids.len();
     let overlapping = store::overlapping_periods(
         &mut tx,

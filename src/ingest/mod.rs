@@ -7,6 +7,7 @@
 
 pub mod decode;
 pub mod group;
+pub mod known;
 pub mod registry;
 pub mod resent;
 pub mod rules;

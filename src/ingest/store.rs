@@ -320,18 +320,17 @@ pub async fn register_slices(
         .collect())
 }
 
-/// Registers new consumers (and the teams their `team` labels name) and returns every consumer's
-/// id, per batch in batch order. A new consumer is attributed to its labelled team, else to the
-/// team that owns its namespace, else to `unattributed`.
+/// Registers `consumers` where new (and the teams their `team` labels name) and returns the id of
+/// each, by fingerprint. A new consumer is attributed to its labelled team, else to the team that
+/// owns its namespace, else to `unattributed`.
 pub async fn register_consumers(
     tx: &mut PgConnection,
-    batches: &[&ValidBatch],
-) -> Result<Vec<Vec<i64>>, sqlx::Error> {
+    consumers: &[&ValidConsumer],
+) -> Result<HashMap<[u8; 32], i64>, sqlx::Error> {
     // Rows other batches may insert at the same time are inserted in sorted order, so that two
     // batches never wait on each other's rows in opposite orders.
-    let mut labelled: Vec<String> = batches
+    let mut labelled: Vec<String> = consumers
         .iter()
-        .flat_map(|b| &b.consumers)
         .filter_map(|c| c.team_label.as_ref().map(|t| t.as_str().to_owned()))
         .collect();
     labelled.sort_unstable();
@@ -345,7 +344,7 @@ pub async fn register_consumers(
         .execute(&mut *tx)
         .await?;
     }
-    let mut order: Vec<&ValidConsumer> = batches.iter().flat_map(|b| &b.consumers).collect();
+    let mut order: Vec<&ValidConsumer> = consumers.to_vec();
     order.sort_unstable_by_key(|c| c.fingerprint);
     order.dedup_by_key(|c| c.fingerprint);
     let n = order.len();
@@ -401,22 +400,13 @@ pub async fn register_consumers(
     )
     .fetch_all(&mut *tx)
     .await?;
-    let by_fingerprint: HashMap<&[u8], i64> = stored
-        .iter()
-        .map(|r| (r.fingerprint.as_slice(), r.consumer_id))
-        .collect();
-    batches
-        .iter()
-        .map(|b| {
-            b.consumers
-                .iter()
-                .map(|c| {
-                    by_fingerprint
-                        .get(&c.fingerprint[..])
-                        .copied()
-                        .ok_or(sqlx::Error::RowNotFound)
-                })
-                .collect()
+    stored
+        .into_iter()
+        .map(|r| {
+            let fingerprint: [u8; 32] = r.fingerprint.as_slice().try_into().map_err(|_| {
+                sqlx::Error::Protocol("a consumer fingerprint is not 32 bytes".into())
+            })?;
+            Ok((fingerprint, r.consumer_id))
         })
         .collect()
 }
