@@ -69,6 +69,16 @@ async fn months_past_retention_lose_their_raw_windows_keep_their_reports_and_ref
     assert_eq!(monthly_before.status, StatusCode::OK, "{monthly_before:?}");
     assert!(usage_before.body.to_string().contains("nlp"));
     assert_eq!(app.count("select count(*) from occupancy").await, 6);
+    // Within its month's partition, each day's windows have a partition of their own.
+    let holding: Vec<String> =
+        sqlx::query_scalar("select distinct tableoid::regclass::text from occupancy order by 1")
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        holding,
+        [old, recent].map(|m| format!("{}d03", partition("occupancy", m)))
+    );
 
     // A server keeping 13 months drops the old month's raw partitions when it starts.
     let mut config = test_config();
