@@ -8,8 +8,9 @@ pub mod types;
 
 use std::collections::HashSet;
 use std::str::FromStr;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use chrono::NaiveDate;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -27,32 +28,115 @@ pub async fn connect_with(
     options: PgConnectOptions,
     max_connections: u32,
 ) -> Result<PgPool, sqlx::Error> {
+    pool_options(max_connections)
+        .connect_with(session_defaults(options))
+        .await
+}
+
+fn pool_options(max_connections: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
         // While the database is away, requests fail fast with 503 rather than queue.
         .acquire_timeout(Duration::from_secs(5))
-        // PostgreSQL's JIT compiles the reports' wide aggregations for longer than it saves:
-        // measured at 2,000 GPUs, the month's usage by day took 3.9 s with it and 3.3 s without.
-        .connect_with(
-            options
-                .application_name("slicemeter")
-                .options([("jit", "off")]),
-        )
-        .await
 }
 
-/// A pool for the server's requests: every statement is cancelled by PostgreSQL after
-/// `statement_timeout`, so a query whose request was cut off (or whose client went away) does not
-/// keep running. Work that streams longer, the exports, lifts it for its own transaction
-/// ([`without_statement_timeout`]).
+fn session_defaults(options: PgConnectOptions) -> PgConnectOptions {
+    // PostgreSQL's JIT compiles the reports' wide aggregations for longer than it saves:
+    // measured at 2,000 GPUs, the month's usage by day took 3.9 s with it and 3.3 s without.
+    options
+        .application_name("slicemeter")
+        .options([("jit", "off")])
+}
+
+/// How long a connection coming back to the request pool may take to answer a ping, when a
+/// request was abandoned lately ([`request_abandoned`]). One whose request was dropped
+/// mid-statement is still busy with that statement, so it takes longer; it is closed instead of
+/// being waited out.
+const RELEASE_PING: Duration = Duration::from_millis(500);
+
+/// How long after a request was abandoned connections coming back are checked.
+const ABANDONED_RECENTLY: Duration = Duration::from_secs(5);
+
+/// How often PostgreSQL checks, while running a request's statement, that its client (this
+/// server's connection) is still there (`client_connection_check_interval`, PostgreSQL 14 and
+/// later), so that a statement whose connection was closed stops within this long.
+const CLIENT_CHECK_MS: u32 = 1000;
+
+/// When a request was last abandoned: milliseconds since [`clock`]'s start, plus one (0: never).
+static LAST_ABANDONED: AtomicU64 = AtomicU64::new(0);
+
+fn clock() -> Duration {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed()
+}
+
+/// Says that a request's work was dropped before it finished (its client went away, its time ran
+/// out, an export's reader hung up): called before the work's connections are dropped, so that
+/// the request pool checks the connections that come back next ([`connect_for_requests`]).
+pub fn request_abandoned() {
+    let ms = u64::try_from(clock().as_millis()).unwrap_or(u64::MAX - 1);
+    LAST_ABANDONED.store(ms + 1, Ordering::Relaxed);
+}
+
+fn abandoned_recently() -> bool {
+    match LAST_ABANDONED.load(Ordering::Relaxed) {
+        0 => false,
+        at => clock().saturating_sub(Duration::from_millis(at - 1)) < ABANDONED_RECENTLY,
+    }
+}
+
+/// A pool for the server's requests. A request's work does not outlive the request:
+/// - every statement is cancelled by PostgreSQL after `statement_timeout`; work that streams
+///   longer, the exports, lifts it for its own transaction ([`without_statement_timeout`]);
+/// - a connection dropped while its statement runs, because the client went away or the request
+///   timed out (the request's future is dropped, and with it the connection), does not go back
+///   to the pool: it is closed, and PostgreSQL stops the statement within [`CLIENT_CHECK_MS`].
+///   Without this, the pool would wait for the statement to finish before reusing the
+///   connection, and the database would do work no one reads, for up to the statement timeout.
+///   Telling such a connection from an idle one takes a round trip (a ping with a time limit)
+///   on top of the pool's own, so it is made only for a few seconds after a request was
+///   abandoned: requests that finish cost nothing more.
 pub async fn connect_for_requests(
     url: &str,
     max_connections: u32,
     statement_timeout: Duration,
 ) -> Result<PgPool, sqlx::Error> {
+    let options = PgConnectOptions::from_str(url)?;
+    connect_for_requests_with(options, max_connections, statement_timeout).await
+}
+
+/// [`connect_for_requests`] with `options` (a benchmark's scratch schema).
+pub async fn connect_for_requests_with(
+    options: PgConnectOptions,
+    max_connections: u32,
+    statement_timeout: Duration,
+) -> Result<PgPool, sqlx::Error> {
+    use sqlx::{Connection, Executor};
     let ms = statement_timeout.as_millis().max(1).to_string();
-    let options = PgConnectOptions::from_str(url)?.options([("statement_timeout", ms.as_str())]);
-    connect_with(options, max_connections).await
+    let options = options.options([("statement_timeout", ms.as_str())]);
+    pool_options(max_connections)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                if conn.server_version_num().is_some_and(|v| v >= 140_000) {
+                    let set = format!("set client_connection_check_interval = {CLIENT_CHECK_MS}");
+                    conn.execute(set.as_str()).await?;
+                }
+                Ok(())
+            })
+        })
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                if !abandoned_recently() {
+                    return Ok(true);
+                }
+                Ok(matches!(
+                    tokio::time::timeout(RELEASE_PING, conn.ping()).await,
+                    Ok(Ok(()))
+                ))
+            })
+        })
+        .connect_with(session_defaults(options))
+        .await
 }
 
 /// Lifts the statement timeout for the rest of `tx` (an export streaming a month's rows for as

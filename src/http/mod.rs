@@ -2,6 +2,7 @@
 //! OpenAPI annotation through `utoipa-axum` so that a route and its documentation cannot drift; the
 //! dashboard (`ui`); and the server that runs them (`server`). This module only assembles them.
 
+mod abandoned;
 mod alerts;
 mod audit;
 pub mod auth;
@@ -106,6 +107,8 @@ pub fn router(state: AppState) -> Router {
         .merge(ui::router())
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .with_state(state)
+        // Inside the timeout, so that a request it cuts off counts as abandoned too.
+        .layer(abandoned::WatchLayer)
         .layer(
             tower::ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(

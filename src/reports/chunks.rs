@@ -61,7 +61,12 @@ impl ChunkWriter {
         let Ok(buf) = full.into_inner() else {
             return false;
         };
-        buf.is_empty() || self.out.send(Piece::Csv(Bytes::from(buf))).await.is_ok()
+        if buf.is_empty() || self.out.send(Piece::Csv(Bytes::from(buf))).await.is_ok() {
+            return true;
+        }
+        // The client hung up: the export stops, and the statement its rows come from with it.
+        crate::db::request_abandoned();
+        false
     }
 
     /// Sends what is left and says the export is whole.

@@ -506,3 +506,86 @@ async fn a_request_pool_stops_long_statements_and_an_export_lifts_that_for_itsel
             .is_err()
     );
 }
+
+/// A client that goes away stops its query: the server's request pool closes a connection returned
+/// mid-statement instead of waiting the statement out, and PostgreSQL, checking its clients every
+/// second, stops the statement then. Here the request's token lookup waits on a lock the test holds;
+/// the client hangs up; the waiting statement is gone long before its statement timeout (54 s),
+/// while the lock is still held, and the server goes on answering.
+#[tokio::test]
+async fn a_query_stops_when_its_client_goes_away() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn().await;
+    let config = test_config();
+    let pool =
+        slicemeter::db::connect_for_requests(&app.database_url, 4, config.statement_timeout())
+            .await
+            .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(slicemeter::http::server::serve(
+        pool,
+        listener,
+        config,
+        async move {
+            let _ = stopped.changed().await;
+        },
+    ));
+    let request = format!(
+        "GET /v1/teams HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n",
+        app.admin
+    );
+    let waiting = || {
+        app.count(
+            "select count(*) from pg_stat_activity where datname = current_database() \
+             and wait_event_type = 'Lock' and query like '%api_token%'",
+        )
+    };
+
+    let mut lock = app.pool.begin().await.unwrap();
+    sqlx::query("lock table api_token in access exclusive mode")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    client.write_all(request.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    while waiting().await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the request's token lookup never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(client);
+    let hung_up = Instant::now();
+    while waiting().await > 0 {
+        assert!(
+            hung_up.elapsed() < Duration::from_secs(10),
+            "the statement of a request whose client went away still runs after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "statement stopped {:?} after the client hung up",
+        hung_up.elapsed()
+    );
+    lock.rollback().await.unwrap();
+
+    // The pool is whole: the next request is answered.
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(
+            request
+                .replace("\r\n\r\n", "\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    client.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    stop.send(true).unwrap();
+    server.await.unwrap().unwrap();
+}

@@ -185,7 +185,15 @@ impl Loopback {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
+        // The server's own kind of pool (`serve`'s): statement timeout, connections dropped
+        // mid-statement closed.
+        let requests = slicemeter::db::connect_for_requests_with(
+            pool.connect_options().as_ref().clone(),
+            pool.options().get_max_connections(),
+            config.statement_timeout(),
+        )
+        .await?;
+        let serving = tokio::spawn(server::serve(requests, listener, config, async move {
             let _ = stopped.changed().await;
         }));
         Ok(Loopback {
