@@ -522,16 +522,8 @@ async fn a_query_stops_when_its_client_goes_away() {
             .await
             .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(slicemeter::http::server::serve(
-        pool,
-        listener,
-        config,
-        async move {
-            let _ = stopped.changed().await;
-        },
-    ));
+    let served = Served::with_pool(pool, listener, config);
+    let addr = served.addr.clone();
     let request = format!(
         "GET /v1/teams HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n",
         app.admin
@@ -548,7 +540,7 @@ async fn a_query_stops_when_its_client_goes_away() {
         .execute(&mut *lock)
         .await
         .unwrap();
-    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut client = tokio::net::TcpStream::connect(&addr).await.unwrap();
     client.write_all(request.as_bytes()).await.unwrap();
     let started = Instant::now();
     while waiting().await == 0 {
@@ -574,7 +566,7 @@ async fn a_query_stops_when_its_client_goes_away() {
     lock.rollback().await.unwrap();
 
     // The pool is whole: the next request is answered.
-    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut client = tokio::net::TcpStream::connect(&addr).await.unwrap();
     client
         .write_all(
             request
@@ -586,6 +578,5 @@ async fn a_query_stops_when_its_client_goes_away() {
     let mut reply = String::new();
     client.read_to_string(&mut reply).await.unwrap();
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-    stop.send(true).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await;
 }

@@ -445,10 +445,19 @@ pub struct Served {
 impl Served {
     /// Serves `app`'s database on `listener` until [`Served::stop`].
     pub fn on(app: &TestApp, listener: tokio::net::TcpListener, config: ServerConfig) -> Served {
+        Served::with_pool(app.pool.clone(), listener, config)
+    }
+
+    /// Serves from `pool` (a request pool, as `serve` makes) on `listener` until [`Served::stop`].
+    pub fn with_pool(
+        pool: PgPool,
+        listener: tokio::net::TcpListener,
+        config: ServerConfig,
+    ) -> Served {
         let addr = listener.local_addr().unwrap().to_string();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(slicemeter::http::server::serve(
-            app.pool.clone(),
+            pool,
             listener,
             config,
             async move {
