@@ -222,6 +222,12 @@ pub fn changes(
     out
 }
 
+/// The hours right-sizing reads at `now`: the last `days` days up to the current hour.
+pub fn right_sizing_range(days: u32, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+    let to = crate::domain::time::floor_hour(now);
+    (to - chrono::Duration::days(i64::from(days)), to)
+}
+
 /// Every workload's recommendation over the last `days` days (only `team`'s, when given), priced
 /// by the rate card in force at `now`.
 pub async fn recommendations(
@@ -232,9 +238,19 @@ pub async fn recommendations(
     target: recommend::TargetProfile,
     now: DateTime<Utc>,
 ) -> Result<Vec<recommend::Recommendation>, PlanError> {
-    let to = crate::domain::time::floor_hour(now);
-    let from = to - chrono::Duration::days(i64::from(days));
-    let evidence = evidence.get(pool, from, to, team).await?;
+    let read = evidence
+        .get(pool, &[right_sizing_range(days, now)], team)
+        .await?;
+    recommend_all(pool, &read[0], target, now).await
+}
+
+/// A recommendation for each of `evidence`, priced by the rate card in force at `now`.
+pub async fn recommend_all(
+    pool: &sqlx::PgPool,
+    evidence: &[Evidence],
+    target: recommend::TargetProfile,
+    now: DateTime<Utc>,
+) -> Result<Vec<recommend::Recommendation>, PlanError> {
     let rate_cards = rate_card::store::rate_cards(pool).await?;
     let in_force = rate_card::in_force_at(&rate_cards, now);
     Ok(evidence
@@ -245,31 +261,32 @@ pub async fn recommendations(
 
 /// Workloads' evidence (`store::evidence`: percentiles over every hour of every workload, the
 /// costliest read of the team page) kept while the database has not changed, as the reports'
-/// reads are (`serve --report-max-stale`), so that the team page, its CSV, the plan and
-/// `/v1/recommendations` share one read.
+/// reads are (`serve --report-max-stale`), by ranges and team: the team page and its CSV (a
+/// month and right-sizing's days, read together) share one read, the plan and
+/// `/v1/recommendations` (right-sizing's days) another.
 #[derive(Debug)]
-pub struct EvidenceCache(SnapshotCache<EvidenceKey, Vec<Evidence>>);
+pub struct EvidenceCache(SnapshotCache<EvidenceKey, Vec<Vec<Evidence>>>);
 
-type EvidenceKey = (DateTime<Utc>, DateTime<Utc>, Option<String>);
+type EvidenceKey = (Vec<(DateTime<Utc>, DateTime<Utc>)>, Option<String>);
 
 impl EvidenceCache {
     /// `max_stale`: how old a kept result may be when served while another request reads it anew.
     pub fn new(max_stale: Duration) -> Self {
-        // A team's page asks for two ranges (its month and right-sizing's days): a few per team.
+        // A team's page asks for two ranges (its month and right-sizing's days) at once: a few
+        // keys per team.
         EvidenceCache(SnapshotCache::new(max_stale, 64))
     }
 
-    /// The evidence of `[from, to)`, of `team` alone when given.
+    /// The evidence of each of `ranges` (`[from, to)`), of `team` alone when given, read together.
     pub async fn get(
         &self,
         pool: &sqlx::PgPool,
-        from: DateTime<Utc>,
-        to: DateTime<Utc>,
+        ranges: &[(DateTime<Utc>, DateTime<Utc>)],
         team: Option<&str>,
-    ) -> Result<Arc<Vec<Evidence>>, sqlx::Error> {
+    ) -> Result<Arc<Vec<Vec<Evidence>>>, sqlx::Error> {
         self.0
-            .get(pool, (from, to, team.map(str::to_owned)), || {
-                store::evidence(pool, from, to, team)
+            .get(pool, (ranges.to_vec(), team.map(str::to_owned)), || {
+                store::evidence(pool, ranges, team)
             })
             .await
     }

@@ -184,21 +184,29 @@ struct EvidenceFigures {
     compute_p95: Option<f64>,
 }
 
-/// Every workload's evidence over `[from, to)` (only `team`'s, when given), from the hourly
-/// rollups, in the order of team, namespace, workload, model, kind and profile.
+/// Every workload's evidence over each of `ranges` (`[from, to)`; only `team`'s, when given), from
+/// the hourly rollups, a list per range in the order of team, namespace, workload, model, kind and
+/// profile.
 ///
 /// Two steps, so that the hourly rows (a month of a 10,000-GPU fleet is 40 million) are neither
 /// joined to consumers nor sorted on text: first the (consumer, slice) pairs that held anything,
-/// from the day rollups, each with its workload and slice class, numbered here by group; then the
-/// hourly rows of those pairs summed and their percentiles taken per group number.
+/// from the day rollups, each with its workload and slice class, numbered here by range and group;
+/// then the hourly rows of those pairs summed and their percentiles taken per number. The ranges
+/// are read in one scan of the hourly rows they cover: the team page asks for its month and for
+/// right-sizing's last days, which share a month's partition, and that scan is most of the time.
 pub async fn evidence(
     pool: &PgPool,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
+    ranges: &[(DateTime<Utc>, DateTime<Utc>)],
     team: Option<&str>,
-) -> Result<Vec<Evidence>, sqlx::Error> {
-    // The day rollups of the days the range touches hold every pair its hours hold (a pair whose
-    // hours in range held nothing finds no hourly row below, and so no group).
+) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
+    let (Some(first), Some(last)) = (
+        ranges.iter().map(|r| r.0).min(),
+        ranges.iter().map(|r| r.1).max(),
+    ) else {
+        return Ok(Vec::new());
+    };
+    // The day rollups of the days the ranges touch hold every pair their hours hold (a pair whose
+    // hours in a range held nothing finds no hourly row below, and so no group of that range).
     let pairs: Vec<EvidencePair> = sqlx::query_as(
         "select p.consumer_id, p.slice_id, c.team_id, c.namespace,
                 w.w[1] as workload_kind, w.w[2] as workload, g.model, s.kind, s.profile,
@@ -215,23 +223,36 @@ pub async fn evidence(
                              array['Consumer', c.consumer_id::text]) as w) w
          where $3::text is null or c.team_id = $3",
     )
-    .bind(from)
-    .bind(to)
+    .bind(first)
+    .bind(last)
     .bind(team)
     .fetch_all(pool)
     .await?;
-    let mut groups: std::collections::BTreeMap<EvidenceGroup, i32> = Default::default();
-    for p in &pairs {
-        groups.entry(p.group.clone()).or_insert(0);
+    // Numbered by range, then group.
+    let mut groups: std::collections::BTreeMap<(usize, EvidenceGroup), i32> = Default::default();
+    for r in 0..ranges.len() {
+        for p in &pairs {
+            groups.entry((r, p.group.clone())).or_insert(0);
+        }
     }
     for (gid, n) in groups.values_mut().enumerate() {
         *n = i32::try_from(gid).unwrap_or(i32::MAX);
     }
-    let (mut consumers, mut slices, mut gids) = (Vec::new(), Vec::new(), Vec::new());
-    for p in &pairs {
-        consumers.push(p.consumer_id);
-        slices.push(p.slice_id);
-        gids.push(groups[&p.group]);
+    let n = pairs.len() * ranges.len();
+    let (mut consumers, mut slices, mut gids) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut froms, mut tos) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for (r, &(from, to)) in ranges.iter().enumerate() {
+        for p in &pairs {
+            consumers.push(p.consumer_id);
+            slices.push(p.slice_id);
+            gids.push(groups[&(r, p.group.clone())]);
+            froms.push(from);
+            tos.push(to);
+        }
     }
     let mut tx = pool.begin().await?;
     // Each group's rows are sorted for its percentiles: in memory, not on disk.
@@ -251,50 +272,54 @@ pub async fn evidence(
                     order by (u.compute_active_seconds / nullif(u.compute_known_seconds, 0))::float8)
                     as compute_p95
          from usage_hourly u
-         join unnest($3::int8[], $4::int4[], $5::int4[]) as k(consumer_id, slice_id, gid)
+         join unnest($3::int8[], $4::int4[], $5::int4[], $6::timestamptz[], $7::timestamptz[])
+              as k(consumer_id, slice_id, gid, from_hour, to_hour)
            on k.consumer_id = u.consumer_id and k.slice_id = u.slice_id
+          and u.hour >= k.from_hour and u.hour < k.to_hour
          where u.hour >= $1 and u.hour < $2 and u.held_seconds > 0
          group by k.gid",
     )
-    .bind(from)
-    .bind(to)
+    .bind(first)
+    .bind(last)
     .bind(&consumers)
     .bind(&slices)
     .bind(&gids)
+    .bind(&froms)
+    .bind(&tos)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
     let mut figures: std::collections::HashMap<i32, EvidenceFigures> =
         figures.into_iter().map(|f| (f.gid, f)).collect();
-    let mut evidence: Vec<Evidence> = groups
-        .into_iter()
-        .filter_map(|(g, gid)| {
-            let f = figures.remove(&gid)?;
-            Some(Evidence {
-                team: g.team_id,
-                namespace: g.namespace,
-                workload_kind: g.workload_kind,
-                workload: g.workload,
-                model: g.model,
-                kind: g.kind,
-                profile: g.profile,
-                compute_share: g.compute_share,
-                memory_share: g.memory_share,
-                memory_reserved_bytes: g.memory_reserved_bytes,
-                gpu_compute_slices: u8::try_from(g.gpu_compute_slices).unwrap_or(7),
-                gpu_memory_bytes: g.gpu_memory_bytes,
-                slices: f.slices,
-                span_seconds: f.span_seconds,
-                days: (f.span_seconds + 86_399) / 86_400,
-                held_seconds: f.held_seconds,
-                known_seconds: f.known_seconds,
-                active_seconds: f.active_seconds,
-                memory_p99_bytes: f.memory_p99_bytes,
-                memory_max_bytes: f.memory_max_bytes,
-                compute_p95: f.compute_p95,
-            })
-        })
-        .collect();
+    let mut out: Vec<Vec<Evidence>> = ranges.iter().map(|_| Vec::new()).collect();
+    for ((r, g), gid) in groups {
+        let Some(f) = figures.remove(&gid) else {
+            continue;
+        };
+        out[r].push(Evidence {
+            team: g.team_id,
+            namespace: g.namespace,
+            workload_kind: g.workload_kind,
+            workload: g.workload,
+            model: g.model,
+            kind: g.kind,
+            profile: g.profile,
+            compute_share: g.compute_share,
+            memory_share: g.memory_share,
+            memory_reserved_bytes: g.memory_reserved_bytes,
+            gpu_compute_slices: u8::try_from(g.gpu_compute_slices).unwrap_or(7),
+            gpu_memory_bytes: g.gpu_memory_bytes,
+            slices: f.slices,
+            span_seconds: f.span_seconds,
+            days: (f.span_seconds + 86_399) / 86_400,
+            held_seconds: f.held_seconds,
+            known_seconds: f.known_seconds,
+            active_seconds: f.active_seconds,
+            memory_p99_bytes: f.memory_p99_bytes,
+            memory_max_bytes: f.memory_max_bytes,
+            compute_p95: f.compute_p95,
+        });
+    }
     // As SQL orders them: a missing namespace or profile last.
     fn key(e: &Evidence) -> (&str, bool, Option<&str>, &str, &str, SliceKind, bool) {
         (
@@ -307,6 +332,8 @@ pub async fn evidence(
             e.profile.is_none(),
         )
     }
-    evidence.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.profile.cmp(&b.profile)));
-    Ok(evidence)
+    for evidence in &mut out {
+        evidence.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.profile.cmp(&b.profile)));
+    }
+    Ok(out)
 }

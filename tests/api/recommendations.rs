@@ -52,6 +52,47 @@ async fn fourteen_days(app: &TestApp) {
     }
 }
 
+/// The team page reads its month and right-sizing's days in one scan: each range still gets
+/// only its own hours, and an hour in both ranges counts in both.
+#[tokio::test]
+async fn ranges_read_together_each_get_their_own_hours() {
+    let app = TestApp::spawn().await;
+    fourteen_days(&app).await;
+    let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
+    let early = (end - Duration::days(14), end - Duration::days(7));
+    let late = (end - Duration::days(3), end);
+    let all = (end - Duration::days(14), end);
+    let read = slicemeter::plan::store::evidence(&app.pool, &[early, late, all], None)
+        .await
+        .unwrap();
+    assert_eq!(read.len(), 3);
+    let held = |range: usize, workload: &str| {
+        read[range]
+            .iter()
+            .find(|e| e.workload == workload)
+            .map(|e| (e.days, e.held_seconds))
+    };
+    let hours = |h: i64| Decimal::from(h * 3600);
+    // The detector ran for the last 5 days only: nothing of it in the first week.
+    assert_eq!(held(0, "embedder"), Some((7, hours(7 * 24))));
+    assert_eq!(held(0, "ranker"), Some((7, hours(7 * 24))));
+    assert_eq!(held(0, "detector"), None);
+    assert_eq!(read[0].len(), 2);
+    assert_eq!(held(1, "embedder"), Some((3, hours(3 * 24))));
+    assert_eq!(held(1, "detector"), Some((3, hours(3 * 24))));
+    assert_eq!(read[1].len(), 3);
+    assert_eq!(held(2, "embedder"), Some((14, hours(14 * 24))));
+    assert_eq!(held(2, "detector"), Some((5, hours(5 * 24))));
+    // Only one team's, when asked.
+    let vision = slicemeter::plan::store::evidence(&app.pool, &[early, late], Some("vision"))
+        .await
+        .unwrap();
+    assert!(vision[0].is_empty(), "{:?}", vision[0]);
+    assert_eq!(vision[1].len(), 1);
+    assert_eq!(vision[1][0].workload, "detector");
+    assert_eq!(vision[1][0].memory_p99_bytes, 3 * GIB);
+}
+
 fn of<'a>(list: &'a Value, workload: &str) -> &'a Value {
     list.as_array()
         .unwrap()

@@ -65,17 +65,25 @@ async fn team_month(state: &AppState, team: &TeamId, month: Month) -> Result<Tea
     let report =
         reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(team)).await?;
     let currency = currency_of(&report, &cards);
-    let recommendations = plan::recommendations(
-        &state.pool,
-        &state.evidence,
-        Some(team.as_str()),
-        RIGHT_SIZING_DAYS,
-        TargetProfile::Default,
-        Utc::now(),
-    )
-    .await
-    .map_err(ApiError::from)?;
-    let workloads = workloads::lines(state, team, month, &recommendations)
+    // The month's evidence (its workload table) and right-sizing's, read in one scan.
+    let now = Utc::now();
+    let evidence = state
+        .evidence
+        .get(
+            &state.pool,
+            &[
+                (month.start(), month.end()),
+                plan::right_sizing_range(RIGHT_SIZING_DAYS, now),
+            ],
+            Some(team.as_str()),
+        )
+        .await
+        .map_err(ApiError::from)?;
+    let recommendations =
+        plan::recommend_all(&state.pool, &evidence[1], TargetProfile::Default, now)
+            .await
+            .map_err(ApiError::from)?;
+    let workloads = workloads::lines(state, team, month, &evidence[0], &recommendations)
         .await
         .map_err(ApiError::from)?;
     Ok(TeamMonth {

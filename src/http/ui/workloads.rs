@@ -82,11 +82,13 @@ fn group_by() -> GroupBy {
     ])
 }
 
-/// The team's workload lines of `month`, with `recs` (right-sizing now) beside them.
+/// The team's workload lines of `month`, each with its `evidence` (the month's) and `recs`
+/// (right-sizing now) beside it.
 pub async fn lines(
     state: &AppState,
     team: &TeamId,
     month: Month,
+    evidence: &[Evidence],
     recs: &[Recommendation],
 ) -> Result<Vec<WorkloadLine>, crate::billing::service::Error> {
     let report = reports::usage_report(
@@ -99,14 +101,10 @@ pub async fn lines(
         Some(team),
     )
     .await?;
-    let evidence = state
-        .evidence
-        .get(&state.pool, month.start(), month.end(), Some(team.as_str()))
-        .await?;
     // Each row finds its evidence and advice by key, the first of each key as SQL ordered them:
     // a team can have thousands of workloads.
     let mut by_key: HashMap<Key<'_>, &Evidence> = HashMap::new();
-    for e in evidence.iter() {
+    for e in evidence {
         by_key
             .entry((
                 e.namespace.as_deref(),
