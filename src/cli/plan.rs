@@ -46,7 +46,7 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
     let right_size = (!args.no_right_size).then_some(args.profile);
     let plan = plan::consolidation(
         &pool,
-        &plan::EvidenceCache::new(std::time::Duration::ZERO),
+        &plan::EvidenceCache::new(std::time::Duration::ZERO, std::time::Duration::ZERO),
         args.model.as_deref(),
         args.days,
         right_size,

@@ -41,6 +41,9 @@ pub struct ServerConfig {
     /// How old a month's report may be when it is served while another request reads it anew
     /// (the database changed); older, the request waits for the new read.
     pub report_max_stale: Duration,
+    /// How old right-sizing's evidence may be when it is served at once while it is read anew
+    /// behind the request (the database changed); older, the request reads or waits. Zero: never.
+    pub evidence_max_age: Duration,
     /// Whether `/metrics`, which needs no token, also shows the month's billing figures so far
     /// (`reports::gauges`): each team's cost and GPU-equivalent hours, the fleet's ratios.
     pub metrics_billing: bool,
@@ -71,6 +74,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(75),
             gpu_map_per_gpu: 256,
             report_max_stale: Duration::from_secs(10),
+            evidence_max_age: Duration::from_secs(300),
             metrics_billing: false,
             alerts: crate::alerts::AlertConfig::default(),
         }
@@ -107,7 +111,10 @@ impl AppState {
                 config.group_commit.clone(),
             ),
             reports: Arc::new(ReportCache::new(config.report_max_stale)),
-            evidence: Arc::new(crate::plan::EvidenceCache::new(config.report_max_stale)),
+            evidence: Arc::new(crate::plan::EvidenceCache::new(
+                config.report_max_stale,
+                config.evidence_max_age,
+            )),
             pool,
             partitions,
             ingest_limiter: Arc::new(limits::RateLimiter::new(

@@ -163,3 +163,72 @@ async fn a_failed_read_is_not_kept() {
     assert!(failed.is_err());
     assert_eq!(*cache.get(&pool, "k", || figure(&pool)).await.unwrap(), 1);
 }
+
+/// A revalidating cache (right-sizing's evidence): a result young enough is served at once after
+/// a write, one read anew runs behind it and replaces it; past the age, the request reads itself.
+#[tokio::test]
+async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the_request() {
+    let pool = setup().await;
+    let cache = SnapshotCache::<&str, i64>::new(Duration::ZERO, 8)
+        .revalidating(Duration::from_millis(1500));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = |pool: &PgPool, reads: &Arc<AtomicUsize>| {
+        let (pool, reads) = (pool.clone(), reads.clone());
+        move || async move {
+            reads.fetch_add(1, Ordering::SeqCst);
+            // Slow enough that a request waiting for it would be seen waiting.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            figure(&pool).await
+        }
+    };
+    let first = cache.get_revalidating(&pool, "k", counted(&pool, &reads));
+    assert_eq!(*first.await.unwrap(), 1);
+    assert_eq!(reads.load(Ordering::SeqCst), 1);
+    set(&pool, 2).await;
+    // The kept 1 at once, not the new figure after a 300 ms read...
+    let at_once = tokio::time::timeout(
+        Duration::from_millis(200),
+        cache.get_revalidating(&pool, "k", counted(&pool, &reads)),
+    )
+    .await
+    .expect("served without waiting for a read")
+    .unwrap();
+    assert_eq!(*at_once, 1);
+    // ...and a second request meanwhile starts no second read.
+    let again = cache
+        .get_revalidating(&pool, "k", counted(&pool, &reads))
+        .await
+        .unwrap();
+    assert_eq!(*again, 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        reads.load(Ordering::SeqCst),
+        2,
+        "one read behind the requests"
+    );
+    // The read behind them replaces it.
+    let mut now = 1;
+    for _ in 0..100 {
+        now = *cache
+            .get_revalidating(&pool, "k", counted(&pool, &reads))
+            .await
+            .unwrap();
+        if now == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        now, 2,
+        "the read behind the request replaced the kept result"
+    );
+    // Past the age (other tests' writes may have started reads behind this one's requests too,
+    // each 300 ms), a write makes the request read and wait for its own figure.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    set(&pool, 3).await;
+    let own = cache
+        .get_revalidating(&pool, "k", counted(&pool, &reads))
+        .await
+        .unwrap();
+    assert_eq!(*own, 3);
+}

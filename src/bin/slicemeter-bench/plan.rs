@@ -70,7 +70,7 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let t = Instant::now();
     let recs = plan::recommendations(
         &pool,
-        &plan::EvidenceCache::new(Duration::ZERO),
+        &plan::EvidenceCache::new(Duration::ZERO, Duration::ZERO),
         None,
         days,
         TargetProfile::Default,
@@ -93,7 +93,7 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         let p = plan::consolidation(
             &pool,
             // A cache of its own: each plan reads its evidence, not the one before's.
-            &plan::EvidenceCache::new(Duration::ZERO),
+            &plan::EvidenceCache::new(Duration::ZERO, Duration::ZERO),
             None,
             days,
             right_size,
