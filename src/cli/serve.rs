@@ -56,11 +56,12 @@ pub struct ServeArgs {
     /// database changed since it was read); older, requests wait for the new read.
     #[arg(long, env = "SLICEMETER_REPORT_MAX_STALE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub report_max_stale: Duration,
-    /// How old right-sizing's evidence (the team page's percentiles, `/v1/recommendations`, the
-    /// plan) may be when served at once while it is read anew behind the request (the database
-    /// changed since it was read); older, the request reads it anew itself. 0s: always read anew.
-    #[arg(long, env = "SLICEMETER_EVIDENCE_MAX_AGE", default_value = "5m", value_parser = humantime::parse_duration)]
-    pub evidence_max_age: Duration,
+    /// How old a kept read that carries no money (right-sizing's evidence: the team page's
+    /// percentiles, `/v1/recommendations`, the plan; the fleet page's allocation by day) may be
+    /// when served at once while it is read anew behind the request (the database changed since
+    /// it was read); older, the request reads it anew itself. 0s: always read anew.
+    #[arg(long, env = "SLICEMETER_KEPT_MAX_AGE", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub kept_max_age: Duration,
     /// Requests running longer are answered 503.
     #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -222,7 +223,7 @@ impl ServeArgs {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             report_max_stale: self.report_max_stale,
-            evidence_max_age: self.evidence_max_age,
+            kept_max_age: self.kept_max_age,
             metrics_billing: self.metrics_billing,
             alerts: self.alerts.config(&self.listen)?,
             ..ServerConfig::default()

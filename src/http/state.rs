@@ -14,7 +14,7 @@ use crate::ingest::group::GroupCommit;
 use crate::ingest::service::Ingestor;
 use crate::ingest::validate::Limits;
 use crate::reports::exports::ExportConfig;
-use crate::reports::service::ReportCache;
+use crate::reports::service::{AllocationCache, ReportCache};
 
 /// What the server is configured with.
 #[derive(Debug, Clone)]
@@ -41,9 +41,10 @@ pub struct ServerConfig {
     /// How old a month's report may be when it is served while another request reads it anew
     /// (the database changed); older, the request waits for the new read.
     pub report_max_stale: Duration,
-    /// How old right-sizing's evidence may be when it is served at once while it is read anew
-    /// behind the request (the database changed); older, the request reads or waits. Zero: never.
-    pub evidence_max_age: Duration,
+    /// How old a kept read that carries no money (right-sizing's evidence, the fleet's allocation
+    /// by day) may be when it is served at once while it is read anew behind the request (the
+    /// database changed); older, the request reads or waits. Zero: never.
+    pub kept_max_age: Duration,
     /// Whether `/metrics`, which needs no token, also shows the month's billing figures so far
     /// (`reports::gauges`): each team's cost and GPU-equivalent hours, the fleet's ratios.
     pub metrics_billing: bool,
@@ -74,7 +75,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(75),
             gpu_map_per_gpu: 256,
             report_max_stale: Duration::from_secs(10),
-            evidence_max_age: Duration::from_secs(300),
+            kept_max_age: Duration::from_secs(300),
             metrics_billing: false,
             alerts: crate::alerts::AlertConfig::default(),
         }
@@ -87,8 +88,10 @@ pub struct AppState {
     pub partitions: Arc<Partitions>,
     pub ingestor: Ingestor,
     pub reports: Arc<ReportCache>,
-    /// Right-sizing's evidence, kept as the reports are.
+    /// Right-sizing's evidence and the fleet's allocation by day: kept as the reports are, and
+    /// served at once while young after the database changed (`kept_max_age`).
     pub evidence: Arc<crate::plan::EvidenceCache>,
+    pub allocation: Arc<AllocationCache>,
     pub config: Arc<ServerConfig>,
     pub metrics: PrometheusHandle,
     /// The fleet's gauges as last rendered for `/metrics`, and when: read at most every
@@ -113,7 +116,11 @@ impl AppState {
             reports: Arc::new(ReportCache::new(config.report_max_stale)),
             evidence: Arc::new(crate::plan::EvidenceCache::new(
                 config.report_max_stale,
-                config.evidence_max_age,
+                config.kept_max_age,
+            )),
+            allocation: Arc::new(AllocationCache::new(
+                config.report_max_stale,
+                config.kept_max_age,
             )),
             pool,
             partitions,

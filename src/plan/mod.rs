@@ -265,7 +265,7 @@ pub async fn recommend_all(
 /// month and right-sizing's days, read together) share one read, the plan and
 /// `/v1/recommendations` (right-sizing's days) another. Under steady ingest the database changes
 /// every few seconds and a read takes tens of seconds at 10,000 GPUs, so a kept read at most
-/// `serve --evidence-max-age` old is served at once and read anew behind the request.
+/// `serve --kept-max-age` old is served at once and read anew behind the request.
 #[derive(Debug)]
 pub struct EvidenceCache(SnapshotCache<EvidenceKey, Vec<Vec<Evidence>>>);
 

@@ -221,3 +221,130 @@ async fn past_its_limit_the_gpu_map_draws_a_bar_per_model_then_per_node_each_dri
     assert!(links.is_empty());
     assert!(html.contains(&format!("{} · ", node.name)));
 }
+
+/// The allocation chart's days ("YYYY-MM-DD allocated: N GPU-hours"), as the page prints them.
+fn allocated_by_day(html: &str) -> std::collections::BTreeMap<String, String> {
+    html.split("<title>")
+        .skip(1)
+        .filter_map(|t| {
+            let t = &t[..t.find("</title>")?];
+            let (day, rest) = t.split_once(" allocated: ")?;
+            Some((day.to_owned(), rest.strip_suffix(" GPU-hours")?.to_owned()))
+        })
+        .collect()
+}
+
+/// The usage report's GPU-equivalent hours by day for `month`, whoever held them, to one decimal.
+async fn usage_by_day(
+    app: &TestApp,
+    month: slicemeter::domain::time::Month,
+) -> std::collections::BTreeMap<String, String> {
+    let r = app
+        .get(
+            Some(&app.admin),
+            &format!(
+                "/v1/reports/usage?from={}&to={}&step=day",
+                month.start().date_naive(),
+                month.end().date_naive()
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let mut days: std::collections::BTreeMap<String, rust_decimal::Decimal> = Default::default();
+    for row in r.body["rows"].as_array().unwrap() {
+        let day = row["bucket"].as_str().unwrap()[..10].to_owned();
+        let hours: rust_decimal::Decimal = row["gpu_equivalent_hours"]
+            .as_str()
+            .map(|s| s.parse().unwrap())
+            .unwrap_or_else(|| row["gpu_equivalent_hours"].to_string().parse().unwrap());
+        *days.entry(day).or_default() += hours;
+    }
+    // As the page prints hours: one decimal, half to even.
+    days.into_iter()
+        .map(|(d, h)| {
+            let mut h =
+                h.round_dp_with_strategy(1, rust_decimal::RoundingStrategy::MidpointNearestEven);
+            h.rescale(1);
+            (d, h.to_string())
+        })
+        .collect()
+}
+
+/// The fleet page's allocation chart says what the usage report says, day by day. After a write
+/// it is served at once as it was (a read of the month takes tens of seconds at 10,000 GPUs) and
+/// read anew behind the request, so the next pages show the write.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_allocation_chart_is_the_usage_reports_and_catches_up_after_a_write_without_waiting() {
+    use slicemeter::domain::time::floor_hour;
+    let app = TestApp::with_config(slicemeter::http::state::ServerConfig {
+        ingest_rate: 0.0,
+        ..test_config()
+    })
+    .await;
+    // Two hours of one month, a few hours back.
+    let mut hour = floor_hour(chrono::Utc::now()) - chrono::Duration::hours(3);
+    let month = slicemeter::domain::time::Month::of(hour);
+    if slicemeter::domain::time::Month::of(hour + chrono::Duration::hours(1)) != month {
+        hour -= chrono::Duration::hours(1);
+    }
+    let card = crate::billing::rate_card(&app, &month.start().to_rfc3339(), "4.00").await;
+    assert_eq!(card.status, StatusCode::CREATED, "{card:?}");
+    let held = |at: chrono::DateTime<chrono::Utc>, slices: &[&str]| {
+        let (s, e) = (
+            at.to_rfc3339(),
+            (at + chrono::Duration::hours(1)).to_rfc3339(),
+        );
+        let windows = slices
+            .iter()
+            .map(|slice| window(slice, &s, &e, "nlp", "embedder-0", 3600.0))
+            .collect();
+        batch(&s, &e, windows)
+    };
+    let r = app.ingest(&app.admin, &held(hour, &[MIG_3G])).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let cookie = ui_session(&app, &app.admin).await;
+    let uri = format!("/ui/fleet?month={month}");
+
+    let before = allocated_by_day(&ui_page(&app, &cookie, &uri).await);
+    let day = hour.date_naive().to_string();
+    // A 3g.40gb for an hour at the rate card's weights (0.5 x 3/7 + 0.5 x 4/8).
+    assert_eq!(
+        before.get(&day).map(String::as_str),
+        Some("0.5"),
+        "{before:?}"
+    );
+    let api = usage_by_day(&app, month).await;
+    assert_eq!(
+        before.get(&day),
+        api.get(&day),
+        "page {before:?}, API {api:?}"
+    );
+
+    // Two more slice-hours: the next page is the kept chart, at once...
+    let r = app
+        .ingest(
+            &app.admin,
+            &held(hour + chrono::Duration::hours(1), &[MIG_3G, MIG_1G_A]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let after = usage_by_day(&app, month).await;
+    assert_ne!(after, api, "the write adds GPU-hours");
+    let kept = allocated_by_day(&ui_page(&app, &cookie, &uri).await);
+    assert_eq!(kept, before, "served as kept");
+    // ...and the read behind it brings the page to the usage report's figures.
+    let mut now = kept;
+    for _ in 0..200 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        now = allocated_by_day(&ui_page(&app, &cookie, &uri).await);
+        if now != before {
+            break;
+        }
+    }
+    let days: Vec<&String> = after.keys().collect();
+    assert_eq!(
+        days.iter().map(|d| now.get(*d)).collect::<Vec<_>>(),
+        days.iter().map(|d| after.get(*d)).collect::<Vec<_>>(),
+        "page {now:?}, API {after:?}"
+    );
+}

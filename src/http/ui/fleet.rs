@@ -28,9 +28,8 @@ use crate::fleet::store::{self as fleet_store, FleetSliceRow};
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::reports::monthly::MonthlyReport;
-use crate::reports::service as reports;
+use crate::reports::service::{self as reports, DayAllocation};
 use crate::reports::store as report_store;
-use crate::reports::usage::{self, GroupBy, Step};
 use crate::teams::store as team_store;
 
 pub async fn fleet(
@@ -58,17 +57,11 @@ pub async fn fleet(
         Ok(report) => {
             let currency = currency_of(&report, &cards);
             // The fleet's day by day, whoever held it.
-            let daily = reports::usage_report(
-                &state.pool,
-                &state.reports,
-                month.start(),
-                month.end(),
-                &GroupBy::of(Vec::new()),
-                Step::Day,
-                None,
-            )
-            .await
-            .map_err(ApiError::from)?;
+            let daily = state
+                .allocation
+                .get(&state.pool, &state.reports, month)
+                .await
+                .map_err(ApiError::from)?;
             let capacity = report_store::capacity_by_day(&state.pool, month).await?;
             let fleet = fleet_store::slices(&state.pool, Utc::now()).await?;
             let teams = team_store::list(&state.pool, None).await?;
@@ -109,7 +102,7 @@ fn fleet_body(
     map: &MapView,
     report: &MonthlyReport,
     currency: &Currency,
-    daily: &usage::UsageReport,
+    daily: &BTreeMap<chrono::DateTime<Utc>, DayAllocation>,
     capacity: &[(chrono::DateTime<Utc>, Decimal)],
     fleet: &[FleetSliceRow],
     invoices: &[Invoice],
@@ -291,18 +284,11 @@ fn fleet_body(
 
 fn allocation_chart(
     month: Month,
-    daily: &usage::UsageReport,
+    daily: &BTreeMap<chrono::DateTime<Utc>, DayAllocation>,
     capacity: &[(chrono::DateTime<Utc>, Decimal)],
 ) -> Markup {
     if capacity.is_empty() {
         return html! { p class="empty" { "No GPU reported in this month." } };
-    }
-    let mut held: BTreeMap<chrono::DateTime<Utc>, Decimal> = BTreeMap::new();
-    let mut used: BTreeMap<chrono::DateTime<Utc>, Decimal> = BTreeMap::new();
-    for r in &daily.rows {
-        *held.entry(r.bucket).or_default() += r.figures.gpu_equivalent_hours;
-        *used.entry(r.bucket).or_default() +=
-            r.figures.used_gpu_equivalent_hours.unwrap_or_default();
     }
     let days: Vec<String> = capacity
         .iter()
@@ -321,11 +307,11 @@ fn allocation_chart(
     let cap: Vec<Decimal> = capacity.iter().map(|(_, h)| *h).collect();
     let alloc: Vec<Decimal> = capacity
         .iter()
-        .map(|(d, _)| held.get(d).copied().unwrap_or_default())
+        .map(|(d, _)| daily.get(d).map(|a| a.held).unwrap_or_default())
         .collect();
     let busy: Vec<Decimal> = capacity
         .iter()
-        .map(|(d, _)| used.get(d).copied().unwrap_or_default())
+        .map(|(d, _)| daily.get(d).map(|a| a.busy).unwrap_or_default())
         .collect();
     let total_cap: Decimal = cap.iter().sum();
     let total_alloc: Decimal = alloc.iter().sum();
