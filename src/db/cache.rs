@@ -30,28 +30,32 @@ pub async fn snapshot(pool: &PgPool) -> Result<String, sqlx::Error> {
         .await
 }
 
+/// Results of `read`s by key. `A`, where a key's read takes more than the key says (the exact
+/// hours of a range that moves with the clock, kept under the range's days), is what it was
+/// asked with: a result asked otherwise is never served as new.
 #[derive(Debug)]
-pub struct SnapshotCache<K, V> {
+pub struct SnapshotCache<K, V, A = ()> {
     max_stale: Duration,
     revalidate_within: Duration,
     capacity: usize,
-    slots: Mutex<HashMap<K, Arc<Slot<V>>>>,
+    slots: Mutex<HashMap<K, Arc<Slot<V, A>>>>,
 }
 
 #[derive(Debug)]
-struct Slot<V> {
-    kept: Mutex<Option<Kept<V>>>,
+struct Slot<V, A> {
+    kept: Mutex<Option<Kept<V, A>>>,
     reading: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug)]
-struct Kept<V> {
+struct Kept<V, A> {
     value: Arc<V>,
     snapshot: String,
     read_at: Instant,
+    exact: A,
 }
 
-impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
+impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V, A> {
     /// A cache of at most `capacity` keys (past it, it starts over).
     pub fn new(max_stale: Duration, capacity: usize) -> Self {
         SnapshotCache {
@@ -69,7 +73,7 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
         self
     }
 
-    fn slot(&self, key: &K) -> Arc<Slot<V>> {
+    fn slot(&self, key: &K) -> Arc<Slot<V, A>> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = slots.get(key) {
             return slot.clone();
@@ -92,12 +96,30 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
         Fut: Future<Output = Result<V, E>>,
         E: From<sqlx::Error>,
     {
+        self.get_exact(pool, key, A::default(), read).await
+    }
+
+    /// As [`get`](Self::get), of a read asked with `exact`.
+    async fn get_exact<F, Fut, E>(
+        &self,
+        pool: &PgPool,
+        key: K,
+        exact: A,
+        read: F,
+    ) -> Result<Arc<V>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+        E: From<sqlx::Error>,
+    {
         let asked = Instant::now();
         let now = snapshot(pool).await?;
         let slot = self.slot(&key);
-        let kept = |fresh: &dyn Fn(&Kept<V>) -> bool| {
+        let kept = |fresh: &dyn Fn(&Kept<V, A>) -> bool| {
             let kept = slot.kept.lock().unwrap_or_else(|e| e.into_inner());
-            kept.as_ref().filter(|k| fresh(k)).map(|k| k.value.clone())
+            kept.as_ref()
+                .filter(|k| k.exact == exact && fresh(k))
+                .map(|k| k.value.clone())
         };
         if let Some(v) = kept(&|k| k.snapshot == now) {
             metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
@@ -128,20 +150,23 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
             value: value.clone(),
             snapshot: before,
             read_at,
+            exact,
         });
         drop(reading);
         Ok(value)
     }
 
-    /// As [`get`](Self::get), except that a kept result at most `revalidate_within` old is
-    /// returned at once when the database changed since it was read; unless another read is
-    /// already under way, one starts in a task of its own and replaces it when done. A read that
-    /// fails there is logged and leaves the kept result, which ages out; requests then read
-    /// anew themselves, and see the error.
+    /// As [`get`](Self::get) of a read asked with `exact`, except that a kept result of `key` at
+    /// most `revalidate_within` old is returned at once when the database changed since it was
+    /// read or it was asked otherwise (an hour earlier, for a range ending now); unless another
+    /// read is already under way, one starts in a task of its own and replaces it when done. A
+    /// read that fails there is logged and leaves the kept result, which ages out; requests then
+    /// read anew themselves, and see the error.
     pub async fn get_revalidating<F, Fut, E>(
         &self,
         pool: &PgPool,
         key: K,
+        exact: A,
         read: F,
     ) -> Result<Arc<V>, E>
     where
@@ -149,18 +174,19 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: From<sqlx::Error> + std::fmt::Display + Send + 'static,
         V: Send + Sync + 'static,
+        A: Send + Sync + 'static,
     {
         let slot = self.slot(&key);
         let young = {
             let kept = slot.kept.lock().unwrap_or_else(|e| e.into_inner());
             kept.as_ref()
                 .filter(|k| k.read_at.elapsed() <= self.revalidate_within)
-                .map(|k| (k.value.clone(), k.snapshot.clone()))
+                .map(|k| (k.value.clone(), k.snapshot.clone(), k.exact == exact))
         };
-        let Some((value, kept_snapshot)) = young else {
-            return self.get(pool, key, read).await;
+        let Some((value, kept_snapshot, same)) = young else {
+            return self.get_exact(pool, key, exact, read).await;
         };
-        if snapshot(pool).await? == kept_snapshot {
+        if same && snapshot(pool).await? == kept_snapshot {
             metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
             return Ok(value);
         }
@@ -183,6 +209,7 @@ impl<K: Eq + Hash + Clone, V> SnapshotCache<K, V> {
                             value: Arc::new(value),
                             snapshot: before,
                             read_at,
+                            exact,
                         });
                     }
                     Err(e) => tracing::warn!(error = %e, "a kept result could not be read anew"),

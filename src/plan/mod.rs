@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -267,9 +267,13 @@ pub async fn recommend_all(
 /// every few seconds and a read takes tens of seconds at 10,000 GPUs, so a kept read at most
 /// `serve --kept-max-age` old is served at once and read anew behind the request.
 #[derive(Debug)]
-pub struct EvidenceCache(SnapshotCache<EvidenceKey, Vec<Vec<Evidence>>>);
+pub struct EvidenceCache(SnapshotCache<EvidenceKey, Vec<Vec<Evidence>>, Vec<Range>>);
 
-type EvidenceKey = (Vec<(DateTime<Utc>, DateTime<Utc>)>, Option<String>);
+type Range = (DateTime<Utc>, DateTime<Utc>);
+
+/// The ranges by their days, and the team: right-sizing's range ends at the current hour, so that
+/// a kept read of the hour before is still served at once (and read anew behind the request).
+type EvidenceKey = (Vec<(NaiveDate, NaiveDate)>, Option<String>);
 
 impl EvidenceCache {
     /// `max_stale`: how old a kept result may be when served while another request reads it anew;
@@ -285,15 +289,24 @@ impl EvidenceCache {
     pub async fn get(
         &self,
         pool: &sqlx::PgPool,
-        ranges: &[(DateTime<Utc>, DateTime<Utc>)],
+        ranges: &[Range],
         team: Option<&str>,
     ) -> Result<Arc<Vec<Vec<Evidence>>>, sqlx::Error> {
-        let key = (ranges.to_vec(), team.map(str::to_owned));
-        let (read_pool, read_key) = (pool.clone(), key.clone());
+        let days = ranges
+            .iter()
+            .map(|(from, to)| (from.date_naive(), to.date_naive()))
+            .collect();
+        let (read_pool, exact, read_team) =
+            (pool.clone(), ranges.to_vec(), team.map(str::to_owned));
         self.0
-            .get_revalidating(pool, key, move || async move {
-                store::evidence(&read_pool, &read_key.0, read_key.1.as_deref()).await
-            })
+            .get_revalidating(
+                pool,
+                (days, team.map(str::to_owned)),
+                ranges.to_vec(),
+                move || async move {
+                    store::evidence(&read_pool, &exact, read_team.as_deref()).await
+                },
+            )
             .await
     }
 }

@@ -179,7 +179,7 @@ impl AllocationCache {
     ) -> Result<Arc<BTreeMap<DateTime<Utc>, DayAllocation>>, Error> {
         let (read_pool, reports) = (pool.clone(), reports.clone());
         self.0
-            .get_revalidating(pool, month, move || async move {
+            .get_revalidating(pool, month, (), move || async move {
                 let daily = usage_report(
                     &read_pool,
                     &reports,

@@ -181,14 +181,14 @@ async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the
             figure(&pool).await
         }
     };
-    let first = cache.get_revalidating(&pool, "k", counted(&pool, &reads));
+    let first = cache.get_revalidating(&pool, "k", (), counted(&pool, &reads));
     assert_eq!(*first.await.unwrap(), 1);
     assert_eq!(reads.load(Ordering::SeqCst), 1);
     set(&pool, 2).await;
     // The kept 1 at once, not the new figure after a 300 ms read...
     let at_once = tokio::time::timeout(
         Duration::from_millis(200),
-        cache.get_revalidating(&pool, "k", counted(&pool, &reads)),
+        cache.get_revalidating(&pool, "k", (), counted(&pool, &reads)),
     )
     .await
     .expect("served without waiting for a read")
@@ -196,7 +196,7 @@ async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the
     assert_eq!(*at_once, 1);
     // ...and a second request meanwhile starts no second read.
     let again = cache
-        .get_revalidating(&pool, "k", counted(&pool, &reads))
+        .get_revalidating(&pool, "k", (), counted(&pool, &reads))
         .await
         .unwrap();
     assert_eq!(*again, 1);
@@ -210,7 +210,7 @@ async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the
     let mut now = 1;
     for _ in 0..100 {
         now = *cache
-            .get_revalidating(&pool, "k", counted(&pool, &reads))
+            .get_revalidating(&pool, "k", (), counted(&pool, &reads))
             .await
             .unwrap();
         if now == 2 {
@@ -227,8 +227,66 @@ async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the
     tokio::time::sleep(Duration::from_millis(2000)).await;
     set(&pool, 3).await;
     let own = cache
-        .get_revalidating(&pool, "k", counted(&pool, &reads))
+        .get_revalidating(&pool, "k", (), counted(&pool, &reads))
         .await
         .unwrap();
     assert_eq!(*own, 3);
+}
+
+/// A key whose reads take more than the key says (right-sizing's range ends at the current hour,
+/// kept by its days): a result asked otherwise is never served as the answer, except at once
+/// while young in a revalidating cache, read anew behind the request as asked now.
+#[tokio::test]
+async fn a_result_asked_otherwise_is_never_new_but_served_at_once_while_young() {
+    let pool = setup().await;
+    // What was asked shows in the figure: 100 x asked + the table's figure.
+    let asked = |pool: &PgPool, n: i64| {
+        let pool = pool.clone();
+        move || async move { Ok::<i64, sqlx::Error>(100 * n + figure(&pool).await?) }
+    };
+    let strict = SnapshotCache::<&str, i64, i64>::new(Duration::from_secs(10), 8);
+    assert_eq!(
+        *strict
+            .get_revalidating(&pool, "k", 1, asked(&pool, 1))
+            .await
+            .unwrap(),
+        101
+    );
+    assert_eq!(
+        *strict
+            .get_revalidating(&pool, "k", 2, asked(&pool, 2))
+            .await
+            .unwrap(),
+        201
+    );
+
+    let cache = SnapshotCache::<&str, i64, i64>::new(Duration::ZERO, 8)
+        .revalidating(Duration::from_secs(60));
+    assert_eq!(
+        *cache
+            .get_revalidating(&pool, "k", 1, asked(&pool, 1))
+            .await
+            .unwrap(),
+        101
+    );
+    assert_eq!(
+        *cache
+            .get_revalidating(&pool, "k", 2, asked(&pool, 2))
+            .await
+            .unwrap(),
+        101,
+        "the young result, at once"
+    );
+    let mut now = 101;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        now = *cache
+            .get_revalidating(&pool, "k", 2, asked(&pool, 2))
+            .await
+            .unwrap();
+        if now != 101 {
+            break;
+        }
+    }
+    assert_eq!(now, 201, "read anew as asked now");
 }
