@@ -13,8 +13,9 @@ use crate::db::Partitions;
 use crate::ingest::group::GroupCommit;
 use crate::ingest::service::Ingestor;
 use crate::ingest::validate::Limits;
+use crate::reports::allocation::AllocationCache;
 use crate::reports::exports::ExportConfig;
-use crate::reports::service::{AllocationCache, ReportCache};
+use crate::reports::service::ReportCache;
 
 /// What the server is configured with.
 #[derive(Debug, Clone)]

@@ -1,8 +1,9 @@
 //! Reports: what the fleet held and used, read from the hourly rollups (or an issued period's books),
 //! the monthly report, the finance exports (FOCUS cost data, ERP journal lines) and the fleet's
 //! gauges for Prometheus. `usage`, `monthly`, `slices`, `focus`, `erp` and `gauges` are pure; `store` holds the SQL; `service` and `exports`
-//! read through it.
+//! read through it, and `allocation` keeps the fleet page's allocation by day.
 
+pub mod allocation;
 mod chunks;
 pub mod erp;
 pub mod exports;

@@ -151,57 +151,6 @@ pub async fn usage_report(
     ))
 }
 
-/// A day's GPU-equivalent hours held (blocked by a slice) and busy, the whole fleet's.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct DayAllocation {
-    pub held: Decimal,
-    pub busy: Decimal,
-}
-
-/// The fleet's allocation by day of each month (the fleet page's chart), kept as right-sizing's
-/// evidence is: while the database is unchanged, and served at once after a change while at most
-/// `max_age` old, read anew behind the request. Hours, not money: a chart a few minutes behind is
-/// still a true chart, where a report's amounts never are.
-#[derive(Debug)]
-pub struct AllocationCache(SnapshotCache<Month, BTreeMap<DateTime<Utc>, DayAllocation>>);
-
-impl AllocationCache {
-    pub fn new(max_stale: Duration, max_age: Duration) -> Self {
-        AllocationCache(SnapshotCache::new(max_stale, 24).revalidating(max_age))
-    }
-
-    /// `month`'s allocation by day: the usage report by day, whoever held the slices, summed.
-    pub async fn get(
-        &self,
-        pool: &PgPool,
-        reports: &Arc<ReportCache>,
-        month: Month,
-    ) -> Result<Arc<BTreeMap<DateTime<Utc>, DayAllocation>>, Error> {
-        let (read_pool, reports) = (pool.clone(), reports.clone());
-        self.0
-            .get_revalidating(pool, month, (), move || async move {
-                let daily = usage_report(
-                    &read_pool,
-                    &reports,
-                    month.start(),
-                    month.end(),
-                    &GroupBy::of(Vec::new()),
-                    Step::Day,
-                    None,
-                )
-                .await?;
-                let mut days: BTreeMap<DateTime<Utc>, DayAllocation> = BTreeMap::new();
-                for r in &daily.rows {
-                    let day = days.entry(r.bucket).or_default();
-                    day.held += r.figures.gpu_equivalent_hours;
-                    day.busy += r.figures.used_gpu_equivalent_hours.unwrap_or_default();
-                }
-                Ok(days)
-            })
-            .await
-    }
-}
-
 impl MonthInputs {
     /// The month priced as billing prices it now (or as issued).
     pub fn bill(&self) -> &PeriodBill {

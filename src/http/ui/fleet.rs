@@ -27,8 +27,9 @@ use crate::domain::time::Month;
 use crate::fleet::store::{self as fleet_store, FleetSliceRow};
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
+use crate::reports::allocation::DayAllocation;
 use crate::reports::monthly::MonthlyReport;
-use crate::reports::service::{self as reports, DayAllocation};
+use crate::reports::service as reports;
 use crate::reports::store as report_store;
 use crate::teams::store as team_store;
 
