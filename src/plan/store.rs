@@ -186,15 +186,51 @@ struct EvidenceFigures {
 
 /// Every workload's evidence over each of `ranges` (`[from, to)`; only `team`'s, when given), from
 /// the hourly rollups, a list per range in the order of team, namespace, workload, model, kind and
-/// profile.
+/// profile. Ranges that overlap are read together, in one scan of the hourly rows they cover (the
+/// team page asks for its month and for right-sizing's last days, which share a month's
+/// partition, and that scan is most of the time); ranges apart are read apart, so that no scan
+/// covers the months between them.
+pub async fn evidence(
+    pool: &PgPool,
+    ranges: &[(DateTime<Utc>, DateTime<Utc>)],
+    team: Option<&str>,
+) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| ranges[i].0);
+    let mut out: Vec<Vec<Evidence>> = ranges.iter().map(|_| Vec::new()).collect();
+    let mut together: Vec<usize> = Vec::new();
+    let mut end = None;
+    for i in order.into_iter().map(Some).chain([None]) {
+        let apart = match (i, end) {
+            (Some(i), Some(end)) => ranges[i].0 > end,
+            (None, _) => true,
+            (Some(_), None) => false,
+        };
+        if apart && !together.is_empty() {
+            let asked: Vec<_> = together.iter().map(|&j| ranges[j]).collect();
+            for (j, read) in together
+                .drain(..)
+                .zip(evidence_together(pool, &asked, team).await?)
+            {
+                out[j] = read;
+            }
+            end = None;
+        }
+        if let Some(i) = i {
+            together.push(i);
+            end = Some(end.map_or(ranges[i].1, |e: DateTime<Utc>| e.max(ranges[i].1)));
+        }
+    }
+    Ok(out)
+}
+
+/// [`evidence`] of ranges read in one scan of the hours from the first's start to the last's end.
 ///
 /// Two steps, so that the hourly rows (a month of a 10,000-GPU fleet is 40 million) are neither
 /// joined to consumers nor sorted on text: first the (consumer, slice) pairs that held anything,
 /// from the day rollups, each with its workload and slice class, numbered here by range and group;
-/// then the hourly rows of those pairs summed and their percentiles taken per number. The ranges
-/// are read in one scan of the hourly rows they cover: the team page asks for its month and for
-/// right-sizing's last days, which share a month's partition, and that scan is most of the time.
-pub async fn evidence(
+/// then the hourly rows of those pairs summed and their percentiles taken per number.
+async fn evidence_together(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
     team: Option<&str>,

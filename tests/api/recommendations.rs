@@ -83,6 +83,22 @@ async fn ranges_read_together_each_get_their_own_hours() {
     assert_eq!(read[1].len(), 3);
     assert_eq!(held(2, "embedder"), Some((14, hours(14 * 24))));
     assert_eq!(held(2, "detector"), Some((5, hours(5 * 24))));
+    // Ranges apart are read apart, each answered in its place.
+    let apart = slicemeter::plan::store::evidence(&app.pool, &[late, early], None)
+        .await
+        .unwrap();
+    assert_eq!(apart[0].len(), 3, "{:?}", apart[0]);
+    assert_eq!(apart[1].len(), 2, "{:?}", apart[1]);
+    assert_eq!(
+        apart[0]
+            .iter()
+            .map(|e| (e.days, e.held_seconds))
+            .collect::<Vec<_>>(),
+        read[1]
+            .iter()
+            .map(|e| (e.days, e.held_seconds))
+            .collect::<Vec<_>>()
+    );
     // Only one team's, when asked.
     let vision = slicemeter::plan::store::evidence(&app.pool, &[early, late], Some("vision"))
         .await
