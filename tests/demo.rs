@@ -17,6 +17,15 @@ struct Demo {
     token: String,
 }
 
+/// A demo whose test fails before `stop` is killed with it, not left running (holding the test
+/// run's output open) on a PostgreSQL stopped under it.
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
 fn start(dir: &std::path::Path) -> Demo {
     let mut child = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
         .args([
