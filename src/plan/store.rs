@@ -264,16 +264,16 @@ async fn evidence_together(
     .bind(team)
     .fetch_all(pool)
     .await?;
-    // Numbered by range, then group.
-    let mut groups: std::collections::BTreeMap<(usize, EvidenceGroup), i32> = Default::default();
-    for r in 0..ranges.len() {
-        for p in &pairs {
-            groups.entry((r, p.group.clone())).or_insert(0);
-        }
+    // The groups in order, each pair's found once; range r's number of group g is r x groups + g.
+    let mut groups: std::collections::BTreeMap<&EvidenceGroup, usize> = Default::default();
+    for p in &pairs {
+        groups.entry(&p.group).or_insert(0);
     }
-    for (gid, n) in groups.values_mut().enumerate() {
-        *n = i32::try_from(gid).unwrap_or(i32::MAX);
+    for (g, n) in groups.values_mut().enumerate() {
+        *n = g;
     }
+    let group_of: Vec<usize> = pairs.iter().map(|p| groups[&p.group]).collect();
+    let gid = |r: usize, g: usize| i32::try_from(r * groups.len() + g).unwrap_or(i32::MAX);
     let n = pairs.len() * ranges.len();
     let (mut consumers, mut slices, mut gids) = (
         Vec::with_capacity(n),
@@ -282,10 +282,10 @@ async fn evidence_together(
     );
     let (mut froms, mut tos) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for (r, &(from, to)) in ranges.iter().enumerate() {
-        for p in &pairs {
+        for (p, &g) in pairs.iter().zip(&group_of) {
             consumers.push(p.consumer_id);
             slices.push(p.slice_id);
-            gids.push(groups[&(r, p.group.clone())]);
+            gids.push(gid(r, g));
             froms.push(from);
             tos.push(to);
         }
@@ -328,18 +328,18 @@ async fn evidence_together(
     let mut figures: std::collections::HashMap<i32, EvidenceFigures> =
         figures.into_iter().map(|f| (f.gid, f)).collect();
     let mut out: Vec<Vec<Evidence>> = ranges.iter().map(|_| Vec::new()).collect();
-    for ((r, g), gid) in groups {
-        let Some(f) = figures.remove(&gid) else {
+    for (r, (g, &i)) in (0..ranges.len()).flat_map(|r| groups.iter().map(move |e| (r, e))) {
+        let Some(f) = figures.remove(&gid(r, i)) else {
             continue;
         };
         out[r].push(Evidence {
-            team: g.team_id,
-            namespace: g.namespace,
-            workload_kind: g.workload_kind,
-            workload: g.workload,
-            model: g.model,
+            team: g.team_id.clone(),
+            namespace: g.namespace.clone(),
+            workload_kind: g.workload_kind.clone(),
+            workload: g.workload.clone(),
+            model: g.model.clone(),
             kind: g.kind,
-            profile: g.profile,
+            profile: g.profile.clone(),
             compute_share: g.compute_share,
             memory_share: g.memory_share,
             memory_reserved_bytes: g.memory_reserved_bytes,
