@@ -55,6 +55,18 @@ struct Kept<V, A> {
     exact: A,
 }
 
+impl<V, A> Slot<V, A> {
+    /// Keeps `value`, read at `read_at` on the database as of `snapshot`, asked with `exact`.
+    fn keep(&self, value: Arc<V>, snapshot: String, read_at: Instant, exact: A) {
+        *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Kept {
+            value,
+            snapshot,
+            read_at,
+            exact,
+        });
+    }
+}
+
 impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V, A> {
     /// A cache of at most `capacity` keys (past it, it starts over).
     pub fn new(max_stale: Duration, capacity: usize) -> Self {
@@ -146,12 +158,7 @@ impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V
         };
         metrics::counter!("slicemeter_cache_total", "result" => "read").increment(1);
         let value = Arc::new(read().await?);
-        *slot.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Kept {
-            value: value.clone(),
-            snapshot: before,
-            read_at,
-            exact,
-        });
+        slot.keep(value.clone(), before, read_at, exact);
         drop(reading);
         Ok(value)
     }
@@ -204,14 +211,7 @@ impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V
                 let read_at = Instant::now();
                 metrics::counter!("slicemeter_cache_total", "result" => "read").increment(1);
                 match read().await {
-                    Ok(value) => {
-                        *slot.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Kept {
-                            value: Arc::new(value),
-                            snapshot: before,
-                            read_at,
-                            exact,
-                        });
-                    }
+                    Ok(value) => slot.keep(Arc::new(value), before, read_at, exact),
                     Err(e) => tracing::warn!(error = %e, "a kept result could not be read anew"),
                 }
                 drop(reading);

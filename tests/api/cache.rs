@@ -239,54 +239,32 @@ async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the
 #[tokio::test]
 async fn a_result_asked_otherwise_is_never_new_but_served_at_once_while_young() {
     let pool = setup().await;
-    // What was asked shows in the figure: 100 x asked + the table's figure.
-    let asked = |pool: &PgPool, n: i64| {
-        let pool = pool.clone();
-        move || async move { Ok::<i64, sqlx::Error>(100 * n + figure(&pool).await?) }
-    };
     let strict = SnapshotCache::<&str, i64, i64>::new(Duration::from_secs(10), 8);
-    assert_eq!(
-        *strict
-            .get_revalidating(&pool, "k", 1, asked(&pool, 1))
-            .await
-            .unwrap(),
-        101
-    );
-    assert_eq!(
-        *strict
-            .get_revalidating(&pool, "k", 2, asked(&pool, 2))
-            .await
-            .unwrap(),
-        201
-    );
+    assert_eq!(ask(&strict, &pool, 1).await, 101);
+    assert_eq!(ask(&strict, &pool, 2).await, 201);
 
     let cache = SnapshotCache::<&str, i64, i64>::new(Duration::ZERO, 8)
         .revalidating(Duration::from_secs(60));
+    assert_eq!(ask(&cache, &pool, 1).await, 101);
     assert_eq!(
-        *cache
-            .get_revalidating(&pool, "k", 1, asked(&pool, 1))
-            .await
-            .unwrap(),
-        101
-    );
-    assert_eq!(
-        *cache
-            .get_revalidating(&pool, "k", 2, asked(&pool, 2))
-            .await
-            .unwrap(),
+        ask(&cache, &pool, 2).await,
         101,
         "the young result, at once"
     );
     let mut now = 101;
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        now = *cache
-            .get_revalidating(&pool, "k", 2, asked(&pool, 2))
-            .await
-            .unwrap();
+        now = ask(&cache, &pool, 2).await;
         if now != 101 {
             break;
         }
     }
     assert_eq!(now, 201, "read anew as asked now");
+}
+
+/// Key `k` asked with `n`: what was asked shows in the figure, 100 x `n` + the table's figure.
+async fn ask(cache: &SnapshotCache<&'static str, i64, i64>, pool: &PgPool, n: i64) -> i64 {
+    let read_pool = pool.clone();
+    let read = move || async move { Ok::<i64, sqlx::Error>(100 * n + figure(&read_pool).await?) };
+    *cache.get_revalidating(pool, "k", n, read).await.unwrap()
 }
