@@ -90,6 +90,8 @@ pub struct SimSlice {
     pub scale: f64,
     /// The team that holds it most weeks.
     pub home_team: usize,
+    /// On a card set up for an experiment and forgotten: an idle notebook holds it all month.
+    pub forgotten: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -219,6 +221,24 @@ impl SimFleet {
                 gpus: node_gpus,
             });
         }
+        // A tenth of the MIG cards, and always the fleet's first, were set up for an experiment
+        // and forgotten: whatever hour the consolidation plan reads, it frees at least that card.
+        let mut first = true;
+        for gpu in nodes
+            .iter_mut()
+            .flat_map(|n| &mut n.gpus)
+            .filter(|g| g.report.mig_enabled)
+        {
+            let chosen = gpu
+                .slices
+                .first()
+                .is_some_and(|s| unit(hash(&[seed, s.id, 31])) < 0.1);
+            if std::mem::take(&mut first) || chosen {
+                for s in &mut gpu.slices {
+                    s.forgotten = true;
+                }
+            }
+        }
         SimFleet {
             seed,
             teams,
@@ -249,6 +269,7 @@ impl SimFleet {
                 memory_reserved_bytes: reserved,
                 scale,
                 home_team: rng.below(teams),
+                forgotten: false,
             });
         };
         let base = SliceReport {

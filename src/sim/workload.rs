@@ -2,8 +2,10 @@
 //! training, serving with a daily cycle, or serving in bursts; pods restart and leave gaps, so slices
 //! change hands. Some large slices are held all month by a service that needs a fraction of them
 //! (6 GiB and a few percent of compute on a large MIG instance, 10 GiB on a whole GPU), some
-//! slices by a notebook forgotten all month: what right-sizing is for. Pods carry their owners as Kubernetes labels them: Jobs train,
-//! Deployments serve, notebooks are bare pods. Everything is a function of (seed, slice, time).
+//! slices, and every instance of a forgotten card, by a notebook forgotten all month: what
+//! right-sizing and consolidation are for. Pods carry their owners as Kubernetes labels them: Jobs
+//! train, Deployments serve, notebooks are bare pods. Everything is a function of (seed, slice,
+//! time).
 
 use std::collections::BTreeMap;
 use std::f64::consts::PI;
@@ -102,10 +104,14 @@ impl SimFleet {
         t_ms.div_euclid(BLOCK_MS)
     }
 
-    /// What holds `slice` all month, if anything does: an oversized service on half the MIG
-    /// instances of four memory slices or more and of the whole GPUs, a forgotten notebook on a
-    /// tenth of the other reserved slices.
+    /// What holds `slice` all month, if anything does: a forgotten notebook on every instance of
+    /// a forgotten card; an oversized service on half the other MIG instances of four memory
+    /// slices or more and of the whole GPUs; a forgotten notebook on a tenth of the other
+    /// reserved slices.
     fn all_month(&self, slice: &SimSlice) -> Option<Workload> {
+        if slice.forgotten {
+            return Some(Workload::IdleHeld);
+        }
         let large = match slice.report.kind.as_str() {
             "mig" => slice.report.memory_slices.unwrap_or(0) >= 4,
             "whole" => true,
@@ -345,6 +351,38 @@ mod tests {
             assert!(s.memory_reserved_bytes >= 2 * need, "{:?}", s.report);
         }
         assert!(oversized > 0, "no oversized slice in the fleet");
+    }
+
+    #[test]
+    fn every_fleet_has_a_forgotten_card_whose_instances_idle_all_month() {
+        // 42: the demo's fleet.
+        for seed in (0..20).chain([42]) {
+            let f = SimFleet::generate(seed, 16);
+            let forgotten: Vec<_> = f
+                .nodes
+                .iter()
+                .flat_map(|n| &n.gpus)
+                .filter(|g| g.slices.iter().all(|s| s.forgotten))
+                .collect();
+            assert!(!forgotten.is_empty(), "seed {seed}: no forgotten card");
+            for g in forgotten {
+                assert!(g.report.mig_enabled, "seed {seed}: {:?}", g.report);
+                for s in &g.slices {
+                    let pod = f.plan(s, 120_000).holder.unwrap().pod.clone();
+                    for block in 120_000..120_000 + 180 {
+                        let p = f.plan(s, block);
+                        assert_eq!(p.workload, Workload::IdleHeld);
+                        assert_eq!(
+                            p.holder.as_ref().unwrap().pod,
+                            pod,
+                            "one notebook all month"
+                        );
+                        let r = f.reading(s, &p, block * 4 * 3_600_000 + 1_234_567);
+                        assert!(r.compute_active_ppm < 10_000, "{r:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
