@@ -245,17 +245,24 @@ mod tests {
             ("mig-profiles.csv", PROFILES_CSV),
             ("mig-placements.csv", PLACEMENTS_CSV),
         ] {
-            let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/data")
-                .join(name);
-            if let Ok(text) = std::fs::read_to_string(&shared) {
-                assert_eq!(
-                    text,
-                    embedded,
-                    "data/{name} differs from {}",
+            // NVIDIA's tables as the project keeps them beside the repository, or in
+            // SLICEMETER_MIG_DATA for a checkout elsewhere: missing is a failure, not a pass.
+            let dir = std::env::var("SLICEMETER_MIG_DATA").unwrap_or_else(|_| {
+                concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data").to_owned()
+            });
+            let shared = std::path::Path::new(&dir).join(name);
+            let text = std::fs::read_to_string(&shared).unwrap_or_else(|e| {
+                panic!(
+                    "the shared reference table is expected at {} (or set SLICEMETER_MIG_DATA): {e}",
                     shared.display()
-                );
-            }
+                )
+            });
+            assert_eq!(
+                text,
+                embedded,
+                "data/{name} differs from {}",
+                shared.display()
+            );
         }
     }
 
