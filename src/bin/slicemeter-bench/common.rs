@@ -178,6 +178,7 @@ pub struct Loopback {
     pub base: String,
     stop: tokio::sync::watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    requests: sqlx::PgPool,
 }
 
 impl Loopback {
@@ -193,20 +194,29 @@ impl Loopback {
             config.statement_timeout(),
         )
         .await?;
-        let serving = tokio::spawn(server::serve(requests, listener, config, async move {
-            let _ = stopped.changed().await;
-        }));
+        let serving = tokio::spawn(server::serve(
+            requests.clone(),
+            listener,
+            config,
+            async move {
+                let _ = stopped.changed().await;
+            },
+        ));
         Ok(Loopback {
             base,
             stop,
             serving,
+            requests,
         })
     }
 
-    /// Stops the server once its requests in flight are answered.
+    /// Stops the server once its requests in flight are answered and the reads it runs behind
+    /// them (kept reads read anew) are done: what the benchmark does next, dropping its schema
+    /// among others, meets none of its statements.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.stop.send(true).ok();
         self.serving.await??;
+        self.requests.close().await;
         Ok(())
     }
 }
