@@ -66,7 +66,12 @@ pub async fn books_partition(conn: &mut PgConnection, month: Month) -> Result<()
 }
 
 /// Replaces the period's unfrozen books with what the rollups hold now, in one statement (one
-/// snapshot: usage and presence from the same instant).
+/// snapshot: usage and presence from the same instant). The slice-days are written with their sums
+/// per slice, team and rate card version (what billing prices, `period_slice_sums`), so that
+/// pricing the books never reads the slice-days again. The sums are read from the rollups rather
+/// than from the slice-days just written: the same additions over the same snapshot, and cheaper,
+/// as summing the written rows needs them kept aside (a month of 2,000 GPUs: 5.2-5.5 s for the
+/// statement, against 5.5-6.6 s summing the kept rows).
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
     let p = month.first_day();
     sqlx::query!("delete from book where period = $1", p)
@@ -76,8 +81,11 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     sqlx::query!(
         "with b as (insert into book (period) values ($1) returning period),
               u as (insert into book_slice_day select * from period_slice_day($1, false) returning 1),
+              s as (insert into book_slice_sums select $1, * from period_slice_sums($1, false)
+                    returning 1),
               m as (insert into book_model_day select * from period_model_day($1, false) returning 1)
-         select (select count(*) from u) as usage_rows, (select count(*) from m) as presence_rows
+         select (select count(*) from u) as usage_rows, (select count(*) from s) as slice_rows,
+                (select count(*) from m) as presence_rows
          from b",
         p
     )

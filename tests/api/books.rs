@@ -399,6 +399,20 @@ async fn a_focus_export_cut_off_half_way_ends_in_an_error_not_a_clean_end() {
     .execute(&app.pool)
     .await
     .unwrap();
+    // ... their sums per slice, as the run writes them with the slice-days ...
+    sqlx::raw_sql(
+        "delete from book_slice_sums where period = '2026-09-01';
+         insert into book_slice_sums
+         select period, team_id, model, kind, profile, rate_card_id, slice_id, compute_share,
+                memory_share, memory_reserved_bytes, sum(windows), min(day), sum(held_seconds),
+                sum(known_seconds), sum(active_seconds), sum(memory_byte_seconds)
+         from book_slice_day where period = '2026-09-01'
+         group by period, team_id, model, kind, profile, rate_card_id, slice_id, compute_share,
+                  memory_share, memory_reserved_bytes",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap();
     // ... and the GPUs they sit on, so that the month still adds up.
     sqlx::query(
         "insert into book_model_day select period, model, rate_card_id, day, 1e6
@@ -705,6 +719,23 @@ async fn an_upgrade_freezes_months_issued_before_books_were_kept_and_drops_unatt
             .await
             .unwrap();
     assert_eq!(again, Decimal::from(3600));
+    // The migrations since sum the books kept per slice (0018): the month is priced as issued,
+    // not as the rollups hold it now.
+    apply_migrations(&pool, 8..=i64::MAX).await;
+    let priced: Decimal = sqlx::query_scalar(
+        "select sum(held_seconds) from period_slice_sums('2026-09-01', true) where team_id = 'nlp'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(priced, Decimal::from(3600));
+    let now: Decimal = sqlx::query_scalar(
+        "select sum(held_seconds) from period_slice_sums('2026-09-01', false) where team_id = 'nlp'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(now, Decimal::from(7200), "the late hour is in the rollups");
 }
 
 /// The database itself keeps an issued month's books: no statement may add, change or remove a
@@ -751,6 +782,9 @@ async fn no_statement_changes_an_issued_months_books() {
         "insert into book_slice_day select * from book_slice_day where period = '2026-09-01'",
         "update book_model_day set present_seconds = 1 where period = '2026-09-01'",
         "delete from book_model_day where period = '2026-09-01'",
+        "update book_slice_sums set held_seconds = 0 where period = '2026-09-01'",
+        "delete from book_slice_sums where period = '2026-09-01'",
+        "insert into book_slice_sums select * from book_slice_sums where period = '2026-09-01'",
         "delete from book where period = '2026-09-01'",
     ] {
         let e = sqlx::query(sql)

@@ -2,8 +2,9 @@
 //! by day, peak memory of simulator and server); then a month of a large fleet written straight
 //! into the rollups with SQL (as fast as the schema takes it, no ingest), and the month read as finance and the dashboard read it: the
 //! monthly report, the invoice run, the usage report by day and the FOCUS export (first byte and
-//! total), the fleet and a team's page, and a crowd of clients on the report over HTTP, each against
-//! one `GROUP BY` over the same rollups in the same run.
+//! total), the fleet and a team's page, a crowd of clients on the report over HTTP, and the report
+//! once the month is issued (read from its books), each against one `GROUP BY` over the same
+//! rollups in the same run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -263,7 +264,27 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     } else {
         args.load_for
     };
-    served(&pool, month, floor, args.clients, load_for).await
+    served(&pool, month, floor, args.clients, load_for).await?;
+
+    // Last, as it freezes the month: issued, the month is priced from its books.
+    let config = billing::BillingConfig {
+        issue_grace: chrono::Duration::zero(),
+    };
+    let issued = billing::issue_period(&pool, month, Utc::now(), &config, &Actor::CLI).await?;
+    let t = Instant::now();
+    let cache = Arc::new(reports::ReportCache::new(Duration::ZERO));
+    let report = reports::monthly_report(&pool, &cache, month, Utc::now(), None).await?;
+    anyhow::ensure!(
+        report.conservation.map(|c| c.fleet_cost) == Some(conservation.fleet_cost),
+        "the issued month's report does not add up to the open month's"
+    );
+    line(
+        "monthly report, issued (its books)",
+        t.elapsed(),
+        floor,
+        &format!("({} invoices issued)", issued.len()),
+    );
+    Ok(())
 }
 
 /// What one GET gave.
