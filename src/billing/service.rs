@@ -86,6 +86,11 @@ async fn bill_in(
     )?)
 }
 
+/// Where `month`'s books stand: none yet, drafts' or frozen (issued).
+pub async fn books(pool: &PgPool, month: Month) -> Result<Books, Error> {
+    Ok(store::books(&mut *pool.acquire().await?, month).await?)
+}
+
 /// `month` priced as its books say once it is issued, else from what the rollups hold now; and
 /// where its books stand.
 pub async fn period_bill(pool: &PgPool, month: Month) -> Result<(PeriodBill, Books), Error> {

@@ -109,6 +109,11 @@ pub async fn usage_report(
         .collect();
     let mut invoiced = Invoiced::default();
     for m in months {
+        // An issued month's rows are what its hours cost now, none of its bill: not priced (nor its
+        // corrections read) for nothing, the dashboards' history being mostly issued months.
+        if billing::books(pool, m).await?.frozen() {
+            continue;
+        }
         let inputs = match self::month(pool, cache, m).await {
             Ok(inputs) => inputs,
             Err(Error::Billing(_)) => continue,
@@ -116,7 +121,8 @@ pub async fn usage_report(
         };
         let bill = inputs.bill();
         // An issued month's books are as issued; these rows are what its hours cost now, late data
-        // included: the issued lines plus the corrections billed on a later period.
+        // included: the issued lines plus the corrections billed on a later period. (Issued since
+        // the check above, it is read here as issued.)
         if bill.negative.is_some() || inputs.books().frozen() {
             continue;
         }

@@ -284,6 +284,25 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         floor,
         &format!("({} invoices issued)", issued.len()),
     );
+    // The dashboards' cost over time: a month of it, issued, priced, read anew.
+    let t = Instant::now();
+    let cache = Arc::new(reports::ReportCache::new(Duration::ZERO));
+    let by_team = reports::usage_report(
+        &pool,
+        &cache,
+        month.start(),
+        month.end(),
+        &GroupBy::of(vec![Dimension::Team]),
+        Step::Month,
+        None,
+    )
+    .await?;
+    line(
+        "usage report by team and month, issued, priced",
+        t.elapsed(),
+        floor,
+        &format!("({} rows)", by_team.rows.len()),
+    );
     Ok(())
 }
 
