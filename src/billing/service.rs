@@ -86,9 +86,15 @@ async fn bill_in(
     )?)
 }
 
-/// Where `month`'s books stand: none yet, drafts' or frozen (issued).
-pub async fn books(pool: &PgPool, month: Month) -> Result<Books, Error> {
-    Ok(store::books(&mut *pool.acquire().await?, month).await?)
+/// The months in `[first, last]` whose books are frozen (issued), in one read.
+pub async fn frozen_periods(
+    pool: &PgPool,
+    first: Month,
+    last: Month,
+) -> Result<BTreeSet<Month>, Error> {
+    let mut conn = pool.acquire().await?;
+    let months = store::frozen_periods(&mut conn, first, last).await?;
+    Ok(months.into_iter().collect())
 }
 
 /// `month` priced as its books say once it is issued, else from what the rollups hold now; and

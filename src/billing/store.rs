@@ -54,6 +54,26 @@ pub async fn books(conn: &mut PgConnection, month: Month) -> Result<Books, sqlx:
     })
 }
 
+/// The months in `[first, last]` whose books are frozen (issued).
+pub async fn frozen_periods(
+    conn: &mut PgConnection,
+    first: Month,
+    last: Month,
+) -> Result<Vec<Month>, sqlx::Error> {
+    Ok(sqlx::query_scalar!(
+        "select period from book
+         where frozen_at is not null and period >= $1 and period <= $2
+         order by period",
+        first.first_day(),
+        last.first_day()
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(Month::from_first_day)
+    .collect())
+}
+
 /// Makes the partition of `month`'s books if it is not there. Making one locks the whole books
 /// table to the end of the transaction, so the invoice run makes it in a transaction of its own
 /// first; and it cannot be made while a statement uses the table, so not in the books' own insert.

@@ -107,13 +107,14 @@ pub async fn usage_report(
         .map(|s| Month::of(s.bucket))
         .filter(|m| m.start() >= from && m.end() <= to)
         .collect();
+    // An issued month's rows are what its hours cost now, none of its bill: not priced (nor its
+    // corrections read) for nothing, the dashboards' history being mostly issued months.
+    let issued = match (months.first(), months.last()) {
+        (Some(&first), Some(&last)) => billing::frozen_periods(pool, first, last).await?,
+        _ => BTreeSet::new(),
+    };
     let mut invoiced = Invoiced::default();
-    for m in months {
-        // An issued month's rows are what its hours cost now, none of its bill: not priced (nor its
-        // corrections read) for nothing, the dashboards' history being mostly issued months.
-        if billing::books(pool, m).await?.frozen() {
-            continue;
-        }
+    for m in months.difference(&issued).copied() {
         let inputs = match self::month(pool, cache, m).await {
             Ok(inputs) => inputs,
             Err(Error::Billing(_)) => continue,
