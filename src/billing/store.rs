@@ -94,7 +94,19 @@ pub async fn books_partition(conn: &mut PgConnection, month: Month) -> Result<()
 /// statement, against 5.5-6.6 s summing the kept rows).
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
     let p = month.first_day();
+    // The book first: an issued month's refuses (`book_frozen`), and its rows then go with it.
+    // Not a trigger on `book`: under Citus a reference table's trigger cannot write to the
+    // distributed slice-days (migration 0019).
     sqlx::query!("delete from book where period = $1", p)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!("delete from book_slice_day where period = $1", p)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!("delete from book_slice_sums where period = $1", p)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query!("delete from book_model_day where period = $1", p)
         .execute(&mut *conn)
         .await?;
     books_partition(&mut *conn, month).await?;

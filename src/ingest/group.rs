@@ -345,17 +345,20 @@ async fn store_group(
     store::record_presence(&mut tx, &placed).await?;
     let mut rows = String::new();
     let mut rollup = Rollup::new();
-    for (i, b) in batches.iter().enumerate() {
+    for (i, (b, gpus)) in placed.iter().enumerate() {
+        let slice_gpus = registry::slice_gpus(b, gpus);
+        let ids = store::WindowIds {
+            slices: &slice_ids[i],
+            slice_gpus: &slice_gpus,
+            consumers: &consumer_ids[i],
+        };
         let windows: Vec<_> = b.windows.iter().collect();
-        store::copy_rows(&mut rows, &windows, &slice_ids[i], &consumer_ids[i]);
+        store::copy_rows(&mut rows, &windows, ids);
         for w in &b.windows {
             // Validation bounds every figure, so these sums fit; were one not to, the group is
             // stored batch by batch, where the batch that overflows fails alone.
             rollup
-                .add(
-                    (slice_ids[i][w.slice], consumer_ids[i][w.consumer]),
-                    &w.hours,
-                )
+                .add(ids.rollup_key(w), &w.hours)
                 .ok_or(Fallback("a rollup sum overflowed"))?;
         }
     }
@@ -431,17 +434,21 @@ async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Ing
         };
         resent::check(b, ids, &resent, &stored)?
     };
-    let new = store::insert_windows(&mut tx, &fresh, &slice_ids, &consumer_ids).await?;
+    let slice_gpus = registry::slice_gpus(b, &gpus.ids);
+    let ids = store::WindowIds {
+        slices: &slice_ids,
+        slice_gpus: &slice_gpus,
+        consumers: &consumer_ids,
+    };
+    let new = store::insert_windows(&mut tx, &fresh, ids).await?;
     let mut rollup = Rollup::new();
     for w in &new {
         // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.
-        rollup
-            .add((slice_ids[w.slice], consumer_ids[w.consumer]), &w.hours)
-            .ok_or_else(|| {
-                IngestError::Db(sqlx::Error::Protocol(
-                    "an hourly rollup sum overflowed".into(),
-                ))
-            })?;
+        rollup.add(ids.rollup_key(w), &w.hours).ok_or_else(|| {
+            IngestError::Db(sqlx::Error::Protocol(
+                "an hourly rollup sum overflowed".into(),
+            ))
+        })?;
     }
     store::add_to_rollup(&mut tx, rollup).await?;
     tx.commit().await?;

@@ -124,6 +124,11 @@ fn identity(r: &Reservation) -> Reservation {
     }
 }
 
+/// Each of the batch's slices' GPU id, by the batch's slice index (validation checked each index).
+pub fn slice_gpus(b: &ValidBatch, gpu_ids: &[i32]) -> Vec<i32> {
+    b.slices.iter().map(|s| gpu_ids[s.gpu]).collect()
+}
+
 /// Each batch slice's id, in batch order, or 409 naming every slice whose GPU or reservation differ
 /// from its registration.
 pub fn check_slices(

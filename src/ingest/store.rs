@@ -517,9 +517,9 @@ pub async fn stored_windows(
                            'a DRA claim') as "holder!"
            from slice s
            join gpu g on g.gpu_id = s.gpu_id
-           join occupancy o on o.slice_id = s.slice_id
+           join occupancy o on o.slice_id = s.slice_id and o.gpu_id = s.gpu_id
            join consumer c on c.consumer_id = o.consumer_id
-           where s.gpu_id = any($1) and o.window_start >= $2 and o.window_start < $3
+           where s.gpu_id = any($1) and o.gpu_id = any($1) and o.window_start >= $2 and o.window_start < $3
            order by o.slice_id, o.window_start, o.consumer_id"#,
         gpus,
         start,
@@ -572,8 +572,28 @@ fn timestamp(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
+/// A batch's registered ids, by the batch's own indexes: each slice's id and its GPU's id, each
+/// consumer's id.
+#[derive(Debug, Clone, Copy)]
+pub struct WindowIds<'a> {
+    pub slices: &'a [i32],
+    pub slice_gpus: &'a [i32],
+    pub consumers: &'a [i64],
+}
+
+impl WindowIds<'_> {
+    /// The window's key in the rollups: (slice id, GPU id, consumer id).
+    pub fn rollup_key(&self, w: &Window) -> (i32, i32, i64) {
+        (
+            self.slices[w.slice],
+            self.slice_gpus[w.slice],
+            self.consumers[w.consumer],
+        )
+    }
+}
+
 /// Appends the windows to `out` as `COPY` text rows.
-pub fn copy_rows(out: &mut String, windows: &[&Window], slice_ids: &[i32], consumer_ids: &[i64]) {
+pub fn copy_rows(out: &mut String, windows: &[&Window], ids: WindowIds<'_>) {
     use std::fmt::Write;
     out.reserve(windows.len() * 120);
     for w in windows {
@@ -582,9 +602,10 @@ pub fn copy_rows(out: &mut String, windows: &[&Window], slice_ids: &[i32], consu
             .map_or_else(|| "\\N".to_owned(), |c| c.to_string());
         writeln!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-            slice_ids[w.slice],
-            consumer_ids[w.consumer],
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            ids.slices[w.slice],
+            ids.slice_gpus[w.slice],
+            ids.consumers[w.consumer],
             timestamp(w.start),
             timestamp(w.end),
             w.held_seconds,
@@ -596,7 +617,7 @@ pub fn copy_rows(out: &mut String, windows: &[&Window], slice_ids: &[i32], consu
     }
 }
 
-const COPY_COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
+const COPY_COLUMNS: &str = "(slice_id, gpu_id, consumer_id, window_start, window_end, held_seconds, \
                             memory_byte_seconds, memory_peak_bytes, compute_active_seconds)";
 
 /// Stores the windows and returns those that were new. The fast path `COPY`s straight into the
@@ -604,14 +625,13 @@ const COPY_COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, he
 pub async fn insert_windows<'b>(
     tx: &mut PgConnection,
     windows: &[&'b Window],
-    slice_ids: &[i32],
-    consumer_ids: &[i64],
+    ids: WindowIds<'_>,
 ) -> Result<Vec<&'b Window>, sqlx::Error> {
     if windows.is_empty() {
         return Ok(Vec::new());
     }
     let mut rows = String::new();
-    copy_rows(&mut rows, windows, slice_ids, consumer_ids);
+    copy_rows(&mut rows, windows, ids);
     let rows = rows.into_bytes();
     sqlx::query("savepoint copy_windows")
         .execute(&mut *tx)
@@ -651,7 +671,12 @@ pub async fn insert_windows<'b>(
     .await?;
     let index: HashMap<(i32, i64, DateTime<Utc>), &Window> = windows
         .iter()
-        .map(|w| ((slice_ids[w.slice], consumer_ids[w.consumer], w.start), *w))
+        .map(|w| {
+            (
+                (ids.slices[w.slice], ids.consumers[w.consumer], w.start),
+                *w,
+            )
+        })
         .collect();
     Ok(new
         .iter()
@@ -679,11 +704,11 @@ async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<
     copy.finish().await
 }
 
-/// Adds the hourly sums of new windows, keyed by (slice id, consumer id), to the hourly rollup and
-/// the day rollup, in one statement.
+/// Adds the hourly sums of new windows, keyed by [`WindowIds::rollup_key`], to the hourly rollup
+/// and the day rollup, in one statement.
 pub async fn add_to_rollup(
     tx: &mut PgConnection,
-    rollup: Rollup<(i32, i64)>,
+    rollup: Rollup<(i32, i32, i64)>,
 ) -> Result<(), sqlx::Error> {
     if rollup.rows.is_empty() {
         return Ok(());
@@ -691,6 +716,7 @@ pub async fn add_to_rollup(
     let n = rollup.rows.len();
     let mut hour = Vec::with_capacity(n);
     let mut slice = Vec::with_capacity(n);
+    let mut gpu = Vec::with_capacity(n);
     let mut consumer = Vec::with_capacity(n);
     let mut held = Vec::with_capacity(n);
     let mut memory = Vec::with_capacity(n);
@@ -698,9 +724,10 @@ pub async fn add_to_rollup(
     let mut active = Vec::with_capacity(n);
     let mut known = Vec::with_capacity(n);
     let mut count = Vec::with_capacity(n);
-    for ((h, (s, c)), f) in rollup.rows {
+    for ((h, (s, g, c)), f) in rollup.rows {
         hour.push(h);
         slice.push(s);
+        gpu.push(g);
         consumer.push(c);
         held.push(f.held_seconds);
         memory.push(f.memory_byte_seconds);
@@ -712,14 +739,16 @@ pub async fn add_to_rollup(
     sqlx::query!(
         "with input as (
              select * from unnest($1::timestamptz[], $2::int4[], $3::int8[], $4::numeric[],
-                                  $5::numeric[], $6::int8[], $7::numeric[], $8::numeric[], $9::int4[])
-                 as t (hour, slice_id, consumer_id, held, memory, peak, active, known, windows)),
+                                  $5::numeric[], $6::int8[], $7::numeric[], $8::numeric[], $9::int4[],
+                                  $10::int4[])
+                 as t (hour, slice_id, consumer_id, held, memory, peak, active, known, windows,
+                       gpu_id)),
          hourly as (
              insert into usage_hourly (hour, slice_id, consumer_id, held_seconds, memory_byte_seconds,
                                        memory_peak_bytes, compute_active_seconds, compute_known_seconds,
-                                       window_count)
+                                       window_count, gpu_id)
              select * from input
-             on conflict (hour, slice_id, consumer_id) do update set
+             on conflict (hour, slice_id, gpu_id, consumer_id) do update set
                  held_seconds = usage_hourly.held_seconds + excluded.held_seconds,
                  memory_byte_seconds = usage_hourly.memory_byte_seconds + excluded.memory_byte_seconds,
                  memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
@@ -728,11 +757,11 @@ pub async fn add_to_rollup(
                  window_count = usage_hourly.window_count + excluded.window_count)
          insert into usage_daily (day, slice_id, consumer_id, held_seconds, memory_byte_seconds,
                                   memory_peak_bytes, compute_active_seconds, compute_known_seconds,
-                                  window_count)
+                                  window_count, gpu_id)
          select date_trunc('day', hour, 'UTC'), slice_id, consumer_id, sum(held), sum(memory),
-                max(peak), sum(active), sum(known), sum(windows)
-         from input group by 1, 2, 3
-         on conflict (day, slice_id, consumer_id) do update set
+                max(peak), sum(active), sum(known), sum(windows), gpu_id
+         from input group by 1, 2, 3, gpu_id
+         on conflict (day, slice_id, gpu_id, consumer_id) do update set
              held_seconds = usage_daily.held_seconds + excluded.held_seconds,
              memory_byte_seconds = usage_daily.memory_byte_seconds + excluded.memory_byte_seconds,
              memory_peak_bytes = greatest(usage_daily.memory_peak_bytes, excluded.memory_peak_bytes),
@@ -747,7 +776,8 @@ pub async fn add_to_rollup(
         &peak,
         &active,
         &known,
-        &count
+        &count,
+        &gpu
     )
     .execute(&mut *tx)
     .await?;

@@ -566,9 +566,10 @@ async fn the_database_itself_refuses_windows_that_break_the_rules() {
         ),
     ] {
         let err = sqlx::query(&format!(
-            "insert into occupancy (slice_id, consumer_id, window_start, window_end, held_seconds,
-                                    memory_byte_seconds, memory_peak_bytes, compute_active_seconds)
-             values (1, 1, {bad})"
+            "insert into occupancy (slice_id, gpu_id, consumer_id, window_start, window_end,
+                                    held_seconds, memory_byte_seconds, memory_peak_bytes,
+                                    compute_active_seconds)
+             values (1, 1, 1, {bad})"
         ))
         .execute(&app.pool)
         .await

@@ -76,7 +76,7 @@ async fn expected_from_windows(app: &TestApp, key: &str) -> BTreeMap<String, Exp
                 s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
                 g.memory_bytes as gpu_memory, g.compute_slices as gpu_compute, g.memory_slices as gpu_memory_slices,
                 o.held_seconds, o.memory_byte_seconds, o.compute_active_seconds
-         from occupancy o join slice s using (slice_id) join gpu g using (gpu_id) join consumer c using (consumer_id)"
+         from occupancy o join slice s using (slice_id) join gpu g on g.gpu_id = s.gpu_id join consumer c using (consumer_id)"
     ))
     .fetch_all(&app.pool)
     .await

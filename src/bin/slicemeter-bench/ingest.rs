@@ -233,7 +233,7 @@ async fn copy_floor(pool: &sqlx::PgPool) -> anyhow::Result<(u64, Duration)> {
         .execute(&mut *conn)
         .await?;
     }
-    const COLUMNS: &str = "(slice_id, consumer_id, window_start, window_end, held_seconds, \
+    const COLUMNS: &str = "(slice_id, gpu_id, consumer_id, window_start, window_end, held_seconds, \
                            memory_byte_seconds, memory_peak_bytes, compute_active_seconds)";
     let rows: Vec<u8> = conn
         .copy_out_raw(&format!(

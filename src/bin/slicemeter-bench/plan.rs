@@ -182,7 +182,7 @@ async fn write_fleet(
          from slice s",
         "insert into usage_hourly
          select h, s.slice_id, c.consumer_id, 3600,
-                3600 * p.peak * 0.8, p.peak, 3600 * p.busy, 3600, 60
+                3600 * p.peak * 0.8, p.peak, 3600 * p.busy, 3600, 60, s.gpu_id
          from slice s
          join gpu g using (gpu_id)
          join layout l on l.layout = g.gpu_id % 4 and s.slice_uuid = 'MIG-plan-' || g.gpu_id || '-' || l.slot

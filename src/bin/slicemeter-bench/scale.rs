@@ -110,15 +110,15 @@ async fn write_month(
                 s.slice_uuid, 'main', 'team-' || (1 + s.slice_id % 8)
          from slice s",
         "insert into usage_hourly
-         select h, s.slice_id, c.consumer_id, 3600, 3600 * 5e9, 5000000000, 1800, 3600, 1
+         select h, s.slice_id, c.consumer_id, 3600, 3600 * 5e9, 5000000000, 1800, 3600, 1, s.gpu_id
          from slice s join consumer c on c.pod = s.slice_uuid,
               generate_series($1, $2 - interval '1 hour', interval '1 hour') h
          where (s.slice_id + extract(hour from h at time zone 'UTC')::int) % 5 <> 0",
         "insert into usage_daily
          select date_trunc('day', hour, 'UTC'), slice_id, consumer_id, sum(held_seconds),
                 sum(memory_byte_seconds), max(memory_peak_bytes), sum(compute_active_seconds),
-                sum(compute_known_seconds), sum(window_count)
-         from usage_hourly group by 1, 2, 3",
+                sum(compute_known_seconds), sum(window_count), gpu_id
+         from usage_hourly group by 1, 2, 3, gpu_id",
         "insert into gpu_hourly
          select h, g.gpu_id, 3600
          from gpu g, generate_series($1, $2 - interval '1 hour', interval '1 hour') h",
