@@ -26,6 +26,7 @@ mod plans;
 mod recommendations;
 mod reports;
 mod retention;
+mod schema;
 mod support;
 mod teams;
 mod tokens;
