@@ -178,7 +178,6 @@ pub async fn run_drafts(
     actor: &Actor,
 ) -> Result<RunSummary, Error> {
     period::may_draft(month, now)?;
-    store::books_partition(&mut *pool.acquire().await?, month).await?;
     let mut tx = pool.begin().await?;
     store::lock_period(&mut tx, month).await?;
     if !store::books(&mut tx, month).await?.frozen() {

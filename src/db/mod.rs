@@ -155,8 +155,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 
 /// The tables ingest writes, each with a partition per month made before a batch of that month is
 /// written (`occupancy`'s month made as a partition per day, so that a day's windows go into an
-/// index the size of a day). The books' `book_slice_day` is partitioned by month too; the invoice run makes its
-/// month's partition (`billing::store::books_partition`).
+/// index the size of a day).
 pub const PARTITIONED: [&str; 6] = [
     "occupancy",
     "gpu_presence",

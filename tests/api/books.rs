@@ -388,27 +388,20 @@ async fn a_focus_export_cut_off_half_way_ends_in_an_error_not_a_clean_end() {
     run(&app, "2026-09").await;
     // A month of many slices (written straight into its books, as a big fleet's run would), so that
     // the export is still reading rows when the database goes away.
+    // Each a slice of its own, with a windows' worth of held seconds on each of its days (each
+    // row of the books carries its sums and its days).
     sqlx::query(
-        "insert into book_slice_day
+        "insert into book_slice
          select period, team_id, team_name, cost_center, model, kind, profile, rate_card_id,
-                slice_id, 'MIG-filler-' || n, node, day, 1, 1, 1, 0, 0, compute_share, memory_share,
-                memory_reserved_bytes
-         from book_slice_day, generate_series(1, 100000) n
+                slice_id, 'MIG-filler-' || n, node, compute_share, memory_share,
+                memory_reserved_bytes, cardinality(days), first_day, cardinality(days),
+                cardinality(days), 0, 0, days, array_fill(1::int8, array[cardinality(days)]),
+                array_fill(1::numeric, array[cardinality(days)]),
+                array_fill(1::numeric, array[cardinality(days)]),
+                array_fill(0::numeric, array[cardinality(days)]),
+                array_fill(0::numeric, array[cardinality(days)])
+         from book_slice, generate_series(1, 100000) n
          where period = '2026-09-01' and team_id = 'nlp'",
-    )
-    .execute(&app.pool)
-    .await
-    .unwrap();
-    // ... their sums per slice, as the run writes them with the slice-days ...
-    sqlx::raw_sql(
-        "delete from book_slice_sums where period = '2026-09-01';
-         insert into book_slice_sums
-         select period, team_id, model, kind, profile, rate_card_id, slice_id, compute_share,
-                memory_share, memory_reserved_bytes, sum(windows), min(day), sum(held_seconds),
-                sum(known_seconds), sum(active_seconds), sum(memory_byte_seconds)
-         from book_slice_day where period = '2026-09-01'
-         group by period, team_id, model, kind, profile, rate_card_id, slice_id, compute_share,
-                  memory_share, memory_reserved_bytes",
     )
     .execute(&app.pool)
     .await
@@ -729,6 +722,14 @@ async fn an_upgrade_freezes_months_issued_before_books_were_kept_and_drops_unatt
     .await
     .unwrap();
     assert_eq!(priced, Decimal::from(3600));
+    // ... and its days are read as they were kept (0020 gathers them per slice).
+    let days: Decimal = sqlx::query_scalar(
+        "select sum(held_seconds) from period_slice_day('2026-09-01', true) where team_id = 'nlp'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(days, Decimal::from(3600));
     let now: Decimal = sqlx::query_scalar(
         "select sum(held_seconds) from period_slice_sums('2026-09-01', false) where team_id = 'nlp'",
     )
@@ -748,23 +749,23 @@ async fn no_statement_changes_an_issued_months_books() {
     run(&app, "2026-09").await;
     // While drafts only: a re-run replaces the books.
     let rows = app
-        .count("select count(*) from book_slice_day where period = '2026-09-01'")
+        .count("select count(*) from book_slice where period = '2026-09-01'")
         .await;
     assert!(rows > 0);
     run(&app, "2026-09").await;
     assert_eq!(
-        app.count("select count(*) from book_slice_day where period = '2026-09-01'")
+        app.count("select count(*) from book_slice where period = '2026-09-01'")
             .await,
         rows
     );
     // No row without its month's books.
     let e = sqlx::query(
-        "insert into book_slice_day
+        "insert into book_slice
          select '2026-08-01', team_id, team_name, cost_center, model, kind, profile, rate_card_id,
-                slice_id, slice_uuid, node, day, windows, held_seconds, known_seconds,
-                active_seconds, memory_byte_seconds, compute_share, memory_share,
-                memory_reserved_bytes
-         from book_slice_day where period = '2026-09-01'",
+                slice_id, slice_uuid, node, compute_share, memory_share, memory_reserved_bytes,
+                windows, first_day, held_seconds, known_seconds, active_seconds,
+                memory_byte_seconds, days, day_windows, day_held, day_known, day_active, day_memory
+         from book_slice where period = '2026-09-01'",
     )
     .execute(&app.pool)
     .await
@@ -777,14 +778,13 @@ async fn no_statement_changes_an_issued_months_books() {
     let r = issue_all(&app, "2026-09").await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     for sql in [
-        "update book_slice_day set held_seconds = 0 where period = '2026-09-01'",
-        "delete from book_slice_day where period = '2026-09-01'",
-        "insert into book_slice_day select * from book_slice_day where period = '2026-09-01'",
+        "update book_slice set held_seconds = 0 where period = '2026-09-01'",
+        "update book_slice set day_held = array_fill(0::numeric, array[cardinality(days)])
+         where period = '2026-09-01'",
+        "delete from book_slice where period = '2026-09-01'",
+        "insert into book_slice select * from book_slice where period = '2026-09-01'",
         "update book_model_day set present_seconds = 1 where period = '2026-09-01'",
         "delete from book_model_day where period = '2026-09-01'",
-        "update book_slice_sums set held_seconds = 0 where period = '2026-09-01'",
-        "delete from book_slice_sums where period = '2026-09-01'",
-        "insert into book_slice_sums select * from book_slice_sums where period = '2026-09-01'",
         "delete from book where period = '2026-09-01'",
     ] {
         let e = sqlx::query(sql)
@@ -798,7 +798,7 @@ async fn no_statement_changes_an_issued_months_books() {
         );
     }
     assert_eq!(
-        app.count("select count(*) from book_slice_day where period = '2026-09-01'")
+        app.count("select count(*) from book_slice where period = '2026-09-01'")
             .await,
         rows
     );

@@ -218,11 +218,7 @@ async fn foreign_key_violations(pool: &PgPool, commands: &[(String, Placement)])
 
 /// Makes a month's partitions of every partitioned table, so that their keys are checked too.
 async fn make_partitions(pool: &PgPool) {
-    for table in slicemeter::db::PARTITIONED
-        .iter()
-        .copied()
-        .chain(["book_slice_day"])
-    {
+    for table in slicemeter::db::PARTITIONED {
         sqlx::query("select ensure_month_partition($1, '2026-10-01')")
             .bind(table)
             .execute(pool)
@@ -242,7 +238,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
     assert_eq!(
         distributed,
         BTreeSet::from([
-            "book_slice_day",
+            "book_slice",
             "gpu_daily",
             "gpu_hourly",
             "gpu_presence",
@@ -297,10 +293,22 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
             "{expected} not among {found:#?}"
         );
     }
-    // Only what 0019 changed: the other distributed tables were keyed by the GPU already.
+    // 0020 replaced the books' slice-days and sums with `book_slice`: the commands name the table
+    // of now, which the older schema does not have, and not the two it had.
+    for expected in [
+        "book_slice is not a table of the schema",
+        "book_slice_day is neither a reference nor a distributed table",
+        "book_slice_sums is neither a reference nor a distributed table",
+    ] {
+        assert!(
+            found.iter().any(|f| f == expected),
+            "{expected} not among {found:#?}"
+        );
+    }
+    // Only what 0019 and 0020 changed: the other distributed tables were keyed by the GPU already.
     for f in &found {
         assert!(
-            ["occupancy", "usage_hourly", "usage_daily"]
+            ["occupancy", "usage_hourly", "usage_daily", "book_slice"]
                 .iter()
                 .any(|t| f.starts_with(t)),
             "{f}"
