@@ -77,8 +77,9 @@ pub async fn frozen_periods(
 /// Replaces the period's unfrozen books with what the rollups hold now, in one statement (one
 /// snapshot: usage and presence from the same instant). Usage is written one row per (team, slice,
 /// rate card version): what billing prices (`period_slice_sums`), the names the exports print, and
-/// the days as arrays that `period_slice_day` unnests. A month of 10,000 GPUs is then 70,000 rows,
-/// not 2.1 million slice-days beside 70,000 sums (migration 0020).
+/// the day rollups' rows as arrays that `period_slice_day` unnests, a day once per consumer of the
+/// team (gathered as they are, not summed per day first: migration 0021). A month of 10,000 GPUs
+/// is then 70,000 rows, not 2.1 million slice-days beside 70,000 sums (migration 0020).
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
     let p = month.first_day();
     // The book first: an issued month's refuses (`book_frozen`), and its rows then go with it.
@@ -95,14 +96,15 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
         .await?;
     sqlx::query!(
         "with b as (insert into book (period) values ($1) returning period),
-              k as (select slice_id, team_id, rate_card_id, sum(windows)::int8 as windows,
-                           min(day) as first_day, sum(held) as held, sum(known) as known,
-                           sum(active) as active, sum(memory) as memory,
-                           array_agg(day) as days, array_agg(windows) as day_windows,
-                           array_agg(held) as day_held, array_agg(known) as day_known,
-                           array_agg(active) as day_active, array_agg(memory) as day_memory
-                    from period_slice_keys($1)
-                    group by slice_id, team_id, rate_card_id),
+              k as (select u.slice_id, c.team_id, u.rate_card_id, sum(u.windows)::int8 as windows,
+                           min(u.day) as first_day, sum(u.held) as held, sum(u.known) as known,
+                           sum(u.active) as active, sum(u.memory) as memory,
+                           array_agg(u.day) as days, array_agg(u.windows) as day_windows,
+                           array_agg(u.held) as day_held, array_agg(u.known) as day_known,
+                           array_agg(u.active) as day_active, array_agg(u.memory) as day_memory
+                    from period_usage_days($1) u
+                    join consumer c using (consumer_id)
+                    group by u.slice_id, c.team_id, u.rate_card_id),
               u as (insert into book_slice
                     select $1, k.team_id, coalesce(t.display_name, k.team_id), t.cost_center,
                            g.model, s.kind, s.profile, k.rate_card_id, s.slice_id, s.slice_uuid,

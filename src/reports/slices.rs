@@ -88,6 +88,24 @@ impl SliceDay {
         )
     }
 
+    /// Whether `other` is more of the same slice's day, for the same team under the same rate card
+    /// version (another consumer of the team, as the books keep it).
+    pub fn same_day(&self, other: &SliceDay) -> bool {
+        self.slice_uuid == other.slice_uuid
+            && self.day == other.day
+            && self.team == other.team
+            && self.rate_card == other.rate_card
+    }
+
+    /// Adds `other`'s figures, more of the same day ([`SliceDay::same_day`]), to its own.
+    pub fn add(&mut self, other: &SliceDay) {
+        self.windows += other.windows;
+        self.held_seconds += other.held_seconds;
+        self.known_seconds += other.known_seconds;
+        self.active_seconds += other.active_seconds;
+        self.memory_byte_seconds += other.memory_byte_seconds;
+    }
+
     /// The rate card it is priced under: an error, as for the whole period, where none was in force.
     pub fn card<'c>(&self, cards: &'c BTreeMap<i64, RateCard>) -> Result<&'c RateCard, Unpriced> {
         let id = self

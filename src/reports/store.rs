@@ -3,7 +3,7 @@
 //! per-model days of presence, a period's documents for the ERP journal, and daily capacity.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 
@@ -187,9 +187,47 @@ pub async fn unattributed_consumers(
 }
 
 /// Usage rows of `month`, from its books or the rollups (`from_book`), optionally of one team,
-/// ordered by invoice line (team, model, kind, profile, rate card) then slice and day, streamed:
-/// memory does not grow with the fleet.
+/// ordered by invoice line (team, model, kind, profile, rate card) then slice and day, one row per
+/// slice and day, streamed: memory does not grow with the fleet.
 pub fn slice_days<'c>(
+    conn: &'c mut PgConnection,
+    month: Month,
+    from_book: bool,
+    team: Option<&'c TeamId>,
+) -> impl Stream<Item = Result<SliceDay, sqlx::Error>> + 'c {
+    Box::pin(one_row_per_day(slice_day_entries(
+        conn, month, from_book, team,
+    )))
+}
+
+/// Adds up adjacent rows of one slice, team, rate card version and day: the books keep a day once
+/// per consumer of the team that held the slice on it (migration 0021).
+fn one_row_per_day<'c>(
+    rows: impl Stream<Item = Result<SliceDay, sqlx::Error>> + 'c,
+) -> impl Stream<Item = Result<SliceDay, sqlx::Error>> + 'c {
+    futures_util::stream::unfold(
+        (Box::pin(rows), None::<SliceDay>),
+        |(mut rows, mut held)| async move {
+            loop {
+                match rows.next().await {
+                    Some(Ok(next)) => match held.as_mut() {
+                        Some(day) if day.same_day(&next) => day.add(&next),
+                        _ => {
+                            if let Some(done) = held.replace(next) {
+                                return Some((Ok(done), (rows, held)));
+                            }
+                        }
+                    },
+                    Some(Err(e)) => return Some((Err(e), (rows, None))),
+                    None => return held.take().map(|done| (Ok(done), (rows, None))),
+                }
+            }
+        },
+    )
+}
+
+/// `slice_days`' rows as the database gives them: from books, a day may come once per consumer.
+fn slice_day_entries<'c>(
     conn: &'c mut PgConnection,
     month: Month,
     from_book: bool,

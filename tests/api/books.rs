@@ -139,6 +139,96 @@ async fn an_issued_month_stays_byte_identical_and_late_data_is_billed_once_next_
     assert_eq!(raw(&app, "/v1/exports/focus?period=2026-09").await, focus);
 }
 
+/// A pod restarted on a MIG instance is a second consumer of its team that day. The books keep
+/// such a day once per consumer (migration 0021), yet the issued month's FOCUS export still has one
+/// row per slice and day (and per rate card version on a day a version starts at noon), with the
+/// figures it had before the month was issued.
+#[tokio::test]
+async fn a_slice_two_pods_of_a_team_held_in_a_day_is_one_focus_row_before_and_after_issuing() {
+    let app = TestApp::spawn().await;
+    rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;
+    rate_card(&app, "2026-09-02T12:00:00Z", "5.00").await;
+    app.put_team("nlp", &["nlp"]).await;
+    // The 3g instance: trainer-0 until noon of the 1st, trainer-1 until 06:00 of the 2nd, then
+    // trainer-2; one batch a day.
+    let t0: chrono::DateTime<chrono::Utc> = "2026-09-01T00:00:00Z".parse().unwrap();
+    for d in 0..2 {
+        let day = t0 + chrono::Duration::days(d);
+        let windows = (0..24)
+            .map(|h| {
+                let pod = match (d, h) {
+                    (0, 0..12) => "trainer-0",
+                    (0, _) | (1, 0..6) => "trainer-1",
+                    _ => "trainer-2",
+                };
+                let s = (day + chrono::Duration::hours(h)).to_rfc3339();
+                let e = (day + chrono::Duration::hours(h + 1)).to_rfc3339();
+                window(MIG_3G, &s, &e, "nlp", pod, 3600.0)
+            })
+            .collect();
+        let b = batch(
+            &day.to_rfc3339(),
+            &(day + chrono::Duration::days(1)).to_rfc3339(),
+            windows,
+        );
+        assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
+    }
+    let drafted = run(&app, "2026-09").await;
+    let slice_rows = |text: &str| -> Vec<Vec<String>> {
+        let (headers, rows) = csv_rows(text);
+        let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+        rows.iter()
+            .filter(|r| r[col("ResourceId")] == MIG_3G)
+            .map(|r| {
+                [
+                    "ChargePeriodStart",
+                    "ConsumedQuantity",
+                    "ListCost",
+                    "BilledCost",
+                ]
+                .iter()
+                .map(|n| r[col(n)].clone())
+                .collect()
+            })
+            .collect()
+    };
+    let before = slice_rows(&raw(&app, "/v1/exports/focus?period=2026-09").await);
+    assert_eq!(issue_all(&app, "2026-09").await.status, StatusCode::OK);
+    // The books hold the 1st twice (two pods) and the 2nd's morning twice, under the first card.
+    let entries: Vec<i32> = sqlx::query_scalar(
+        "select cardinality(days) from book_slice where slice_uuid = $1 order by first_day, rate_card_id",
+    )
+    .bind(MIG_3G)
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(entries, vec![4, 1]);
+    let text = raw(&app, "/v1/exports/focus?period=2026-09").await;
+    let after = slice_rows(&text);
+    assert_eq!(after, before);
+    let days: Vec<(&str, &str)> = after
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .collect();
+    assert_eq!(
+        days,
+        vec![
+            ("2026-09-01T00:00:00Z", "24.000000"),
+            ("2026-09-02T00:00:00Z", "12.000000"),
+            ("2026-09-02T00:00:00Z", "12.000000"),
+        ]
+    );
+    // And the team's rows add up to its invoice.
+    let (headers, rows) = csv_rows(&text);
+    let col = |n: &str| headers.iter().position(|h| h == n).unwrap();
+    let billed: Decimal = rows
+        .iter()
+        .filter(|r| r[col("SubAccountId")] == "nlp")
+        .map(|r| d(&r[col("BilledCost")]))
+        .sum();
+    assert_eq!(billed, dec(&draft_of(&drafted, "nlp")["total"]));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_month_is_drafted_only_once_it_has_ended_and_issued_only_after_its_grace() {
     let app = TestApp::with_config(ServerConfig {
