@@ -34,14 +34,15 @@ pub async fn usage_sums(
     let days = whole_days(from, to).filter(|_| step != Step::Hour);
     let labels = group_by.label_keys();
     let rows = sqlx::query!(
-        // Sum per (bucket, slice, team, card, consumer fields) first, additions only; weigh by the
-        // slices' shares after.
+        // Additions first, per slice or per share class (see each), and the shares weighed after,
+        // once a group instead of once a row. Which of the two runs is `$16`'s choice; the other
+        // is cut off before it reads a row.
         r#"with split as (
                select distinct date_trunc('day', r.effective_from, 'UTC') as day
                from rate_card r
                where r.effective_from <> date_trunc('day', r.effective_from, 'UTC')
                  and r.effective_from >= $5 and r.effective_from < $6),
-           rollup as (
+           rollup as not materialized (
                select d.day as at, d.slice_id, d.consumer_id, d.held_seconds, d.compute_known_seconds,
                       d.compute_active_seconds, d.memory_byte_seconds, d.window_count
                from usage_daily d
@@ -64,8 +65,18 @@ pub async fn usage_sums(
                       h.compute_active_seconds, h.memory_byte_seconds, h.window_count
                from split x
                join usage_hourly h on h.hour >= x.day and h.hour < x.day + interval '1 day'),
+           -- Each hour of the range with the rate card version in force: a row finds its version
+           -- by an equal hour, not by a range join per row.
+           cards as (
+               select t.at, r.rate_card_id
+               from generate_series(date_trunc('hour', $1, 'UTC'), $2, interval '1 hour') t(at)
+               join rate_card_span r
+                 on t.at >= r.effective_from
+                and (r.effective_until is null or t.at < r.effective_until)),
+           -- Months, and any step grouped by a consumer's fields: each slice's rows summed first
+           -- (a month folds a slice's days into one group), its shares joined after.
            per_slice as (
-               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id, r.rate_card_id,
+               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id, v.rate_card_id,
                       case when $8 then c.namespace end as namespace,
                       case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
                       end as workload,
@@ -82,32 +93,69 @@ pub async fn usage_sums(
                       sum(u.window_count)::int8 as windows
                from rollup u
                join consumer c using (consumer_id)
-               left join rate_card_span r
-                      on u.at >= r.effective_from
-                     and (r.effective_until is null or u.at < r.effective_until)
-               where ($4::text is null or c.team_id = $4)
-               group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
-           select p.bucket as "bucket!", p.team_id as "team!: TeamId", g.model as "model!",
-                  s.kind as "kind!: SliceKind", s.profile, p.rate_card_id as "rate_card?",
-                  (case when $7 then g.node end) as node, p.namespace, p.workload, p.pod,
-                  p.container, p.labels as "labels: Vec<Option<String>>",
-                  (case when $13 then g.gpu_uuid end) as gpu_uuid,
-                  (case when $14 then s.gpu_instance_id end) as gpu_instance_id,
+               left join cards v on v.at = u.at
+               where not $16 and ($4::text is null or c.team_id = $4)
+               group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
+           -- Days and hours by slice-level fields: a slice's rows barely fold there, so rows are
+           -- summed per share class (model, kind, profile, shares), a few groups a bucket.
+           per_class as (
+               select date_trunc($3, u.at, 'UTC') as bucket, c.team_id, v.rate_card_id,
+                      g.model, s.kind, s.profile, s.reserved, s.compute_share, s.memory_share,
+                      s.memory_reserved_bytes,
+                      case when $7 then g.node end as node,
+                      case when $13 then g.gpu_uuid end as gpu_uuid,
+                      case when $14 then s.gpu_instance_id end as gpu_instance_id,
+                      case when $8 then c.namespace end as namespace,
+                      case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
+                      end as workload,
+                      case when $10 then c.pod end as pod,
+                      case when $11 then c.container end as container,
+                      case when cardinality($12::text[]) > 0 then
+                          array(select c.labels ->> k.key
+                                from unnest($12::text[]) with ordinality as k(key, n)
+                                order by k.n)
+                      end as labels,
+                      case when $15 then c.dra_claim end as dra_claim,
+                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
+                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
+                      sum(u.window_count)::int8 as windows
+               from rollup u
+               join consumer c using (consumer_id)
+               join slice s using (slice_id)
+               join gpu g using (gpu_id)
+               left join cards v on v.at = u.at
+               where $16 and ($4::text is null or c.team_id = $4)
+               group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19),
+           classes as (
+               select p.bucket, p.team_id, p.rate_card_id, g.model, s.kind, s.profile, s.reserved,
+                      s.compute_share, s.memory_share, s.memory_reserved_bytes,
+                      case when $7 then g.node end as node,
+                      case when $13 then g.gpu_uuid end as gpu_uuid,
+                      case when $14 then s.gpu_instance_id end as gpu_instance_id,
+                      p.namespace, p.workload, p.pod, p.container, p.labels, p.dra_claim,
+                      p.held, p.known, p.active, p.memory, p.windows
+               from per_slice p
+               join slice s using (slice_id)
+               join gpu g using (gpu_id)
+               union all
+               select * from per_class)
+           select p.bucket as "bucket!", p.team_id as "team!: TeamId", p.model as "model!",
+                  p.kind as "kind!: SliceKind", p.profile, p.rate_card_id as "rate_card?",
+                  p.node, p.namespace, p.workload, p.pod, p.container,
+                  p.labels as "labels: Vec<Option<String>>", p.gpu_uuid, p.gpu_instance_id,
                   p.dra_claim as "dra_claim: sqlx::types::Json<DraClaim>",
-                  s.reserved as "reserved!",
+                  p.reserved as "reserved!",
                   round(sum(p.held), 9) as "held_seconds!",
-                  round(sum(p.held * s.compute_share), 9) as "held_compute!",
-                  round(sum(p.held * s.memory_share), 9) as "held_memory!",
+                  round(sum(p.held * p.compute_share), 9) as "held_compute!",
+                  round(sum(p.held * p.memory_share), 9) as "held_memory!",
                   round(sum(p.known), 9) as "known_seconds!",
-                  round(sum(p.known * s.compute_share), 9) as "known_compute!",
+                  round(sum(p.known * p.compute_share), 9) as "known_compute!",
                   round(sum(p.active), 9) as "active_seconds!",
-                  round(sum(p.active * s.compute_share), 9) as "active_compute!",
+                  round(sum(p.active * p.compute_share), 9) as "active_compute!",
                   round(sum(p.memory) / 1073741824, 9) as "memory_gib_seconds!",
-                  round(sum(p.memory * s.memory_share / s.memory_reserved_bytes), 9) as "memory_used!",
+                  round(sum(p.memory * p.memory_share / p.memory_reserved_bytes), 9) as "memory_used!",
                   sum(p.windows)::int8 as "windows!"
-           from per_slice p
-           join slice s using (slice_id)
-           join gpu g using (gpu_id)
+           from classes p
            group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
            order by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16"#,
         from,
@@ -124,7 +172,8 @@ pub async fn usage_sums(
         &labels,
         group_by.has(&Dimension::Dcgm(DcgmLabel::Uuid)),
         group_by.has(&Dimension::Dcgm(DcgmLabel::GpuIId)),
-        group_by.has_dra_claim()
+        group_by.has_dra_claim(),
+        step != Step::Month && !group_by.has_consumer_field()
     )
     .fetch_all(pool)
     .await?;

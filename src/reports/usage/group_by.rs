@@ -125,6 +125,24 @@ impl GroupBy {
             .any(|d| matches!(d, Dimension::Dcgm(l) if l.of_claim()))
     }
 
+    /// Whether a dimension is one of the consumer's (namespace, workload, pod, container, a label,
+    /// the DRA claim): rows then fall into about as many groups as there are consumers.
+    pub fn has_consumer_field(&self) -> bool {
+        self.0.iter().any(|d| match d {
+            Dimension::Namespace
+            | Dimension::Workload
+            | Dimension::Pod
+            | Dimension::Container
+            | Dimension::Label(_) => true,
+            Dimension::Dcgm(l) => l.of_claim(),
+            Dimension::Team
+            | Dimension::GpuModel
+            | Dimension::Kind
+            | Dimension::Profile
+            | Dimension::Node => false,
+        })
+    }
+
     /// The label keys asked for, in order.
     pub fn label_keys(&self) -> Vec<String> {
         self.0
