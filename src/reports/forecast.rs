@@ -2,8 +2,8 @@
 //! What is spent so far is the team's invoice lines as billing prices them now; the pace is the
 //! team's cost over the last [`PACE_DAYS`] days per hour (or over the days since its first usage
 //! in them, for a team younger than that), projected over the time left in the month; the band
-//! projects the 10th and 90th percentiles of its daily cost in those days instead. Pure: the
-//! service reads the figures.
+//! projects the 10th and 90th percentiles of its daily cost in those days instead (a day without
+//! usage at nothing, as the pace counts it). Pure: the service reads the figures.
 
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
@@ -93,11 +93,20 @@ pub fn forecast(
     } else {
         currency.round(spent)
     };
-    let mut days: Vec<Decimal> = pace
-        .iter()
-        .filter(|p| p.whole_day && p.bucket >= first)
-        .map(|p| p.cost)
-        .collect();
+    // Every whole day measured, those without usage at nothing: the pace counts them, and so
+    // must the band, or a team that stopped would be forecast below its own band.
+    let today = crate::domain::time::start_of(now.date_naive());
+    let mut days: Vec<Decimal> = Vec::new();
+    let mut day = first;
+    while day < today {
+        days.push(
+            pace.iter()
+                .filter(|p| p.whole_day && p.bucket == day)
+                .map(|p| p.cost)
+                .sum(),
+        );
+        day += Duration::days(1);
+    }
     days.sort();
     let day_seconds = Decimal::from(86_400);
     let (low, high) = match (percentile(&days, 10), percentile(&days, 90)) {
@@ -219,6 +228,34 @@ mod tests {
         assert_eq!(f.forecast, d("1180.00"));
         assert_eq!(f.low, d("652.00"));
         assert_eq!(f.high, d("1708.00"));
+    }
+
+    #[test]
+    fn days_without_usage_count_at_nothing_in_the_band_as_in_the_pace() {
+        let now = at("2026-12-10T00:00:00Z");
+        // 48 a day from the 3rd to the 6th, then nothing for three days.
+        let pace: Vec<PaceCost> = (0..4)
+            .map(|k| PaceCost {
+                bucket: at("2026-12-03T00:00:00Z") + Duration::days(k),
+                whole_day: true,
+                cost: d("48"),
+            })
+            .collect();
+        let f = forecast(
+            TeamId::parse("nlp").unwrap(),
+            now,
+            at("2027-01-01T00:00:00Z"),
+            d("300"),
+            &pace,
+            &usd(),
+        );
+        // 192 over the 168 hours measured, for 528 hours left.
+        assert_eq!(f.measured_hours, d("168"));
+        assert_eq!(f.forecast, d("903.43"));
+        // Days of 0, 0, 0, 48, 48, 48, 48: p10 = 0, p90 = 48, for 22 days.
+        assert_eq!(f.low, d("300.00"));
+        assert_eq!(f.high, d("1356.00"));
+        assert!(f.low <= f.forecast && f.forecast <= f.high, "{f:?}");
     }
 
     #[test]
