@@ -73,9 +73,8 @@ pub async fn usage_sums(
                join rate_card_span r
                  on t.at >= r.effective_from
                 and (r.effective_until is null or t.at < r.effective_until)),
-           -- Months, and any step grouped by a consumer's fields: each slice's rows summed first
-           -- (a month folds a slice's days into one group), its shares joined after.
-           per_slice as (
+           -- Each row in its bucket, with its team, version and the consumer's fields asked for.
+           named as not materialized (
                select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id, v.rate_card_id,
                       case when $8 then c.namespace end as namespace,
                       case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
@@ -88,43 +87,39 @@ pub async fn usage_sums(
                                 order by k.n)
                       end as labels,
                       case when $15 then c.dra_claim end as dra_claim,
-                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
-                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
-                      sum(u.window_count)::int8 as windows
+                      u.held_seconds, u.compute_known_seconds, u.compute_active_seconds,
+                      u.memory_byte_seconds, u.window_count
                from rollup u
                join consumer c using (consumer_id)
                left join cards v on v.at = u.at
-               where not $16 and ($4::text is null or c.team_id = $4)
+               where ($4::text is null or c.team_id = $4)),
+           -- Months, and any step grouped by a consumer's fields: each slice's rows summed first
+           -- (a month folds a slice's days into one group), its shares joined after.
+           per_slice as (
+               select n.bucket, n.slice_id, n.team_id, n.rate_card_id, n.namespace, n.workload,
+                      n.pod, n.container, n.labels, n.dra_claim,
+                      sum(n.held_seconds) as held, sum(n.compute_known_seconds) as known,
+                      sum(n.compute_active_seconds) as active, sum(n.memory_byte_seconds) as memory,
+                      sum(n.window_count)::int8 as windows
+               from named n
+               where not $16
                group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
            -- Days and hours by slice-level fields: a slice's rows barely fold there, so rows are
            -- summed per share class (model, kind, profile, shares), a few groups a bucket.
            per_class as (
-               select date_trunc($3, u.at, 'UTC') as bucket, c.team_id, v.rate_card_id,
-                      g.model, s.kind, s.profile, s.reserved, s.compute_share, s.memory_share,
-                      s.memory_reserved_bytes,
+               select n.bucket, n.team_id, n.rate_card_id, g.model, s.kind, s.profile, s.reserved,
+                      s.compute_share, s.memory_share, s.memory_reserved_bytes,
                       case when $7 then g.node end as node,
                       case when $13 then g.gpu_uuid end as gpu_uuid,
                       case when $14 then s.gpu_instance_id end as gpu_instance_id,
-                      case when $8 then c.namespace end as namespace,
-                      case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
-                      end as workload,
-                      case when $10 then c.pod end as pod,
-                      case when $11 then c.container end as container,
-                      case when cardinality($12::text[]) > 0 then
-                          array(select c.labels ->> k.key
-                                from unnest($12::text[]) with ordinality as k(key, n)
-                                order by k.n)
-                      end as labels,
-                      case when $15 then c.dra_claim end as dra_claim,
-                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
-                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
-                      sum(u.window_count)::int8 as windows
-               from rollup u
-               join consumer c using (consumer_id)
+                      n.namespace, n.workload, n.pod, n.container, n.labels, n.dra_claim,
+                      sum(n.held_seconds) as held, sum(n.compute_known_seconds) as known,
+                      sum(n.compute_active_seconds) as active, sum(n.memory_byte_seconds) as memory,
+                      sum(n.window_count)::int8 as windows
+               from named n
                join slice s using (slice_id)
                join gpu g using (gpu_id)
-               left join cards v on v.at = u.at
-               where $16 and ($4::text is null or c.team_id = $4)
+               where $16
                group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19),
            classes as (
                select p.bucket, p.team_id, p.rate_card_id, g.model, s.kind, s.profile, s.reserved,
