@@ -170,20 +170,28 @@ pub async fn usage_aggregates(
     team: Option<&TeamId>,
 ) -> Result<(Vec<(UsageAggregate, Option<i64>)>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
-        // Two steps: the month summed per slice, team and rate card (additions only,
-        // `period_slice_sums`), then each slice's sums weighed by its shares: a handful of
-        // multiplications per slice instead of per row.
-        r#"with per_slice as (
-               select d.slice_id, d.team_id, d.rate_card_id, d.model, d.kind, d.profile,
-                      d.compute_share, d.memory_share, d.memory_reserved_bytes,
-                      d.windows, d.first_day as first_hour, d.held_seconds as held,
+        // Two steps: the month summed per group of slices that share their shares (the day
+        // rollup at the team's grain, `period_team_lines`; the books per slice), additions only,
+        // then each group's sums weighed by its shares: a handful of multiplications per group
+        // instead of per row.
+        r#"with per_group as (
+               select d.team_id, d.rate_card_id, d.model, d.kind, d.profile, d.compute_share,
+                      d.memory_share, d.memory_reserved_bytes, 1::int8 as slices, d.windows,
+                      d.first_day as first_hour, d.held_seconds as held,
                       d.known_seconds as known, d.active_seconds as active,
                       d.memory_byte_seconds as memory
-               from period_slice_sums($1, $2) d
-               where $3::text is null or d.team_id = $3)
+               from period_slice_sums($1, true) d
+               where $2
+               union all
+               select d.team_id, d.rate_card_id, d.model, d.kind, d.profile, d.compute_share,
+                      d.memory_share, d.memory_reserved_bytes, d.slices, d.windows,
+                      d.first_day, d.held, d.known, d.active, d.memory
+               from period_team_lines($1) d
+               where not $2),
+           per_team as (select * from per_group p where $3::text is null or p.team_id = $3)
            select p.team_id as "team!: TeamId", p.model as "model!", p.kind as "kind!", p.profile,
                   p.rate_card_id as "rate_card?",
-                  count(*) as "slices!",
+                  sum(p.slices)::int8 as "slices!",
                   sum(p.windows)::int8 as "windows!",
                   min(p.first_hour) as "first_hour!",
                   round(sum(p.held), 12) as "held_seconds!",
@@ -194,8 +202,11 @@ pub async fn usage_aggregates(
                   round(sum(p.active), 12) as "active_seconds!",
                   round(sum(p.active * p.compute_share), 12) as "active_compute!",
                   round(sum(p.memory) / 1073741824, 6) as "memory_gib_seconds!",
-                  round(sum(p.memory * p.memory_share / p.memory_reserved_bytes), 12) as "memory_used!"
-           from per_slice p
+                  -- Divided at 24 decimals, so that a line's figure does not depend on whether its
+                  -- terms are slices or groups of them (a divisor of scale 0 leaves 16 digits).
+                  round(sum(p.memory * p.memory_share / p.memory_reserved_bytes::numeric(48, 24)), 12)
+                      as "memory_used!"
+           from per_team p
            group by 1, 2, 3, 4, 5
            order by 1, 2, 3, 4, 5"#,
         month.first_day(),

@@ -704,8 +704,9 @@ async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<
     copy.finish().await
 }
 
-/// Adds the hourly sums of new windows, keyed by [`WindowIds::rollup_key`], to the hourly rollup
-/// and the day rollup, in one statement.
+/// Adds the hourly sums of new windows, keyed by [`WindowIds::rollup_key`], to the hourly rollup,
+/// the day rollup and the team's day rollup (with the days each slice was held in its month), in
+/// one statement.
 pub async fn add_to_rollup(
     tx: &mut PgConnection,
     rollup: Rollup<(i32, i32, i64)>,
@@ -754,20 +755,61 @@ pub async fn add_to_rollup(
                  memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
                  compute_active_seconds = usage_hourly.compute_active_seconds + excluded.compute_active_seconds,
                  compute_known_seconds = usage_hourly.compute_known_seconds + excluded.compute_known_seconds,
-                 window_count = usage_hourly.window_count + excluded.window_count)
-         insert into usage_daily (day, slice_id, consumer_id, held_seconds, memory_byte_seconds,
-                                  memory_peak_bytes, compute_active_seconds, compute_known_seconds,
-                                  window_count, gpu_id)
-         select date_trunc('day', hour, 'UTC'), slice_id, consumer_id, sum(held), sum(memory),
-                max(peak), sum(active), sum(known), sum(windows), gpu_id
-         from input group by 1, 2, 3, gpu_id
-         on conflict (day, slice_id, gpu_id, consumer_id) do update set
-             held_seconds = usage_daily.held_seconds + excluded.held_seconds,
-             memory_byte_seconds = usage_daily.memory_byte_seconds + excluded.memory_byte_seconds,
-             memory_peak_bytes = greatest(usage_daily.memory_peak_bytes, excluded.memory_peak_bytes),
-             compute_active_seconds = usage_daily.compute_active_seconds + excluded.compute_active_seconds,
-             compute_known_seconds = usage_daily.compute_known_seconds + excluded.compute_known_seconds,
-             window_count = usage_daily.window_count + excluded.window_count",
+                 window_count = usage_hourly.window_count + excluded.window_count),
+         by_day as (
+             select date_trunc('day', hour, 'UTC') as day, slice_id, consumer_id, sum(held) as held,
+                    sum(memory) as memory, max(peak) as peak, sum(active) as active,
+                    sum(known) as known, sum(windows) as windows, gpu_id
+             from input group by 1, 2, 3, gpu_id),
+         daily as (
+             insert into usage_daily (day, slice_id, consumer_id, held_seconds, memory_byte_seconds,
+                                      memory_peak_bytes, compute_active_seconds, compute_known_seconds,
+                                      window_count, gpu_id)
+             select * from by_day
+             on conflict (day, slice_id, gpu_id, consumer_id) do update set
+                 held_seconds = usage_daily.held_seconds + excluded.held_seconds,
+                 memory_byte_seconds = usage_daily.memory_byte_seconds + excluded.memory_byte_seconds,
+                 memory_peak_bytes = greatest(usage_daily.memory_peak_bytes, excluded.memory_peak_bytes),
+                 compute_active_seconds = usage_daily.compute_active_seconds + excluded.compute_active_seconds,
+                 compute_known_seconds = usage_daily.compute_known_seconds + excluded.compute_known_seconds,
+                 window_count = usage_daily.window_count + excluded.window_count
+             returning day, slice_id, gpu_id, consumer_id, held_seconds, window_count),
+         -- A row that holds no more than this group added was made now (or held nothing before):
+         -- the first time the consumer held the slice that day.
+         days as (
+             insert into usage_month_days (month, gpu_id, slice_id, consumer_id, days)
+             select date_trunc('month', d.day, 'UTC'), d.gpu_id, d.slice_id, d.consumer_id,
+                    bit_or(day_bit(d.day))
+             from daily d
+             join by_day b using (day, slice_id, gpu_id, consumer_id)
+             where d.held_seconds = b.held and d.window_count = b.windows
+             group by 1, 2, 3, 4
+             on conflict (month, slice_id, gpu_id, consumer_id) do update set
+                 days = usage_month_days.days | excluded.days)
+         -- The team's day rows, in their key's order: two groups adding to the same rows lock
+         -- them in the same order, and never wait on each other in a cycle. The consumers' teams
+         -- are read after this statement has locked `usage_team_daily`, so a team change that
+         -- moves them (it holds the table from before it changes them) is seen, or waits.
+         insert into usage_team_daily (day, team_id, model, kind, profile, compute_share,
+                                       memory_share, memory_reserved_bytes, held_seconds,
+                                       memory_byte_seconds, compute_active_seconds,
+                                       compute_known_seconds, window_count)
+         select date_trunc('day', i.hour, 'UTC'), c.team_id, g.model, s.kind, s.profile,
+                s.compute_share, s.memory_share, s.memory_reserved_bytes, sum(i.held),
+                sum(i.memory), sum(i.active), sum(i.known), sum(i.windows)
+         from input i
+         join consumer c on c.consumer_id = i.consumer_id
+         join slice s on s.slice_id = i.slice_id
+         join gpu g on g.gpu_id = s.gpu_id
+         group by 1, 2, 3, 4, 5, 6, 7, 8
+         order by 1, 2, 3, 4, 5, 6, 7, 8
+         on conflict (day, team_id, model, kind, profile, compute_share, memory_share,
+                      memory_reserved_bytes) do update set
+             held_seconds = usage_team_daily.held_seconds + excluded.held_seconds,
+             memory_byte_seconds = usage_team_daily.memory_byte_seconds + excluded.memory_byte_seconds,
+             compute_active_seconds = usage_team_daily.compute_active_seconds + excluded.compute_active_seconds,
+             compute_known_seconds = usage_team_daily.compute_known_seconds + excluded.compute_known_seconds,
+             window_count = usage_team_daily.window_count + excluded.window_count",
         &hour,
         &slice,
         &consumer,

@@ -36,7 +36,8 @@ pub async fn usage_sums(
     let rows = sqlx::query!(
         // Additions first, per slice or per share class (see each), and the shares weighed after,
         // once a group instead of once a row. Which of the two runs is `$16`'s choice; the other
-        // is cut off before it reads a row.
+        // is cut off before it reads a row. `$17` reads whole days from the team's day rollup
+        // instead of the day rollup, when nothing finer is asked for.
         r#"with split as (
                select distinct date_trunc('day', r.effective_from, 'UTC') as day
                from rate_card r
@@ -47,6 +48,7 @@ pub async fn usage_sums(
                       d.compute_active_seconds, d.memory_byte_seconds, d.window_count
                from usage_daily d
                where d.day >= $5 and d.day < $6 and d.day not in (select day from split)
+                 and not $17
                -- The hours before the first whole day and from the last on (all of them when
                -- there is none), and split days': ranges of the key, so that a month of whole
                -- days reads no hourly row at all.
@@ -121,6 +123,22 @@ pub async fn usage_sums(
                join gpu g using (gpu_id)
                where $16
                group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19),
+           -- Whole days by the team's day rollup's fields only: its rows, a few a day.
+           team_days as (
+               select date_trunc($3, t.day, 'UTC') as bucket, t.team_id, v.rate_card_id, t.model,
+                      t.kind, t.profile, t.kind <> 'timeslice' as reserved, t.compute_share,
+                      t.memory_share, t.memory_reserved_bytes, null::text as node,
+                      null::text as gpu_uuid, null::int2 as gpu_instance_id,
+                      null::text as namespace, null::text as workload, null::text as pod,
+                      null::text as container, null::text[] as labels, null::jsonb as dra_claim,
+                      sum(t.held_seconds) as held, sum(t.compute_known_seconds) as known,
+                      sum(t.compute_active_seconds) as active,
+                      sum(t.memory_byte_seconds) as memory, sum(t.window_count)::int8 as windows
+               from usage_team_daily t
+               left join cards v on v.at = t.day
+               where $17 and t.day >= $5 and t.day < $6 and t.day not in (select day from split)
+                 and ($4::text is null or t.team_id = $4)
+               group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
            classes as (
                select p.bucket, p.team_id, p.rate_card_id, g.model, s.kind, s.profile, s.reserved,
                       s.compute_share, s.memory_share, s.memory_reserved_bytes,
@@ -133,7 +151,9 @@ pub async fn usage_sums(
                join slice s using (slice_id)
                join gpu g using (gpu_id)
                union all
-               select * from per_class)
+               select * from per_class
+               union all
+               select * from team_days)
            select p.bucket as "bucket!", p.team_id as "team!: TeamId", p.model as "model!",
                   p.kind as "kind!: SliceKind", p.profile, p.rate_card_id as "rate_card?",
                   p.node, p.namespace, p.workload, p.pod, p.container,
@@ -168,7 +188,8 @@ pub async fn usage_sums(
         group_by.has(&Dimension::Dcgm(DcgmLabel::Uuid)),
         group_by.has(&Dimension::Dcgm(DcgmLabel::GpuIId)),
         group_by.has_dra_claim(),
-        step != Step::Month && !group_by.has_consumer_field()
+        step != Step::Month && !group_by.has_consumer_field(),
+        step != Step::Hour && group_by.fits_team_days()
     )
     .fetch_all(pool)
     .await?;

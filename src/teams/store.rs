@@ -116,30 +116,54 @@ pub async fn replace_namespaces(
 }
 
 /// Gives the team the unlabelled consumers of `gained` and hands those of `lost` back to
-/// `unattributed`; returns how many changed team.
+/// `unattributed`, their days in the team's day rollup with them; returns how many changed team.
 pub async fn reattribute(
     conn: &mut PgConnection,
     team: &TeamId,
     gained: &[String],
     lost: &[String],
 ) -> Result<u64, sqlx::Error> {
+    // Ingest adds to the team's day rollup under the team it reads in the same statement, once it
+    // holds the table: holding it here first, until the transaction ends, makes ingest wait for
+    // the move instead of adding to the team the consumers just left.
+    sqlx::query!("lock table usage_team_daily in share row exclusive mode")
+        .execute(&mut *conn)
+        .await?;
     let to_team = sqlx::query!(
-        "update consumer set team_id = $2
-         where team_label is null and namespace = any($1) and team_id <> $2",
+        r#"update consumer c set team_id = $2
+           from consumer was
+           where was.consumer_id = c.consumer_id
+             and c.team_label is null and c.namespace = any($1) and c.team_id <> $2
+           returning c.consumer_id as "consumer_id!", was.team_id as "from_team!""#,
         gained,
         team.as_str()
     )
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    let to_unattributed = sqlx::query!(
+    .fetch_all(&mut *conn)
+    .await?;
+    let to_unattributed = sqlx::query_scalar!(
         "update consumer set team_id = 'unattributed'
-         where team_label is null and namespace = any($1) and team_id = $2",
+         where team_label is null and namespace = any($1) and team_id = $2
+         returning consumer_id",
         lost,
         team.as_str()
     )
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    Ok(to_team + to_unattributed)
+    .fetch_all(&mut *conn)
+    .await?;
+    let (mut consumers, mut from_teams): (Vec<i64>, Vec<String>) = to_team
+        .into_iter()
+        .map(|r| (r.consumer_id, r.from_team))
+        .unzip();
+    let moved = (consumers.len() + to_unattributed.len()) as u64;
+    from_teams.extend(to_unattributed.iter().map(|_| team.as_str().to_owned()));
+    consumers.extend(to_unattributed);
+    if !consumers.is_empty() {
+        sqlx::query!(
+            "select move_consumers_days($1, $2)",
+            &consumers,
+            &from_teams
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(moved)
 }

@@ -640,3 +640,207 @@ async fn the_cli_takes_team_lead_spelt_either_way() {
         assert_eq!(r.body[0]["team"], "nlp");
     }
 }
+
+/// The day rollup at the team's grain, summed afresh from the rollup per slice and consumer: what
+/// ingest and team changes must have kept it equal to.
+const TEAM_DAYS_FROM_SLICE_DAYS: &str = "
+    select d.day, c.team_id, g.model, s.kind, s.profile, s.compute_share, s.memory_share,
+           s.memory_reserved_bytes, sum(d.held_seconds), sum(d.memory_byte_seconds),
+           sum(d.compute_active_seconds), sum(d.compute_known_seconds), sum(d.window_count)::int8
+    from usage_daily d
+    join consumer c on c.consumer_id = d.consumer_id
+    join slice s on s.slice_id = d.slice_id
+    join gpu g on g.gpu_id = s.gpu_id
+    group by 1, 2, 3, 4, 5, 6, 7, 8";
+
+const TEAM_DAYS: &str = "
+    select day, team_id, model, kind, profile, compute_share, memory_share, memory_reserved_bytes,
+           held_seconds, memory_byte_seconds, compute_active_seconds, compute_known_seconds,
+           window_count
+    from usage_team_daily";
+
+async fn team_days_disagree(app: &TestApp) -> i64 {
+    app.count(&format!(
+        "select count(*) from (({TEAM_DAYS_FROM_SLICE_DAYS} except all {TEAM_DAYS})
+                               union all ({TEAM_DAYS} except all {TEAM_DAYS_FROM_SLICE_DAYS})) x"
+    ))
+    .await
+}
+
+async fn send(app: &TestApp, start: &str, end: &str, windows: Vec<Vec<Value>>) {
+    let r = app
+        .ingest(&app.admin, &batch(start, end, windows.concat()))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}
+
+fn hours(day: &str, from: u32, to: u32, slice: &str, ns: &str, pod: &str) -> Vec<Value> {
+    (from..to)
+        .map(|h| {
+            window(
+                slice,
+                &format!("{day}T{h:02}:00:00Z"),
+                &format!("{day}T{:02}:00:00Z", h + 1),
+                ns,
+                pod,
+                3600.0,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_team_day_rollup_bills_what_the_books_bill_through_team_changes_and_a_noon_price() {
+    let app = TestApp::spawn().await;
+    for (from, price) in [
+        ("2026-09-01T00:00:00Z", "4.00"),
+        ("2026-10-02T12:00:00Z", "6.00"),
+    ] {
+        assert_eq!(
+            rate_card(&app, from, price).await.status,
+            StatusCode::CREATED
+        );
+    }
+    app.put_team("nlp", &["nlp"]).await;
+    // `research` has no team yet: b and c are unattributed.
+    send(
+        &app,
+        "2026-10-01T00:00:00Z",
+        "2026-10-01T02:00:00Z",
+        vec![
+            hours("2026-10-01", 0, 1, MIG_3G, "nlp", "a"),
+            hours("2026-10-01", 0, 1, MIG_1G_A, "research", "b"),
+            hours("2026-10-01", 1, 2, MIG_1G_B, "research", "c"),
+        ],
+    )
+    .await;
+    // October 2nd is priced at 4.00 until noon and 6.00 after: c holds its slice after noon only.
+    send(
+        &app,
+        "2026-10-02T10:00:00Z",
+        "2026-10-02T14:00:00Z",
+        vec![
+            hours("2026-10-02", 10, 14, MIG_3G, "nlp", "a"),
+            hours("2026-10-02", 11, 13, MIG_1G_A, "research", "b"),
+            hours("2026-10-02", 13, 14, MIG_1G_B, "research", "c"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        app.count("select count(*) from usage_team_daily where team_id = 'unattributed'")
+            .await,
+        2
+    );
+    let put = app.put_team("research", &["research"]).await;
+    assert_eq!(put.body["reattributed_consumers"], 2);
+    assert_eq!(
+        app.count("select count(*) from usage_team_daily where team_id = 'unattributed'")
+            .await,
+        0,
+        "the days the consumers left are gone, not kept at zero"
+    );
+    send(
+        &app,
+        "2026-10-03T00:00:00Z",
+        "2026-10-03T02:00:00Z",
+        vec![
+            hours("2026-10-03", 0, 1, MIG_1G_A, "research", "b"),
+            hours("2026-10-03", 1, 2, MIG_1G_A, "research", "d"),
+            hours("2026-10-03", 0, 1, MIG_3G, "nlp", "a"),
+        ],
+    )
+    .await;
+    // nlp gives its namespace up and takes it back: a's days go to `unattributed` and return.
+    assert_eq!(
+        app.put_team("nlp", &[]).await.body["reattributed_consumers"],
+        1
+    );
+    assert_eq!(
+        app.count("select count(*) from usage_team_daily where team_id = 'nlp'")
+            .await,
+        0
+    );
+    assert_eq!(team_days_disagree(&app).await, 0);
+    assert_eq!(
+        app.put_team("nlp", &["nlp"]).await.body["reattributed_consumers"],
+        1
+    );
+    assert_eq!(team_days_disagree(&app).await, 0);
+    // nlp and research on each of the three days.
+    assert_eq!(
+        app.count(&format!("select count(*) from ({TEAM_DAYS}) x"))
+            .await,
+        6
+    );
+    assert_eq!(
+        app.count(
+            "select count(*) from (
+                 (select date_trunc('month', day, 'UTC'), gpu_id, slice_id, consumer_id,
+                         bit_or(day_bit(day))
+                  from usage_daily group by 1, 2, 3, 4
+                  except all
+                  select month, gpu_id, slice_id, consumer_id, days from usage_month_days)
+                 union all
+                 (select month, gpu_id, slice_id, consumer_id, days from usage_month_days
+                  except all
+                  select date_trunc('month', day, 'UTC'), gpu_id, slice_id, consumer_id,
+                         bit_or(day_bit(day))
+                  from usage_daily group by 1, 2, 3, 4)) x"
+        )
+        .await,
+        0
+    );
+
+    // What the month's report reads (the team's day rows) against what the invoice run priced
+    // (the books it wrote, a row per slice): every line alike, slices counted once.
+    let october: slicemeter::domain::time::Month = "2026-10".parse().unwrap();
+    let mut conn = app.pool.acquire().await.unwrap();
+    let (from_rollups, gap) =
+        slicemeter::billing::store::usage_aggregates(&mut conn, october, false, None)
+            .await
+            .unwrap();
+    assert_eq!(gap, None);
+    let lines: Vec<(String, Option<String>, i64, i64, Decimal)> = from_rollups
+        .iter()
+        .map(|(u, _)| {
+            (
+                u.team.as_str().to_owned(),
+                u.profile.clone(),
+                u.rate_card,
+                u.slices,
+                u.sums.held_seconds / Decimal::from(3600),
+            )
+        })
+        .collect();
+    let line = |team: &str, profile: &str, card: i64, slices: i64, hours: i64| {
+        (
+            team.to_owned(),
+            Some(profile.to_owned()),
+            card,
+            slices,
+            Decimal::from(hours),
+        )
+    };
+    assert_eq!(
+        lines,
+        vec![
+            // 1 h on the 1st, 2 h on the 2nd before noon; 2 h after it and 1 h on the 3rd.
+            line("nlp", "3g.40gb", 1, 1, 3),
+            line("nlp", "3g.40gb", 2, 1, 3),
+            // b and c on the 1st and b before noon; b and c after it (c's slice only then), b and
+            // d on the 3rd (one slice, two pods).
+            line("research", "1g.10gb", 1, 2, 3),
+            line("research", "1g.10gb", 2, 2, 4),
+        ]
+    );
+    let drafts = run(&app, "2026-10").await;
+    assert_eq!(
+        dec(&draft_of(&drafts, "research")["lines"][1]["slice_hours"]),
+        d("4")
+    );
+    let (from_books, _) =
+        slicemeter::billing::store::usage_aggregates(&mut conn, october, true, None)
+            .await
+            .unwrap();
+    assert_eq!(from_rollups, from_books);
+}

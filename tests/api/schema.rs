@@ -244,7 +244,9 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
             "gpu_presence",
             "occupancy",
             "usage_daily",
-            "usage_hourly"
+            "usage_hourly",
+            "usage_month_days",
+            "usage_team_daily"
         ])
     );
     for table in [
@@ -293,10 +295,13 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
             "{expected} not among {found:#?}"
         );
     }
-    // 0020 replaced the books' slice-days and sums with `book_slice`: the commands name the table
-    // of now, which the older schema does not have, and not the two it had.
+    // 0020 replaced the books' slice-days and sums with `book_slice`, and 0022 added the team's
+    // day rollup: the commands name the tables of now, which the older schema does not have, and
+    // not the two it had.
     for expected in [
         "book_slice is not a table of the schema",
+        "usage_month_days is not a table of the schema",
+        "usage_team_daily is not a table of the schema",
         "book_slice_day is neither a reference nor a distributed table",
         "book_slice_sums is neither a reference nor a distributed table",
     ] {
@@ -305,12 +310,20 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
             "{expected} not among {found:#?}"
         );
     }
-    // Only what 0019 and 0020 changed: the other distributed tables were keyed by the GPU already.
+    // Only what 0019, 0020 and 0022 changed: the other distributed tables were keyed by the GPU
+    // already.
     for f in &found {
         assert!(
-            ["occupancy", "usage_hourly", "usage_daily", "book_slice"]
-                .iter()
-                .any(|t| f.starts_with(t)),
+            [
+                "occupancy",
+                "usage_hourly",
+                "usage_daily",
+                "book_slice",
+                "usage_month_days",
+                "usage_team_daily",
+            ]
+            .iter()
+            .any(|t| f.starts_with(t)),
             "{f}"
         );
     }

@@ -155,8 +155,8 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
 /// Empties what ingest wrote, so that the next run stores the same batches anew.
 async fn forget_everything(pool: &sqlx::PgPool) -> anyhow::Result<()> {
     sqlx::query(
-        "truncate occupancy, gpu_presence, usage_hourly, usage_daily, gpu_hourly, gpu_daily,
-                  slice, consumer, gpu cascade",
+        "truncate occupancy, gpu_presence, usage_hourly, usage_daily, usage_team_daily,
+                  usage_month_days, gpu_hourly, gpu_daily, slice, consumer, gpu cascade",
     )
     .execute(pool)
     .await?;

@@ -77,7 +77,7 @@ pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
 }
 
 /// Writes `gpus` GPUs of seven 1g.10gb slices each, one consumer per slice over eight teams, and
-/// `days` of hourly and daily rollups (each slice held four hours in five) and presence.
+/// `days` of hourly, daily and team-day rollups (each slice held four hours in five) and presence.
 async fn write_month(
     pool: &sqlx::PgPool,
     gpus: usize,
@@ -119,6 +119,7 @@ async fn write_month(
                 sum(memory_byte_seconds), max(memory_peak_bytes), sum(compute_active_seconds),
                 sum(compute_known_seconds), sum(window_count), gpu_id
          from usage_hourly group by 1, 2, 3, gpu_id",
+        "select fill_team_day_rollups()",
         "insert into gpu_hourly
          select h, g.gpu_id, 3600
          from gpu g, generate_series($1, $2 - interval '1 hour', interval '1 hour') h",

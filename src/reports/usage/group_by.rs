@@ -143,6 +143,21 @@ impl GroupBy {
         })
     }
 
+    /// Whether every dimension is one of the team's day rollup (team, GPU model, kind, profile),
+    /// so that whole days can be read from it rather than per slice.
+    pub fn fits_team_days(&self) -> bool {
+        self.0.iter().all(|d| match d {
+            Dimension::Team | Dimension::GpuModel | Dimension::Kind | Dimension::Profile => true,
+            Dimension::Dcgm(l) => matches!(l, DcgmLabel::ModelName | DcgmLabel::GpuIProfile),
+            Dimension::Node
+            | Dimension::Namespace
+            | Dimension::Workload
+            | Dimension::Pod
+            | Dimension::Container
+            | Dimension::Label(_) => false,
+        })
+    }
+
     /// The label keys asked for, in order.
     pub fn label_keys(&self) -> Vec<String> {
         self.0
