@@ -167,16 +167,16 @@ language sql stable as $$
           and h.hour < ((p + interval '1 month') at time zone 'UTC')
           and date_trunc('day', h.hour, 'UTC') in (select split_days(p))),
     -- The slices of each team and version: whole days by the days each was held on, split days by
-    -- their hours.
+    -- their hours. Slice first, so that the sort that makes them distinct compares integers.
     held_slices as (
-        select c.team_id, v.rate_card_id, k.slice_id
+        select k.slice_id, v.rate_card_id, c.team_id
         from usage_month_days k
         join (select rate_card_id, bit_or(day_bit(day)) as days from whole_days
               group by rate_card_id) v on k.days & v.days <> 0
         join consumer c on c.consumer_id = k.consumer_id
         where k.month = (p::timestamp at time zone 'UTC')
         union
-        select team_id, rate_card_id, slice_id from split_hours)
+        select slice_id, rate_card_id, team_id from split_hours)
     select t.team_id, t.model, t.kind, t.profile, v.rate_card_id, t.compute_share, t.memory_share,
            t.memory_reserved_bytes, 0::int8, sum(t.window_count)::int8, min(t.day),
            sum(t.held_seconds), sum(t.compute_known_seconds), sum(t.compute_active_seconds),

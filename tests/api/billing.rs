@@ -844,3 +844,48 @@ async fn the_team_day_rollup_bills_what_the_books_bill_through_team_changes_and_
             .unwrap();
     assert_eq!(from_rollups, from_books);
 }
+
+#[tokio::test]
+async fn a_team_change_while_batches_arrive_leaves_every_day_with_one_team() {
+    let app = TestApp::spawn().await;
+    send(
+        &app,
+        "2026-10-01T00:00:00Z",
+        "2026-10-01T01:00:00Z",
+        vec![hours("2026-10-01", 0, 1, MIG_1G_A, "research", "b")],
+    )
+    .await;
+    // Hour after hour of research's pod while research is given its namespace, back and forth.
+    let batches = async {
+        for h in 1..23 {
+            send(
+                &app,
+                &format!("2026-10-01T{h:02}:00:00Z"),
+                &format!("2026-10-01T{:02}:00:00Z", h + 1),
+                vec![
+                    hours("2026-10-01", h, h + 1, MIG_1G_A, "research", "b"),
+                    hours("2026-10-01", h, h + 1, MIG_1G_B, "research", "c"),
+                ],
+            )
+            .await;
+        }
+    };
+    let changes = async {
+        for claim in [true, false, true, false, true] {
+            let namespaces: &[&str] = if claim { &["research"] } else { &[] };
+            app.put_team("research", namespaces).await;
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::join!(batches, changes);
+    assert_eq!(team_days_disagree(&app).await, 0);
+    assert_eq!(
+        app.count(
+            "select count(*) from usage_team_daily
+             where team_id = 'research' and held_seconds = 45 * 3600 and window_count = 45"
+        )
+        .await,
+        1,
+        "the day's 45 slice-hours are research's, in one row"
+    );
+}
