@@ -29,9 +29,22 @@ pub struct FleetSliceRow {
     pub holder_dra_claim: Option<sqlx::types::Json<DraClaim>>,
 }
 
+/// Whether [`slices`] finds each GPU's last hour present (`GET /v1/fleet` says it; the dashboard's
+/// map does not, and at 10,000 GPUs it is most of the read: a month of `gpu_daily`, then the last
+/// day's hours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastPresent {
+    Found,
+    Skipped,
+}
+
 /// One row per slice (or per GPU without slices), with the slice's most recent holder in the
 /// rollups of the last hour, if any.
-pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceRow>, sqlx::Error> {
+pub async fn slices(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    last_present: LastPresent,
+) -> Result<Vec<FleetSliceRow>, sqlx::Error> {
     sqlx::query_as!(
         FleetSliceRow,
         r#"with holder as (
@@ -40,7 +53,7 @@ pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceR
                order by u.slice_id, u.hour desc, u.held_seconds desc),
            last_day as (
                select d.gpu_id, max(d.day) as day from gpu_daily d
-               where d.day >= date_trunc('day', $1::timestamptz - interval '31 days', 'UTC')
+               where $2 and d.day >= date_trunc('day', $1::timestamptz - interval '31 days', 'UTC')
                group by d.gpu_id),
            -- Each GPU's last hour, found in its last day's hours: the day rollups narrow a month
            -- of hours to the last day or so.
@@ -49,7 +62,7 @@ pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceR
                from last_day l
                join gpu_hourly h on h.gpu_id = l.gpu_id
                                 and h.hour >= l.day and h.hour < l.day + interval '1 day'
-               where h.hour >= (select min(day) from last_day)
+               where $2 and h.hour >= (select min(day) from last_day)
                  and h.hour >= $1::timestamptz - interval '31 days'
                group by h.gpu_id)
            select g.gpu_uuid, g.node, g.model, g.memory_bytes, g.mig_enabled,
@@ -66,7 +79,8 @@ pub async fn slices(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<FleetSliceR
            left join holder h on h.slice_id = s.slice_id
            left join consumer c on c.consumer_id = h.consumer_id
            order by g.node, g.gpu_uuid, s.slice_uuid"#,
-        now
+        now,
+        last_present == LastPresent::Found
     )
     .fetch_all(pool)
     .await

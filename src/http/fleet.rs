@@ -146,7 +146,8 @@ async fn get_fleet(
     principal: Principal,
 ) -> Result<Json<Fleet>, ApiError> {
     require(&principal, &[Role::Admin, Role::Finance])?;
-    let rows = fleet_store::slices(&state.pool, Utc::now()).await?;
+    let rows =
+        fleet_store::slices(&state.pool, Utc::now(), fleet_store::LastPresent::Found).await?;
     let mut gpus: Vec<FleetGpu> = Vec::new();
     for r in rows {
         if gpus.last().is_none_or(|g| g.uuid != r.gpu_uuid) {

@@ -24,7 +24,7 @@ use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::domain::access::Principal;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::time::Month;
-use crate::fleet::store::{self as fleet_store, FleetSliceRow};
+use crate::fleet::store::{self as fleet_store, FleetSliceRow, LastPresent};
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::reports::allocation::DayAllocation;
@@ -64,7 +64,7 @@ pub async fn fleet(
                 .await
                 .map_err(ApiError::from)?;
             let capacity = report_store::capacity_by_day(&state.pool, month).await?;
-            let fleet = fleet_store::slices(&state.pool, Utc::now()).await?;
+            let fleet = fleet_store::slices(&state.pool, Utc::now(), LastPresent::Skipped).await?;
             let teams = team_store::list(&state.pool, None).await?;
             let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
             let map = MapView {
