@@ -1,7 +1,8 @@
--- The day rollup at the team's grain (issue 12, item 2): what billing and the month's reports sum.
+-- The day rollup at the team's grain (issue 12, item 2): what an open month's report and an issued
+-- month's corrections sum (the invoice run still writes its books per slice, from `usage_daily`).
 --
 -- A month of `usage_daily` at 10,000 GPUs is 2.1 million rows (a row per slice, consumer and day),
--- and every unissued month's report, draft and correction summed them all. Billing needs only
+-- and every open month's report and every correction summed them all. Billing needs only
 -- (team, GPU model, slice kind, profile, rate card version) and each slice's shares: a row per
 -- (day, team, model, kind, profile, shares) holds the same sums, 720 rows for that month. Ingest
 -- adds to it in the statement that adds to the hourly and day rollups; a team change that moves
