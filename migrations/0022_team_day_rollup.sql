@@ -87,9 +87,14 @@ language sql stable as $$
     from unnest(consumers, from_teams) as m(consumer_id, from_team)
     join consumer c on c.consumer_id = m.consumer_id and c.team_id <> m.from_team
     join usage_month_days k on k.consumer_id = m.consumer_id
-    join usage_daily d on d.slice_id = k.slice_id and d.gpu_id = k.gpu_id
+    -- Each day whose bit is set (a UTC midnight, stepped without a time zone), then its day
+    -- rollup row by its whole key: a lookup per day held, not a scan of every month's rows.
+    cross join lateral (
+        select (k.month at time zone 'UTC' + b * interval '1 day') at time zone 'UTC' as day
+        from generate_series(0, 30) b
+        where k.days & (1 << b) <> 0) x
+    join usage_daily d on d.day = x.day and d.slice_id = k.slice_id and d.gpu_id = k.gpu_id
                       and d.consumer_id = k.consumer_id
-                      and d.day >= k.month and d.day < k.month + interval '1 month'
     join slice s on s.slice_id = d.slice_id
     join gpu g on g.gpu_id = s.gpu_id
 $$;
