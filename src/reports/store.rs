@@ -123,7 +123,8 @@ pub async fn usage_sums(
                join gpu g using (gpu_id)
                where $16
                group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19),
-           -- Whole days by the team's day rollup's fields only: its rows, a few a day.
+           -- Whole days by the team's day rollup's fields only: its rows as they are, a few a
+           -- day, summed with the others below.
            team_days as (
                select date_trunc($3, t.day, 'UTC') as bucket, t.team_id, v.rate_card_id, t.model,
                       t.kind, t.profile, t.kind <> 'timeslice' as reserved, t.compute_share,
@@ -131,14 +132,13 @@ pub async fn usage_sums(
                       null::text as gpu_uuid, null::int2 as gpu_instance_id,
                       null::text as namespace, null::text as workload, null::text as pod,
                       null::text as container, null::text[] as labels, null::jsonb as dra_claim,
-                      sum(t.held_seconds) as held, sum(t.compute_known_seconds) as known,
-                      sum(t.compute_active_seconds) as active,
-                      sum(t.memory_byte_seconds) as memory, sum(t.window_count)::int8 as windows
+                      t.held_seconds as held, t.compute_known_seconds as known,
+                      t.compute_active_seconds as active, t.memory_byte_seconds as memory,
+                      t.window_count as windows
                from usage_team_daily t
                left join cards v on v.at = t.day
                where $17 and t.day >= $5 and t.day < $6 and t.day not in (select day from split)
-                 and ($4::text is null or t.team_id = $4)
-               group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
+                 and ($4::text is null or t.team_id = $4)),
            classes as (
                select p.bucket, p.team_id, p.rate_card_id, g.model, s.kind, s.profile, s.reserved,
                       s.compute_share, s.memory_share, s.memory_reserved_bytes,
