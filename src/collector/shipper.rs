@@ -33,6 +33,19 @@ pub enum ShipError {
     Rejected { status: StatusCode, body: String },
 }
 
+/// A batch as it goes on the wire (gzip'd JSON), encoded once however often it is sent.
+#[derive(Debug, Clone)]
+pub struct Encoded(bytes::Bytes);
+
+impl Encoded {
+    pub fn of(batch: &Batch) -> Encoded {
+        let json = serde_json::to_vec(batch).expect("a batch serialises");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&json).expect("writing to memory");
+        Encoded(gz.finish().expect("writing to memory").into())
+    }
+}
+
 #[derive(Clone)]
 pub struct Shipper {
     client: reqwest::Client,
@@ -56,18 +69,14 @@ impl Shipper {
     }
 
     /// One attempt.
-    pub async fn send(&self, batch: &Batch) -> Result<IngestOutcome, ShipError> {
-        let json = serde_json::to_vec(batch).expect("a batch serialises");
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(&json).expect("writing to memory");
-        let body = gz.finish().expect("writing to memory");
+    pub async fn send(&self, batch: &Encoded) -> Result<IngestOutcome, ShipError> {
         let response = self
             .client
             .post(&self.url)
             .header(AUTHORIZATION, &self.authorization)
             .header(CONTENT_TYPE, "application/json")
             .header(CONTENT_ENCODING, "gzip")
-            .body(body)
+            .body(batch.0.clone())
             .send()
             .await
             .map_err(|e| ShipError::Transient {
@@ -109,9 +118,10 @@ impl Shipper {
 
     /// Sends until the server takes the batch or refuses it.
     pub async fn send_with_retry(&self, batch: &Batch) -> Result<IngestOutcome, ShipError> {
+        let encoded = Encoded::of(batch);
         let mut backoff = Duration::from_millis(500);
         loop {
-            match self.send(batch).await {
+            match self.send(&encoded).await {
                 Err(ShipError::Transient {
                     reason,
                     retry_after,

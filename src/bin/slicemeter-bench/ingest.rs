@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use futures_util::{StreamExt, TryStreamExt};
 use slicemeter::collector::Cadence;
-use slicemeter::collector::shipper::Shipper;
+use slicemeter::collector::shipper::{Encoded, Shipper};
 use slicemeter::db;
 use slicemeter::domain::batch::Batch;
 use slicemeter::domain::time::{floor_hour, months_touched, next_month};
@@ -26,8 +26,9 @@ pub struct IngestBenchArgs {
     /// GPUs in the simulated fleet (four a node: 256 is 64 nodes).
     #[arg(long, default_value_t = 256)]
     pub gpus: usize,
-    /// Hours of 60 s windows to generate.
-    #[arg(long, default_value_t = 1)]
+    /// Hours of 60 s windows to generate. Six, so that 64 nodes sending hour-long batches send
+    /// six each: with one, every batch is in flight at once and the run measures its ramp.
+    #[arg(long, default_value_t = 6)]
     pub hours: i64,
     /// Times one batch reports on, each measured: 60 s is what a live collector sends.
     #[arg(long, value_delimiter = ',', default_value = "60s,1h", value_parser = humantime::parse_duration)]
@@ -101,6 +102,9 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         // Interleaved by time, then node, as collectors of many nodes arrive: batches in flight at
         // once report different nodes' GPUs.
         batches.sort_by(|a, b| (a.period.start, &a.node).cmp(&(b.period.start, &b.node)));
+        // Encoded before the clock starts, as the floor's rows are read out before its `COPY`: a
+        // collector gzips its JSON on its own node, not on the server's cores.
+        let bodies: Vec<Encoded> = batches.iter().map(Encoded::of).collect();
         let mut runs = Vec::new();
         for &nodes in &args.nodes {
             // The baseline: a group closes at its first window, so every batch is written alone.
@@ -118,7 +122,7 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
                 runs.push((
                     nodes,
                     writes,
-                    http_ingest(&pool, &batches, nodes, group).await?,
+                    http_ingest(&pool, &bodies, nodes, group).await?,
                 ));
             }
         }
@@ -170,7 +174,7 @@ async fn forget_everything(pool: &sqlx::PgPool) -> anyhow::Result<()> {
 /// limiter, which `load` measures), `nodes` batches in flight at once.
 async fn http_ingest(
     pool: &sqlx::PgPool,
-    batches: &[Batch],
+    batches: &[Encoded],
     nodes: usize,
     group_commit: GroupCommit,
 ) -> anyhow::Result<Measured> {

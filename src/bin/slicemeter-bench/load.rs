@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use slicemeter::auth::store as tokens;
-use slicemeter::collector::shipper::{ShipError, Shipper};
+use slicemeter::collector::shipper::{Encoded, ShipError, Shipper};
 use slicemeter::collector::{Cadence, Replay};
 use slicemeter::db;
 use slicemeter::domain::access::{Actor, Role};
@@ -120,9 +120,10 @@ async fn load_collector(
         for batch in replay.advance(at)? {
             tally.batches += 1;
             tally.windows_generated += batch.windows.len() as u64;
+            let encoded = Encoded::of(&batch);
             loop {
                 let started = Instant::now();
-                match shipper.send(&batch).await {
+                match shipper.send(&encoded).await {
                     Ok(outcome) => {
                         tally.latencies.push(started.elapsed());
                         tally.inserted += outcome.inserted;
