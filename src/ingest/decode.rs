@@ -1,6 +1,8 @@
 //! A request body into a [`Batch`]: gunzipped when it says so, at most the limit's bytes of JSON, one
 //! JSON object whose keys each appear once, every bad value named by its path.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::io::Read;
 
 use super::IngestError;
@@ -43,15 +45,81 @@ pub fn decode(body: &[u8], gzip: bool, limit: usize) -> Result<Batch, IngestErro
         ));
     }
     // Objects with a key twice are refused: JSON parsers disagree on which one wins, and the
-    // contract's answer is neither.
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize::<_, NoDuplicateKeys>(de).map_err(malformed)?;
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(malformed)
+    // contract's answer is neither. Each pass runs untracked first; only a body it refuses is read
+    // again tracking its path, to name where: tracking allocates for every value.
+    fn named<T: serde::de::DeserializeOwned>(
+        bytes: &[u8],
+        malformed: impl Fn(serde_path_to_error::Error<serde_json::Error>) -> IngestError,
+    ) -> Result<T, IngestError> {
+        serde_json::from_slice(bytes).map_err(|untracked| {
+            let de = &mut serde_json::Deserializer::from_slice(bytes);
+            match serde_path_to_error::deserialize::<_, T>(de) {
+                Err(e) => malformed(e),
+                // Never: the same parser over the same bytes.
+                Ok(_) => IngestError::Malformed(untracked.to_string()),
+            }
+        })
+    }
+    named::<NoDuplicateKeys>(bytes, malformed)?;
+    named(bytes, malformed)
 }
 
 /// Any JSON value whose objects, at every depth, have each key once.
 struct NoDuplicateKeys;
+
+/// The keys of one object so far, borrowed from the body where they have no escapes: in a list
+/// while few (a batch's objects have a dozen at most), hashed past that, so that a hostile object
+/// of a million keys costs linear time, not quadratic.
+enum Seen<'de> {
+    Few(Vec<Cow<'de, str>>),
+    Many(HashSet<Cow<'de, str>>),
+}
+
+impl<'de> Seen<'de> {
+    const FEW: usize = 16;
+
+    /// Adds a key; false when the object had it already.
+    fn insert(&mut self, key: Cow<'de, str>) -> bool {
+        match self {
+            Seen::Few(keys) if keys.len() < Self::FEW => {
+                let new = !keys.contains(&key);
+                if new {
+                    keys.push(key);
+                }
+                new
+            }
+            Seen::Few(keys) => {
+                let mut set: HashSet<_> = keys.drain(..).collect();
+                let new = set.insert(key);
+                *self = Seen::Many(set);
+                new
+            }
+            Seen::Many(set) => set.insert(key),
+        }
+    }
+}
+
+/// An object's key, borrowed from the body where it has no escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object's key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
 
 impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -90,8 +158,8 @@ impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
                 self,
                 mut map: A,
             ) -> Result<Self::Value, A::Error> {
-                let mut seen = std::collections::HashSet::new();
-                while let Some(key) = map.next_key::<String>()? {
+                let mut seen = Seen::Few(Vec::new());
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
                     if !seen.insert(key.clone()) {
                         return Err(serde::de::Error::custom(format!(
                             "the key {key:?} appears twice in one object"
@@ -103,5 +171,39 @@ impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(json: &str) -> String {
+        match decode(json.as_bytes(), false, 1 << 20) {
+            Err(IngestError::Malformed(m)) => m,
+            other => panic!("{json}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_key_twice_is_found_in_small_and_large_objects_and_through_escapes() {
+        let keys = |n: usize| (0..n).map(|k| format!("\"k{k}\":{k}")).collect::<Vec<_>>();
+        for n in [3, Seen::FEW, Seen::FEW + 1, 200] {
+            let mut object = keys(n);
+            object.push("\"k2\":0".into());
+            let json = format!("{{\"node\":\"n\",\"labels\":{{{}}}}}", object.join(","));
+            let m = refusal(&json);
+            assert!(
+                m.starts_with("labels: the key \"k2\" appears twice in one object"),
+                "{n} keys: {m}"
+            );
+            let distinct = format!("{{\"node\":\"n\",\"labels\":{{{}}}}}", keys(n).join(","));
+            assert!(!refusal(&distinct).contains("twice"), "{n} keys");
+        }
+        let m = refusal(r#"{"node":"n","no\u0064e":"m"}"#);
+        assert!(
+            m.starts_with("the key \"node\" appears twice in one object"),
+            "{m}"
+        );
     }
 }

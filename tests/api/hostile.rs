@@ -548,9 +548,17 @@ async fn a_key_given_twice_in_one_object_is_refused_naming_where() {
         "\"container\":\"main\",\"labels\":{\"team\":\"nlp\",\"team\":\"vision\"}",
         1,
     );
+    // The same key again, written with an escape: the comparison is of the keys' text.
+    let escaped = json.replacen(
+        "\"container\":\"main\"",
+        "\"container\":\"main\",\"c\\u006fntainer\":\"side\"",
+        1,
+    );
+    assert_ne!(escaped, json);
     for (body, path) in [
         (twice, "windows[0]"),
         (labels, "windows[0].consumer.labels"),
+        (escaped, "windows[0].consumer"),
     ] {
         let r = app
             .request(
