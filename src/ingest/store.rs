@@ -568,10 +568,6 @@ pub async fn stored_windows(
         .collect())
 }
 
-fn timestamp(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
-}
-
 /// A batch's registered ids, by the batch's own indexes: each slice's id and its GPU's id, each
 /// consumer's id.
 #[derive(Debug, Clone, Copy)]
@@ -597,23 +593,53 @@ pub fn copy_rows(out: &mut String, windows: &[&Window], ids: WindowIds<'_>) {
     use std::fmt::Write;
     out.reserve(windows.len() * 120);
     for w in windows {
-        let compute = w
-            .compute_active_seconds
-            .map_or_else(|| "\\N".to_owned(), |c| c.to_string());
-        writeln!(
+        write!(
             out,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t",
             ids.slices[w.slice],
             ids.slice_gpus[w.slice],
             ids.consumers[w.consumer],
-            timestamp(w.start),
-            timestamp(w.end),
+            CopyTime(w.start),
+            CopyTime(w.end),
             w.held_seconds,
             w.memory_byte_seconds,
             w.memory_peak_bytes,
-            compute
         )
         .expect("writing to a String");
+        match w.compute_active_seconds {
+            Some(c) => writeln!(out, "{c}").expect("writing to a String"),
+            None => out.push_str("\\N\n"),
+        }
+    }
+}
+
+/// A time as `COPY` text reads it, in UTC, written without a `String` of its own.
+struct CopyTime(DateTime<Utc>);
+
+impl std::fmt::Display for CopyTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use chrono::{Datelike, Timelike};
+        let t = self.0;
+        if t.nanosecond() >= 1_000_000_000 {
+            // A leap second: RFC 3339 writes it as second 60, which PostgreSQL reads too.
+            return f.write_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true));
+        }
+        write!(
+            f,
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        )?;
+        match t.nanosecond() {
+            0 => {}
+            n if n % 1_000 == 0 => write!(f, ".{:06}", n / 1_000)?,
+            n => write!(f, ".{n:09}")?,
+        }
+        f.write_str("+00")
     }
 }
 
@@ -824,4 +850,38 @@ pub async fn add_to_rollup(
     .execute(&mut *tx)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CopyTime;
+    use chrono::{DateTime, TimeZone, Timelike, Utc};
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn times_are_written_as_copy_reads_them_with_only_the_fraction_they_have() {
+        for (t, text) in [
+            (at("2026-12-04T20:00:00Z"), "2026-12-04 20:00:00+00"),
+            (
+                at("2026-01-09T03:04:05.25Z"),
+                "2026-01-09 03:04:05.250000+00",
+            ),
+            (
+                at("2026-01-09T03:04:05.000001Z"),
+                "2026-01-09 03:04:05.000001+00",
+            ),
+            (at("0999-12-31T23:59:59Z"), "0999-12-31 23:59:59+00"),
+        ] {
+            assert_eq!(CopyTime(t).to_string(), text);
+        }
+        let leap = Utc
+            .with_ymd_and_hms(2016, 12, 31, 23, 59, 59)
+            .unwrap()
+            .with_nanosecond(1_500_000_000)
+            .unwrap();
+        assert_eq!(CopyTime(leap).to_string(), "2016-12-31T23:59:60.500Z");
+    }
 }
