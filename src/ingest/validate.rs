@@ -147,7 +147,8 @@ fn decimal(f: f64) -> Option<Decimal> {
 }
 
 /// A timestamp the contract takes: whole microseconds, no leap second, from 2000 on.
-fn check_instant(t: DateTime<Utc>, field: &str, errors: &mut Errors) -> bool {
+/// `field` is named only when the instant is refused (a batch has two instants a window).
+fn check_instant(t: DateTime<Utc>, field: impl FnOnce() -> String, errors: &mut Errors) -> bool {
     let nanos = t.nanosecond();
     let why = if nanos >= 1_000_000_000 {
         Some("is a leap second; send the instant after it".to_owned())
@@ -163,19 +164,19 @@ fn check_instant(t: DateTime<Utc>, field: &str, errors: &mut Errors) -> bool {
     };
     match why {
         Some(why) => {
-            errors.push(field, format!("{} {why}", t.to_rfc3339()));
+            errors.push(field(), format!("{} {why}", t.to_rfc3339()));
             false
         }
         None => true,
     }
 }
 
-/// A name: printable, 1 to `max` characters.
-fn check_text(s: &str, max: usize, field: impl Into<String>, errors: &mut Errors) -> bool {
+/// A name: printable, 1 to `max` characters. `field` is named only when the name is refused.
+fn check_text(s: &str, max: usize, field: impl FnOnce() -> String, errors: &mut Errors) -> bool {
     match text::check(s, max) {
         Ok(()) => true,
         Err(e) => {
-            errors.push(field, format!("{s:?} {e}", s = preview(s)));
+            errors.push(field(), format!("{s:?} {e}", s = preview(s)));
             false
         }
     }
@@ -208,8 +209,8 @@ pub fn validate(
         );
     }
     let (start, end) = (batch.period.start, batch.period.end);
-    let times_ok = check_instant(start, "period.start", &mut errors)
-        & check_instant(end, "period.end", &mut errors);
+    let times_ok = check_instant(start, || "period.start".into(), &mut errors)
+        & check_instant(end, || "period.end".into(), &mut errors);
     if end <= start {
         errors.push(
             "period.end",
@@ -267,12 +268,22 @@ pub fn validate(
     let mut gpu_at: Vec<usize> = Vec::with_capacity(batch.gpus.len());
     for (i, g) in batch.gpus.iter().enumerate() {
         let at = |f: &str| format!("gpus[{i}].{f}");
-        let mut ok = check_text(&g.uuid, bounds::MAX_GPU_UUID_CHARS, at("uuid"), &mut errors);
+        let mut ok = check_text(
+            &g.uuid,
+            bounds::MAX_GPU_UUID_CHARS,
+            || at("uuid"),
+            &mut errors,
+        );
         if ok && let Some(prev) = gpu_index.get(g.uuid.as_str()) {
             errors.push(at("uuid"), format!("{} repeats gpus[{prev}]", g.uuid));
             ok = false;
         }
-        ok &= check_text(&g.model, bounds::MAX_MODEL_CHARS, at("model"), &mut errors);
+        ok &= check_text(
+            &g.model,
+            bounds::MAX_MODEL_CHARS,
+            || at("model"),
+            &mut errors,
+        );
         if !(1..=bounds::MAX_GPU_MEMORY_BYTES).contains(&g.memory_bytes) {
             errors.push(
                 at("memory_bytes"),
@@ -325,7 +336,7 @@ pub fn validate(
         let mut ok = check_text(
             &s.uuid,
             bounds::MAX_SLICE_UUID_CHARS,
-            at("uuid"),
+            || at("uuid"),
             &mut errors,
         );
         if ok && slice_index.contains_key(s.uuid.as_str()) {
@@ -502,8 +513,8 @@ pub fn validate(
                 None
             }
         };
-        ok &= check_instant(w.start, &at("start"), &mut errors);
-        ok &= check_instant(w.end, &at("end"), &mut errors);
+        ok &= check_instant(w.start, || at("start"), &mut errors);
+        ok &= check_instant(w.end, || at("end"), &mut errors);
         if w.end <= w.start {
             errors.push(
                 at("end"),
@@ -588,15 +599,22 @@ pub fn validate(
                 }
             }
         }
-        ok &= check_consumer(&w.consumer, &at, &mut errors);
-        let team_label = match w.consumer.team_label().map(TeamId::parse) {
-            Some(Err(e)) => {
-                errors.push(at("consumer.labels.team"), e.to_string());
-                ok = false;
-                None
+        // A consumer already taken from an earlier window passed these checks there: most
+        // windows of a batch repeat one of a few consumers.
+        let known = consumer_index.get(&w.consumer).copied();
+        let team_label = if known.is_some() {
+            None
+        } else {
+            ok &= check_consumer(&w.consumer, &at, &mut errors);
+            match w.consumer.team_label().map(TeamId::parse) {
+                Some(Err(e)) => {
+                    errors.push(at("consumer.labels.team"), e.to_string());
+                    ok = false;
+                    None
+                }
+                Some(Ok(t)) => Some(t),
+                None => None,
             }
-            Some(Ok(t)) => Some(t),
-            None => None,
         };
         let (Some(slice), Some(held), Some(memory), true) = (slice, held, memory, ok) else {
             continue;
@@ -604,8 +622,8 @@ pub fn validate(
         let Some(compute) = compute.map_or(Some(None), |c| c.map(Some)) else {
             continue;
         };
-        let consumer = match consumer_index.get(&w.consumer) {
-            Some(&c) => c,
+        let consumer = match known {
+            Some(c) => c,
             None => {
                 let c = consumers.len();
                 consumers.push(ValidConsumer {
@@ -745,7 +763,7 @@ fn check_consumer(c: &ConsumerReport, at: &dyn Fn(&str) -> String, errors: &mut 
             check_text(
                 v,
                 bounds::MAX_NAME_CHARS,
-                at(&format!("consumer.{name}")),
+                || at(&format!("consumer.{name}")),
                 errors,
             );
         }
@@ -762,7 +780,7 @@ fn check_consumer(c: &ConsumerReport, at: &dyn Fn(&str) -> String, errors: &mut 
                 check_text(
                     v,
                     bounds::MAX_NAME_CHARS,
-                    at(&format!("consumer.dra_claim.{name}")),
+                    || at(&format!("consumer.dra_claim.{name}")),
                     errors,
                 );
             }
@@ -779,11 +797,11 @@ fn check_consumer(c: &ConsumerReport, at: &dyn Fn(&str) -> String, errors: &mut 
         );
     }
     for (k, v) in c.labels.iter().take(bounds::MAX_LABELS + 1) {
-        let field = at(&format!("consumer.labels.{}", preview(k)));
-        if check_text(k, bounds::MAX_LABEL_KEY_CHARS, field.clone(), errors)
+        let field = || at(&format!("consumer.labels.{}", preview(k)));
+        if check_text(k, bounds::MAX_LABEL_KEY_CHARS, field, errors)
             && let Err(e) = text::check_optional(v, bounds::MAX_LABEL_VALUE_CHARS)
         {
-            errors.push(field, format!("the value {:?} {e}", preview(v)));
+            errors.push(field(), format!("the value {:?} {e}", preview(v)));
         }
     }
     errors.count() == before
@@ -849,7 +867,7 @@ fn reservation(
             );
             let b = required(errors, "memory_bytes", s.memory_bytes, 1..=memory);
             let profile = match &s.profile {
-                Some(p) if check_text(p, bounds::MAX_PROFILE_CHARS, at("profile"), errors) => {
+                Some(p) if check_text(p, bounds::MAX_PROFILE_CHARS, || at("profile"), errors) => {
                     Some(p.clone())
                 }
                 Some(_) => None,

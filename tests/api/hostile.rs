@@ -456,6 +456,20 @@ async fn text_outside_kubernetes_lengths_or_with_control_characters_is_refused()
         (0..65).map(|i| (format!("l{i}"), json!("v"))).collect();
     b["windows"][0]["consumer"]["labels"] = Value::Object(many);
     cases.push((b, "windows[0].consumer.labels"));
+    // A bad consumer is named in every window that carries it, not only the first.
+    let mut b = batch(
+        T0,
+        T2,
+        vec![
+            window(MIG_3G, T0, T1, "nlp", "a", 60.0),
+            window(MIG_3G, T1, T2, "nlp", "a", 60.0),
+        ],
+    );
+    for w in 0..2 {
+        b["windows"][w]["consumer"]["pod"] = json!("evil\u{0}pod");
+    }
+    cases.push((b.clone(), "windows[0].consumer.pod"));
+    cases.push((b, "windows[1].consumer.pod"));
     let mut b = base();
     b["gpus"][0]["model"] = json!("NVIDIA\nH100");
     cases.push((b, "gpus[0].model"));
