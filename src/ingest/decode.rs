@@ -1,5 +1,6 @@
 //! A request body into a [`Batch`]: gunzipped when it says so, at most the limit's bytes of JSON, one
-//! JSON object whose keys each appear once, every bad value named by its path.
+//! JSON object (nothing but whitespace after it) whose keys each appear once, every bad value named
+//! by its path.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -55,7 +56,7 @@ pub fn decode(body: &[u8], gzip: bool, limit: usize) -> Result<Batch, IngestErro
             let de = &mut serde_json::Deserializer::from_slice(bytes);
             match serde_path_to_error::deserialize::<_, T>(de) {
                 Err(e) => malformed(e),
-                // Never: the same parser over the same bytes.
+                // Text after the batch's object: the tracked read stops at the object's end.
                 Ok(_) => IngestError::Malformed(untracked.to_string()),
             }
         })

@@ -594,6 +594,41 @@ async fn a_key_given_twice_in_one_object_is_refused_naming_where() {
     assert_eq!(stored(&app).await, (0, 0, 0));
 }
 
+/// A body is one batch: a second object or other text after it is refused whole (until 2026-12-04
+/// the first object was stored and the rest ignored); whitespace after it is not text.
+#[tokio::test]
+async fn text_after_the_batch_is_refused_and_nothing_is_stored() {
+    let app = TestApp::spawn().await;
+    let (s, e, windows) = minute_windows(3);
+    let json = serde_json::to_string(&batch(&s, &e, windows)).unwrap();
+    for body in [format!("{json}{json}"), format!("{json} x")] {
+        let r = app
+            .request(
+                Request::post("/v1/ingest")
+                    .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+        let message = r.body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("trailing characters"), "{message}");
+        assert_eq!(stored(&app).await, (0, 0, 0));
+    }
+    let r = app
+        .request(
+            Request::post("/v1/ingest")
+                .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(format!("{json}\n \n")))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(stored(&app).await.0, 3);
+}
+
 /// Every leaf of a JSON value, by its path.
 fn leaves(v: &Value, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
     match v {
