@@ -546,6 +546,18 @@ async fn timestamps_finer_than_a_microsecond_leap_seconds_and_old_dates_are_refu
     );
 }
 
+/// Posts `body` to ingest as it is, with the admin's token.
+async fn post_text(app: &TestApp, body: String) -> Reply {
+    app.request(
+        Request::post("/v1/ingest")
+            .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_key_given_twice_in_one_object_is_refused_naming_where() {
     let app = TestApp::spawn().await;
@@ -574,15 +586,7 @@ async fn a_key_given_twice_in_one_object_is_refused_naming_where() {
         (labels, "windows[0].consumer.labels"),
         (escaped, "windows[0].consumer"),
     ] {
-        let r = app
-            .request(
-                Request::post("/v1/ingest")
-                    .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(Body::from(body))
-                    .unwrap(),
-            )
-            .await;
+        let r = post_text(&app, body).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
         let message = r.body["error"]["message"].as_str().unwrap();
         assert!(
@@ -602,29 +606,13 @@ async fn text_after_the_batch_is_refused_and_nothing_is_stored() {
     let (s, e, windows) = minute_windows(3);
     let json = serde_json::to_string(&batch(&s, &e, windows)).unwrap();
     for body in [format!("{json}{json}"), format!("{json} x")] {
-        let r = app
-            .request(
-                Request::post("/v1/ingest")
-                    .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .body(Body::from(body))
-                    .unwrap(),
-            )
-            .await;
+        let r = post_text(&app, body).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
         let message = r.body["error"]["message"].as_str().unwrap();
         assert!(message.starts_with("trailing characters"), "{message}");
         assert_eq!(stored(&app).await, (0, 0, 0));
     }
-    let r = app
-        .request(
-            Request::post("/v1/ingest")
-                .header(header::AUTHORIZATION, format!("Bearer {}", app.admin))
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(format!("{json}\n \n")))
-                .unwrap(),
-        )
-        .await;
+    let r = post_text(&app, format!("{json}\n \n")).await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     assert_eq!(stored(&app).await.0, 3);
 }
