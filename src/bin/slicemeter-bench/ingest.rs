@@ -1,7 +1,8 @@
 //! `ingest`: simulated batches posted through the real HTTP ingest on loopback, from 1, 16 and 64
 //! nodes at once, each batch written alone (the baseline) and in groups (group commit), and, in the
 //! same run, the same rows `COPY`'d into a scratch copy of the table: the floor that ingest's
-//! validation, idempotency and rollups are measured against.
+//! validation, idempotency and rollups are measured against. As many bodiless round trips to the
+//! same server, as many in flight, give the ceiling HTTP alone puts on each size of batch.
 
 use std::time::{Duration, Instant};
 
@@ -26,10 +27,14 @@ pub struct IngestBenchArgs {
     /// GPUs in the simulated fleet (four a node: 256 is 64 nodes).
     #[arg(long, default_value_t = 256)]
     pub gpus: usize,
-    /// Hours of 60 s windows to generate. Six, so that 64 nodes sending hour-long batches send
-    /// six each: with one, every batch is in flight at once and the run measures its ramp.
+    /// Hours of 60 s windows to generate (at least enough for `--min-batches-per-node`).
     #[arg(long, default_value_t = 6)]
     pub hours: i64,
+    /// Batches each node sends, at least: with few, all of a node's batches are in flight within a
+    /// few waves and the run measures its ramp, not a rate (64 nodes sending six hour-long batches
+    /// each gave 0.34-0.53 of `COPY` from one run to the next; 24 each, 0.50-0.55).
+    #[arg(long, default_value_t = 24)]
+    pub min_batches_per_node: u32,
     /// Times one batch reports on, each measured: 60 s is what a live collector sends.
     #[arg(long, value_delimiter = ',', default_value = "60s,1h", value_parser = humantime::parse_duration)]
     pub batch_period: Vec<Duration>,
@@ -66,15 +71,39 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         (args.gpus, args.hours)
     };
     let fleet = SimFleet::generate(args.seed, gpus);
-    let from = floor_hour(Utc::now()) - chrono::Duration::hours(hours + 1);
-    let to = from + chrono::Duration::hours(hours);
+    // Each batch period's hours: at least `hours`, and enough for its minimum of batches a node.
+    let hours_of = |period: Duration| {
+        if args.smoke {
+            return hours;
+        }
+        let enough = (period.as_secs() * u64::from(args.min_batches_per_node)).div_ceil(3600);
+        hours.max(i64::try_from(enough).unwrap_or(i64::MAX))
+    };
+    let longest = args
+        .batch_period
+        .iter()
+        .map(|&p| hours_of(p))
+        .max()
+        .unwrap_or(hours);
+    let now = floor_hour(Utc::now());
     // Partitions exist before anything is timed.
     db::Partitions::default()
-        .ensure(&pool, &months_touched(from, to))
+        .ensure(
+            &pool,
+            &months_touched(now - chrono::Duration::hours(longest + 1), now),
+        )
         .await?;
     println!(
-        "bench ingest: {gpus} GPUs ({} nodes), {hours} h of 60 s windows; HTTP on loopback against plain COPY of the same rows",
-        gpus.div_ceil(GPUS_PER_NODE)
+        "bench ingest: {gpus} GPUs ({} nodes), 60 s windows over {}; HTTP on loopback against plain COPY of the same rows",
+        gpus.div_ceil(GPUS_PER_NODE),
+        if args.smoke {
+            format!("{hours} h")
+        } else {
+            format!(
+                "at least {hours} h, and {} batches a node",
+                args.min_batches_per_node
+            )
+        }
     );
     println!(
         "{:<8} {:>6} {:<9} {:>9} {:>9} {:>14} {:>16} {:>14} {:>8}",
@@ -89,6 +118,8 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         "ratio"
     );
     for &period in &args.batch_period {
+        let from = now - chrono::Duration::hours(hours_of(period) + 1);
+        let to = from + chrono::Duration::hours(hours_of(period));
         let cadence = Cadence {
             sample_interval: Duration::from_secs(5),
             window: Duration::from_secs(60),
@@ -126,8 +157,30 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
                 ));
             }
         }
+        // The ceiling HTTP itself puts on these batches: as many bodiless round trips to the
+        // server (`GET /healthz`: no token, no body, no database), as many in flight, on the same
+        // cores. No ingest of these batches can be faster than this.
+        let mut ceilings = Vec::new();
+        for &nodes in &args.nodes {
+            ceilings.push((nodes, round_trips(&pool, bodies.len(), nodes).await?));
+        }
         let (copied, copy_elapsed) = copy_floor(&pool).await?;
         let copy_rate = copied as f64 / copy_elapsed.as_secs_f64();
+        for (nodes, elapsed) in ceilings {
+            let rate = copied as f64 / elapsed.as_secs_f64();
+            println!(
+                "{:<8} {:>6} {:<9} {:>9} {:>9} {:>14.0} {:>16} {:>14.0} {:>8.3}",
+                humantime::format_duration(period).to_string(),
+                nodes,
+                "HTTP only",
+                bodies.len(),
+                copied,
+                rate,
+                "",
+                copy_rate,
+                rate / copy_rate
+            );
+        }
         for (nodes, writes, m) in &runs {
             anyhow::ensure!(
                 m.windows == copied,
@@ -213,6 +266,32 @@ async fn http_ingest(
         elapsed,
         latencies,
     })
+}
+
+/// `n` bodiless round trips to the server (`GET /healthz`), `nodes` in flight at once.
+async fn round_trips(pool: &sqlx::PgPool, n: usize, nodes: usize) -> anyhow::Result<Duration> {
+    let server = Loopback::start(pool, ServerConfig::default()).await?;
+    let client = reqwest::Client::new();
+    let url = format!("{}/healthz", server.base);
+    let started = Instant::now();
+    futures_util::stream::iter((0..n).map(|_| {
+        let (client, url) = (&client, &url);
+        async move {
+            client
+                .get(url)
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await
+        }
+    }))
+    .buffer_unordered(nodes.max(1))
+    .try_for_each(|_| async { Ok(()) })
+    .await?;
+    let elapsed = started.elapsed();
+    server.stop().await?;
+    Ok(elapsed)
 }
 
 /// The floor: the stored rows, `COPY`'d into an empty copy of the table.
