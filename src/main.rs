@@ -16,7 +16,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     slicemeter::process::init_tracing();
     match Cli::parse().command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Collect(args) => collect::run(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Migrate(args) => migrate::run(args).await,

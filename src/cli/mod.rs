@@ -27,7 +27,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve the API (applies migrations first).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Measure a node's GPUs and ship occupancy windows to a server.
     Collect(collect::CollectArgs),
     /// Run everything on a private PostgreSQL with a month of a simulated fleet: the quick start.

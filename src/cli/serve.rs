@@ -62,6 +62,11 @@ pub struct ServeArgs {
     /// it was read); older, the request reads it anew itself. 0s: always read anew.
     #[arg(long, env = "SLICEMETER_KEPT_MAX_AGE", default_value = "5m", value_parser = humantime::parse_duration)]
     pub kept_max_age: Duration,
+    /// How long the team page waits for right-sizing's evidence when none is kept (the first page
+    /// after a start); past it, the page comes without the percentiles, says they are being read,
+    /// and the read goes on behind it.
+    #[arg(long, env = "SLICEMETER_EVIDENCE_WAIT", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub evidence_wait: Duration,
     /// Requests running longer are answered 503.
     #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
@@ -224,6 +229,7 @@ impl ServeArgs {
             idle_timeout: self.idle_timeout,
             report_max_stale: self.report_max_stale,
             kept_max_age: self.kept_max_age,
+            evidence_wait: self.evidence_wait,
             metrics_billing: self.metrics_billing,
             alerts: self.alerts.config(&self.listen)?,
             ..ServerConfig::default()

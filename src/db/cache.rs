@@ -13,7 +13,9 @@
 //! slow for any request to wait on (right-sizing's percentiles over a month of a large fleet): a
 //! result at most that old is returned at once even when the snapshot has moved, and the read
 //! anew runs behind it, in a task of its own, so that under steady ingest no request waits but the
-//! first.
+//! first. That first may bound its wait
+//! ([`get_revalidating_within`](SnapshotCache::get_revalidating_within)): past the bound it goes
+//! without, and the read it started goes on and is kept.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -108,59 +110,7 @@ impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V
         Fut: Future<Output = Result<V, E>>,
         E: From<sqlx::Error>,
     {
-        self.get_exact(pool, key, A::default(), read).await
-    }
-
-    /// As [`get`](Self::get), of a read asked with `exact`.
-    async fn get_exact<F, Fut, E>(
-        &self,
-        pool: &PgPool,
-        key: K,
-        exact: A,
-        read: F,
-    ) -> Result<Arc<V>, E>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<V, E>>,
-        E: From<sqlx::Error>,
-    {
-        let asked = Instant::now();
-        let now = snapshot(pool).await?;
-        let slot = self.slot(&key);
-        let kept = |fresh: &dyn Fn(&Kept<V, A>) -> bool| {
-            let kept = slot.kept.lock().unwrap_or_else(|e| e.into_inner());
-            kept.as_ref()
-                .filter(|k| k.exact == exact && fresh(k))
-                .map(|k| k.value.clone())
-        };
-        if let Some(v) = kept(&|k| k.snapshot == now) {
-            metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
-            return Ok(v);
-        }
-        // The snapshot the read goes with is taken before it: a write that lands during the read
-        // makes the next reader read again, so what is kept is never newer than its snapshot says.
-        let (reading, before, read_at) = match slot.reading.try_lock() {
-            Ok(guard) => (guard, now, asked),
-            Err(_) => {
-                if let Some(v) = kept(&|k| k.read_at.elapsed() <= self.max_stale) {
-                    metrics::counter!("slicemeter_cache_total", "result" => "stale").increment(1);
-                    return Ok(v);
-                }
-                let guard = slot.reading.lock().await;
-                // What was read while this one waited is as new as a read of its own if it saw
-                // the database as this request found it, or began after this request asked.
-                if let Some(v) = kept(&|k| k.snapshot == now || k.read_at >= asked) {
-                    metrics::counter!("slicemeter_cache_total", "result" => "waited").increment(1);
-                    return Ok(v);
-                }
-                (guard, snapshot(pool).await?, Instant::now())
-            }
-        };
-        metrics::counter!("slicemeter_cache_total", "result" => "read").increment(1);
-        let value = Arc::new(read().await?);
-        slot.keep(value.clone(), before, read_at, exact);
-        drop(reading);
-        Ok(value)
+        read_slot(self.slot(&key), self.max_stale, pool, A::default(), read).await
     }
 
     /// As [`get`](Self::get) of a read asked with `exact`, except that a kept result of `key` at
@@ -184,22 +134,85 @@ impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V
         A: Send + Sync + 'static,
     {
         let slot = self.slot(&key);
+        match self.serve_young(pool, &slot, &exact, read).await? {
+            Ok(value) => Ok(value),
+            Err(read) => read_slot(slot, self.max_stale, pool, exact, read).await,
+        }
+    }
+
+    /// As [`get_revalidating`](Self::get_revalidating), except that a request that finds nothing
+    /// young enough to serve waits for its read at most `wait`: past it, `None`, while the read
+    /// goes on in a task of its own and keeps its result for the requests after.
+    pub async fn get_revalidating_within<F, Fut, E>(
+        &self,
+        pool: &PgPool,
+        key: K,
+        exact: A,
+        read: F,
+        wait: Duration,
+    ) -> Result<Option<Arc<V>>, E>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: From<sqlx::Error> + std::fmt::Display + Send + 'static,
+        V: Send + Sync + 'static,
+        A: Send + Sync + 'static,
+    {
+        let slot = self.slot(&key);
+        let read = match self.serve_young(pool, &slot, &exact, read).await? {
+            Ok(value) => return Ok(Some(value)),
+            Err(read) => read,
+        };
+        let (pool, max_stale) = (pool.clone(), self.max_stale);
+        let reading = tokio::spawn(async move {
+            let read = read_slot(slot, max_stale, &pool, exact, read).await;
+            if let Err(e) = &read {
+                tracing::warn!(error = %e, "a result could not be read");
+            }
+            read
+        });
+        match tokio::time::timeout(wait, reading).await {
+            Ok(joined) => joined
+                .map_err(|_| E::from(sqlx::Error::WorkerCrashed))?
+                .map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// A kept result of `slot` at most `revalidate_within` old, as
+    /// [`get_revalidating`](Self::get_revalidating) serves it (starting a read anew behind it when
+    /// the database changed or it was asked otherwise); or `read` back, when there is none.
+    async fn serve_young<F, Fut, E>(
+        &self,
+        pool: &PgPool,
+        slot: &Arc<Slot<V, A>>,
+        exact: &A,
+        read: F,
+    ) -> Result<Result<Arc<V>, F>, sqlx::Error>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+        V: Send + Sync + 'static,
+        A: Send + Sync + 'static,
+    {
         let young = {
             let kept = slot.kept.lock().unwrap_or_else(|e| e.into_inner());
             kept.as_ref()
                 .filter(|k| k.read_at.elapsed() <= self.revalidate_within)
-                .map(|k| (k.value.clone(), k.snapshot.clone(), k.exact == exact))
+                .map(|k| (k.value.clone(), k.snapshot.clone(), k.exact == *exact))
         };
         let Some((value, kept_snapshot, same)) = young else {
-            return self.get_exact(pool, key, exact, read).await;
+            return Ok(Err(read));
         };
         if same && snapshot(pool).await? == kept_snapshot {
             metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
-            return Ok(value);
+            return Ok(Ok(value));
         }
         if let Ok(reading) = slot.reading.clone().try_lock_owned() {
             let pool = pool.clone();
             let slot = slot.clone();
+            let exact = exact.clone();
             tokio::spawn(async move {
                 let before = match snapshot(&pool).await {
                     Ok(s) => s,
@@ -218,6 +231,57 @@ impl<K: Eq + Hash + Clone, V, A: PartialEq + Clone + Default> SnapshotCache<K, V
             });
         }
         metrics::counter!("slicemeter_cache_total", "result" => "stale").increment(1);
-        Ok(value)
+        Ok(Ok(value))
     }
+}
+
+/// [`SnapshotCache::get`]'s read of one key's slot, on its own so that a task can run it.
+async fn read_slot<V, A: PartialEq, F, Fut, E>(
+    slot: Arc<Slot<V, A>>,
+    max_stale: Duration,
+    pool: &PgPool,
+    exact: A,
+    read: F,
+) -> Result<Arc<V>, E>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<V, E>>,
+    E: From<sqlx::Error>,
+{
+    let asked = Instant::now();
+    let now = snapshot(pool).await?;
+    let kept = |fresh: &dyn Fn(&Kept<V, A>) -> bool| {
+        let kept = slot.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.as_ref()
+            .filter(|k| k.exact == exact && fresh(k))
+            .map(|k| k.value.clone())
+    };
+    if let Some(v) = kept(&|k| k.snapshot == now) {
+        metrics::counter!("slicemeter_cache_total", "result" => "hit").increment(1);
+        return Ok(v);
+    }
+    // The snapshot the read goes with is taken before it: a write that lands during the read
+    // makes the next reader read again, so what is kept is never newer than its snapshot says.
+    let (reading, before, read_at) = match slot.reading.try_lock() {
+        Ok(guard) => (guard, now, asked),
+        Err(_) => {
+            if let Some(v) = kept(&|k| k.read_at.elapsed() <= max_stale) {
+                metrics::counter!("slicemeter_cache_total", "result" => "stale").increment(1);
+                return Ok(v);
+            }
+            let guard = slot.reading.lock().await;
+            // What was read while this one waited is as new as a read of its own if it saw
+            // the database as this request found it, or began after this request asked.
+            if let Some(v) = kept(&|k| k.snapshot == now || k.read_at >= asked) {
+                metrics::counter!("slicemeter_cache_total", "result" => "waited").increment(1);
+                return Ok(v);
+            }
+            (guard, snapshot(pool).await?, Instant::now())
+        }
+    };
+    metrics::counter!("slicemeter_cache_total", "result" => "read").increment(1);
+    let value = Arc::new(read().await?);
+    slot.keep(value.clone(), before, read_at, exact);
+    drop(reading);
+    Ok(value)
 }

@@ -46,6 +46,10 @@ pub struct ServerConfig {
     /// by day) may be when it is served at once while it is read anew behind the request (the
     /// database changed); older, the request reads or waits. Zero: never.
     pub kept_max_age: Duration,
+    /// How long the team page waits for right-sizing's evidence when none is kept (the first
+    /// page after the server started, tens of seconds at 10,000 GPUs); past it, the page comes
+    /// without the percentiles and says they are being read, which goes on behind it.
+    pub evidence_wait: Duration,
     /// Whether `/metrics`, which needs no token, also shows the month's billing figures so far
     /// (`reports::gauges`): each team's cost and GPU-equivalent hours, the fleet's ratios.
     pub metrics_billing: bool,
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             gpu_map_per_gpu: 256,
             report_max_stale: Duration::from_secs(10),
             kept_max_age: Duration::from_secs(300),
+            evidence_wait: Duration::from_secs(3),
             metrics_billing: false,
             alerts: crate::alerts::AlertConfig::default(),
         }

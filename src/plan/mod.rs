@@ -275,6 +275,10 @@ type Range = (DateTime<Utc>, DateTime<Utc>);
 /// a kept read of the hour before is still served at once (and read anew behind the request).
 type EvidenceKey = (Vec<(NaiveDate, NaiveDate)>, Option<String>);
 
+type EvidenceRead = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Vec<Vec<Evidence>>, sqlx::Error>> + Send>,
+>;
+
 impl EvidenceCache {
     /// `max_stale`: how old a kept result may be when served while another request reads it anew;
     /// `max_age`: how old one may be when served at once and read anew behind the request
@@ -292,21 +296,45 @@ impl EvidenceCache {
         ranges: &[Range],
         team: Option<&str>,
     ) -> Result<Arc<Vec<Vec<Evidence>>>, sqlx::Error> {
+        let (key, read) = Self::read_of(pool, ranges, team);
+        self.0
+            .get_revalidating(pool, key, ranges.to_vec(), read)
+            .await
+    }
+
+    /// The key `ranges` of `team` are kept under, and their read.
+    fn read_of(
+        pool: &sqlx::PgPool,
+        ranges: &[Range],
+        team: Option<&str>,
+    ) -> (EvidenceKey, impl FnOnce() -> EvidenceRead + Send + 'static) {
         let days = ranges
             .iter()
             .map(|(from, to)| (from.date_naive(), to.date_naive()))
             .collect();
         let (read_pool, exact, read_team) =
             (pool.clone(), ranges.to_vec(), team.map(str::to_owned));
+        ((days, team.map(str::to_owned)), move || {
+            Box::pin(async move { store::evidence(&read_pool, &exact, read_team.as_deref()).await })
+                as EvidenceRead
+        })
+    }
+
+    /// As [`get`](Self::get), waiting for a read at most `wait`: a request that finds nothing kept
+    /// young enough to serve (the first after the server started, or after a long quiet) gets
+    /// `None` past it, while the read goes on in a task of its own and keeps its result for the
+    /// requests after. A page can then show what it has at once and say the rest is being read,
+    /// rather than wait the tens of seconds a month of a large fleet's hourly rows take.
+    pub async fn get_within(
+        &self,
+        pool: &sqlx::PgPool,
+        ranges: &[Range],
+        team: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<Arc<Vec<Vec<Evidence>>>>, sqlx::Error> {
+        let (key, read) = Self::read_of(pool, ranges, team);
         self.0
-            .get_revalidating(
-                pool,
-                (days, team.map(str::to_owned)),
-                ranges.to_vec(),
-                move || async move {
-                    store::evidence(&read_pool, &exact, read_team.as_deref()).await
-                },
-            )
+            .get_revalidating_within(pool, key, ranges.to_vec(), read, wait)
             .await
     }
 }

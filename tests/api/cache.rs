@@ -233,6 +233,52 @@ async fn a_young_result_is_served_at_once_after_a_write_and_read_anew_behind_the
     assert_eq!(*own, 3);
 }
 
+/// A request that bounds its wait goes without once the bound is past, and the read it started
+/// goes on and is kept: the next request gets it at once.
+#[tokio::test]
+async fn a_bounded_wait_goes_without_and_the_read_it_started_is_kept() {
+    let pool = setup().await;
+    let cache =
+        SnapshotCache::<&str, i64>::new(Duration::ZERO, 8).revalidating(Duration::from_secs(60));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let slow = |pool: &PgPool, reads: &Arc<AtomicUsize>| {
+        let (pool, reads) = (pool.clone(), reads.clone());
+        move || async move {
+            reads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            figure(&pool).await
+        }
+    };
+    let bound = Duration::from_millis(50);
+    let first = cache
+        .get_revalidating_within(&pool, "k", (), slow(&pool, &reads), bound)
+        .await
+        .unwrap();
+    assert_eq!(first, None, "past its bound, the request goes without");
+    assert_eq!(reads.load(Ordering::SeqCst), 1, "the read started");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let kept = tokio::time::timeout(
+        Duration::from_millis(200),
+        cache.get_revalidating_within(&pool, "k", (), slow(&pool, &reads), bound),
+    )
+    .await
+    .expect("the kept result at once")
+    .unwrap();
+    assert_eq!(kept.as_deref(), Some(&1));
+    // A bound longer than the read: the request gets it.
+    let waited = cache
+        .get_revalidating_within(
+            &pool,
+            "other",
+            (),
+            slow(&pool, &reads),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(waited.as_deref(), Some(&1));
+}
+
 /// A key whose reads take more than the key says (right-sizing's range ends at the current hour,
 /// kept by its days): a result asked otherwise is never served as the answer, except at once
 /// while young in a revalidating cache, read anew behind the request as asked now.

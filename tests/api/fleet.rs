@@ -101,7 +101,7 @@ async fn readiness_fails_with_503_and_retry_after_when_the_database_is_gone() {
 }
 
 /// Signs `token` in to the dashboard; the session cookie.
-async fn ui_session(app: &TestApp, token: &str) -> String {
+pub async fn ui_session(app: &TestApp, token: &str) -> String {
     let r = app
         .router
         .clone()
@@ -117,7 +117,8 @@ async fn ui_session(app: &TestApp, token: &str) -> String {
     cookie.split(';').next().unwrap().to_owned()
 }
 
-async fn ui_page(app: &TestApp, cookie: &str, uri: &str) -> String {
+/// The page at `uri`, signed in with `cookie`; it must answer 200.
+pub async fn ui_page(app: &TestApp, cookie: &str, uri: &str) -> String {
     let r = app
         .router
         .clone()

@@ -109,6 +109,71 @@ async fn ranges_read_together_each_get_their_own_hours() {
     assert_eq!(vision[1][0].memory_p99_bytes, 3 * GIB);
 }
 
+/// The team page's first read after a start waits for right-sizing's evidence at most
+/// `evidence_wait`: past it the page comes with its costs but without the percentiles, says they
+/// are being read, and the read goes on behind it; a later page shows what it found. The CSV, a
+/// file to keep, always waits for them.
+#[tokio::test]
+async fn the_team_page_goes_without_right_sizing_past_its_wait_and_shows_it_once_read() {
+    let app = TestApp::with_config(slicemeter::http::state::ServerConfig {
+        evidence_wait: std::time::Duration::ZERO,
+        ingest_rate: 0.0,
+        ..test_config()
+    })
+    .await;
+    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    fourteen_days(&app).await;
+    let cookie = crate::fleet::ui_session(&app, &app.admin).await;
+    // The month of the last hour ingested (the first hour of a month holds none of the 14 days).
+    let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
+    let month = (end - Duration::hours(1)).format("%Y-%m");
+
+    // The CSV of a team not read yet: every figure, percentiles included.
+    let csv = crate::fleet::ui_page(
+        &app,
+        &cookie,
+        &format!("/ui/team/search/workloads.csv?month={month}"),
+    )
+    .await;
+    let mut rows = csv::Reader::from_reader(csv.as_bytes());
+    let header = rows.headers().unwrap().clone();
+    let p99 = header.iter().position(|h| h == "memory_p99_gib").unwrap();
+    let ranker: Vec<_> = rows.records().map(Result::unwrap).collect();
+    assert_eq!(ranker.len(), 1, "{csv}");
+    assert_eq!(&ranker[0][1], "ranker");
+    assert_eq!(&ranker[0][p99], "2", "{csv}");
+
+    let uri = format!("/ui/team/nlp?month={month}");
+    let first = crate::fleet::ui_page(&app, &cookie, &uri).await;
+    assert!(
+        first.contains(r#"data-field="right-sizing-pending""#),
+        "{first}"
+    );
+    assert!(first.contains(r#"data-field="evidence-pending""#));
+    assert!(!first.contains(r#"data-table="right-sizing""#));
+    assert!(!first.contains("Every workload holds what it needs"));
+    // Its costs are there: the embedder's workload line.
+    assert!(first.contains(r#"data-workload="embedder""#), "{first}");
+
+    let mut page = first;
+    for _ in 0..400 {
+        if !page.contains("right-sizing-pending") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        page = crate::fleet::ui_page(&app, &cookie, &uri).await;
+    }
+    assert!(!page.contains(r#"data-field="right-sizing-pending""#));
+    assert!(!page.contains(r#"data-field="evidence-pending""#));
+    // The 3g.40gb held at 6 GiB and 3 % busy: right-sizing now advises a smaller slice.
+    assert!(page.contains(r#"data-table="right-sizing""#), "{page}");
+    assert!(
+        page.contains(r#"data-field="right-sizing-summary""#),
+        "{page}"
+    );
+}
+
 fn of<'a>(list: &'a Value, workload: &str) -> &'a Value {
     list.as_array()
         .unwrap()

@@ -2,6 +2,8 @@
 //! month, what it holds against what it uses slice by slice, and its invoices. Per-slice figures are
 //! the FOCUS export's read model (`reports::slices`), priced by billing's own function.
 
+use std::time::Duration;
+
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -51,41 +53,70 @@ async fn visible_team(
     Ok((team, info))
 }
 
-/// What the team page shows of `team`'s `month`: its report, in its currency, right-sizing now,
-/// and its workload lines.
+/// What the team page shows of `team`'s `month`: its report, in its currency, right-sizing now
+/// (`None` while its evidence is being read), and its workload lines.
 struct TeamMonth {
     report: MonthlyReport,
     currency: Currency,
-    recommendations: Vec<Recommendation>,
+    recommendations: Option<Vec<Recommendation>>,
     workloads: Vec<WorkloadLine>,
 }
 
-async fn team_month(state: &AppState, team: &TeamId, month: Month) -> Result<TeamMonth, UiError> {
+/// `team`'s `month`, waiting at most `evidence_wait` for right-sizing's evidence when none is kept
+/// (`None`: until it is read, as the CSV must); past it, its workload lines come without their
+/// percentiles and right-sizing is being read.
+async fn team_month(
+    state: &AppState,
+    team: &TeamId,
+    month: Month,
+    evidence_wait: Option<Duration>,
+) -> Result<TeamMonth, UiError> {
     let cards = rate_cards::rate_cards(&state.pool).await?;
     let report =
         reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(team)).await?;
     let currency = currency_of(&report, &cards);
     // The month's evidence (its workload table) and right-sizing's, read in one scan.
     let now = Utc::now();
-    let evidence = state
-        .evidence
-        .get(
-            &state.pool,
-            &[
-                (month.start(), month.end()),
-                plan::right_sizing_range(RIGHT_SIZING_DAYS, now),
-            ],
-            Some(team.as_str()),
-        )
-        .await
-        .map_err(ApiError::from)?;
-    let recommendations =
-        plan::recommend_all(&state.pool, &evidence[1], TargetProfile::Default, now)
-            .await
-            .map_err(ApiError::from)?;
-    let workloads = workloads::lines(state, team, month, &evidence[0], &recommendations)
-        .await
-        .map_err(ApiError::from)?;
+    let ranges = [
+        (month.start(), month.end()),
+        plan::right_sizing_range(RIGHT_SIZING_DAYS, now),
+    ];
+    let evidence = async {
+        match evidence_wait {
+            None => Some(
+                state
+                    .evidence
+                    .get(&state.pool, &ranges, Some(team.as_str()))
+                    .await,
+            )
+            .transpose(),
+            Some(wait) => {
+                state
+                    .evidence
+                    .get_within(&state.pool, &ranges, Some(team.as_str()), wait)
+                    .await
+            }
+        }
+    };
+    // The workloads' costs are read while the evidence is waited for.
+    let (evidence, usage) = tokio::join!(evidence, workloads::usage(state, team, month));
+    let (evidence, usage) = (
+        evidence.map_err(ApiError::from)?,
+        usage.map_err(ApiError::from)?,
+    );
+    let recommendations = match &evidence {
+        Some(e) => Some(
+            plan::recommend_all(&state.pool, &e[1], TargetProfile::Default, now)
+                .await
+                .map_err(ApiError::from)?,
+        ),
+        None => None,
+    };
+    let workloads = workloads::lines(
+        &usage,
+        evidence.as_ref().map_or(&[][..], |e| &e[0]),
+        recommendations.as_deref().unwrap_or_default(),
+    );
     Ok(TeamMonth {
         report,
         currency,
@@ -107,7 +138,7 @@ pub async fn workloads_csv(
         currency,
         workloads: mut lines,
         ..
-    } = team_month(&state, &team, month).await?;
+    } = team_month(&state, &team, month, None).await?;
     workloads::sort(
         &mut lines,
         q.sort.as_deref().unwrap_or("cost"),
@@ -140,7 +171,7 @@ pub async fn team(
         currency,
         recommendations,
         workloads,
-    } = team_month(&state, &team, month).await?;
+    } = team_month(&state, &team, month, Some(state.config.evidence_wait)).await?;
     // The current month: where it ends if the last days' pace holds, and against its budget, if
     // it has one (the cards show them for the current month, the charts whatever the month).
     let now = Utc::now();
@@ -197,10 +228,11 @@ pub async fn team(
             forecast.as_ref().filter(|_| current),
             budget.as_ref().filter(|_| current),
             workloads,
+            recommendations.is_none(),
             &invoices,
             &q,
         ))
-        (right_sizing(&recommendations, &currency))
+        (right_sizing(recommendations.as_deref(), &currency))
     };
     Ok(page(
         &format!("{} {month}", info.display_name),
@@ -221,6 +253,7 @@ fn team_body(
     forecast: Option<&TeamForecast>,
     budget: Option<&BudgetStanding>,
     mut workloads: Vec<WorkloadLine>,
+    evidence_pending: bool,
     invoices: &[Invoice],
     q: &MonthQuery,
 ) -> Markup {
@@ -308,6 +341,12 @@ fn team_body(
                         strong { (m(idle_cost)) } " of idle capacity: consider giving them back or a smaller slice."
                     }
                 }
+                @if evidence_pending {
+                    p class="notice" data-field="evidence-pending" {
+                        "Memory p99 and compute p95 are being read (percentiles over every hour of the month); "
+                        "reload in a minute to see them."
+                    }
+                }
                 p { a href=(format!("/ui/team/{team}/workloads.csv?month={month}&sort={sort}&dir={}", if desc { "desc" } else { "asc" }))
                       download { "Download this table (CSV)" } }
                 div class="scroll" {
@@ -326,8 +365,19 @@ fn team_body(
 const RIGHT_SIZING_DAYS: u32 = 14;
 
 /// The team's workloads that could hold less (`/v1/recommendations`), each with what it saves a
-/// month: the largest saving first.
-fn right_sizing(recs: &[Recommendation], currency: &Currency) -> Markup {
+/// month: the largest saving first; or, while their evidence is being read (`None`), that it is.
+fn right_sizing(recs: Option<&[Recommendation]>, currency: &Currency) -> Markup {
+    let Some(recs) = recs else {
+        return html! {
+            section aria-labelledby="right-sizing-h" {
+                h2 id="right-sizing-h" { "Right-sizing, from the last " (RIGHT_SIZING_DAYS) " days" }
+                p class="notice" data-field="right-sizing-pending" {
+                    "Right-sizing's evidence is being read (percentiles over every hour of the last "
+                    (RIGHT_SIZING_DAYS) " days); reload in a minute to see what could hold less."
+                }
+            }
+        };
+    };
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
     let mut act: Vec<&Recommendation> = recs
         .iter()

@@ -20,7 +20,7 @@ use crate::http::state::AppState;
 use crate::plan::recommend::{Action, Recommendation};
 use crate::plan::store::Evidence;
 use crate::reports::service as reports;
-use crate::reports::usage::{Dimension, GroupBy, Step, UsageTotal};
+use crate::reports::usage::{Dimension, GroupBy, Step, UsageReport, UsageTotal};
 
 /// One workload's slices of one model, kind and profile in a month.
 #[derive(Debug, Clone)]
@@ -82,16 +82,13 @@ fn group_by() -> GroupBy {
     ])
 }
 
-/// The team's workload lines of `month`, each with its `evidence` (the month's) and `recs`
-/// (right-sizing now) beside it.
-pub async fn lines(
+/// The team's usage of `month` by workload, priced: what [`lines`] are made of.
+pub async fn usage(
     state: &AppState,
     team: &TeamId,
     month: Month,
-    evidence: &[Evidence],
-    recs: &[Recommendation],
-) -> Result<Vec<WorkloadLine>, crate::billing::service::Error> {
-    let report = reports::usage_report(
+) -> Result<UsageReport, crate::billing::service::Error> {
+    reports::usage_report(
         &state.pool,
         &state.reports,
         month.start(),
@@ -100,7 +97,16 @@ pub async fn lines(
         Step::Month,
         Some(team),
     )
-    .await?;
+    .await
+}
+
+/// The team's workload lines of its month's [`usage`], each with its `evidence` (the month's)
+/// and `recs` (right-sizing now) beside it.
+pub fn lines(
+    report: &UsageReport,
+    evidence: &[Evidence],
+    recs: &[Recommendation],
+) -> Vec<WorkloadLine> {
     // Each row finds its evidence and advice by key, the first of each key as SQL ordered them:
     // a team can have thousands of workloads.
     let mut by_key: HashMap<Key<'_>, &Evidence> = HashMap::new();
@@ -127,11 +133,11 @@ pub async fn lines(
             ))
             .or_insert(r);
     }
-    Ok(report
+    report
         .totals
         .iter()
         .map(|t| line(t, &by_key, &advice))
-        .collect())
+        .collect()
 }
 
 /// Namespace, workload, GPU model, slice kind and profile.
