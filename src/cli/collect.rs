@@ -12,6 +12,7 @@ use super::args::{CadenceArgs, SimFleetArgs};
 use crate::collector::attribution::podresources;
 use crate::collector::run::{self, NvmlOptions, Shipping, Token};
 use crate::collector::source::Source;
+use crate::collector::source::dcgm::{DcgmOptions, DcgmSource};
 use crate::collector::source::nvml::Sharing;
 use crate::process;
 use crate::sim::source::SimSource;
@@ -22,6 +23,8 @@ pub enum SourceKind {
     Sim,
     /// This machine's NVIDIA GPUs, through NVML.
     Nvml,
+    /// The node's NVIDIA dcgm-exporter page (`--dcgm-url`): no NVML access, no privileges.
+    Dcgm,
 }
 
 #[derive(Args)]
@@ -39,14 +42,26 @@ pub struct CollectArgs {
     #[arg(long, value_enum, default_value = "sim")]
     pub source: SourceKind,
     /// The node's name: with --source sim which simulated node to be (default its first,
-    /// `<node-prefix>-01`); with --source nvml the name to report (default: the host name).
+    /// `<node-prefix>-01`); with --source nvml or dcgm the name to report (default: the host
+    /// name; with dcgm, the exporter's `Hostname` label must be the same).
     #[arg(long, env = "SLICEMETER_NODE")]
     pub node: Option<String>,
     #[command(flatten)]
     pub fleet: SimFleetArgs,
     #[command(flatten)]
     pub cadence: CadenceArgs,
-    /// With --source nvml: how the device plugin shares non-MIG GPUs: none, timeslice:N or mps:N.
+    /// With --source dcgm: the exporter's page.
+    #[arg(
+        long,
+        env = "SLICEMETER_DCGM_URL",
+        default_value = "http://127.0.0.1:9400/metrics"
+    )]
+    pub dcgm_url: String,
+    /// With --source dcgm: how long one scrape may take (a slower one is time not observed).
+    #[arg(long, env = "SLICEMETER_DCGM_TIMEOUT", default_value = "3s", value_parser = humantime::parse_duration)]
+    pub dcgm_timeout: Duration,
+    /// With --source nvml or dcgm: how the device plugin shares non-MIG GPUs: none, timeslice:N or
+    /// mps:N.
     #[arg(long, env = "SLICEMETER_GPU_SHARING", default_value = "none")]
     pub gpu_sharing: Sharing,
     /// The kubelet's PodResources socket; used when it exists.
@@ -140,6 +155,12 @@ impl CollectArgs {
                 })
                 .await?,
             ),
+            SourceKind::Dcgm => Box::new(DcgmSource::new(DcgmOptions {
+                url: self.dcgm_url.clone(),
+                node: self.host_node()?,
+                sharing: self.gpu_sharing,
+                timeout: self.dcgm_timeout,
+            })?),
         })
     }
 }

@@ -1,5 +1,6 @@
-//! Samples into occupancy windows. A sample's values hold until the next sample (at most `max_step`
-//! later: a longer gap is time not observed). Windows sit on a grid of `window` since the Unix
+//! Samples into occupancy windows. A sample's values hold until the next sample when that comes
+//! soon enough ([`Hold`]); after a longer gap they hold a fixed time and the rest is time not
+//! observed. Windows sit on a grid of `window` since the Unix
 //! epoch; a step that crosses a grid line is split there. Sums are kept in integers (milliseconds,
 //! bytes, parts per million), so every window is the exact integral of the step function sampled.
 
@@ -45,9 +46,48 @@ impl Occupancy {
     }
 }
 
+/// How long one sample's values hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    /// The next sample continues the last one when it comes at most this long after it.
+    pub bridge_ms: i64,
+    /// After a longer gap, the last sample holds this long; the rest is not observed.
+    pub last_ms: i64,
+}
+
+impl Hold {
+    /// A sample holds until the next one, at most `ms` later: the collector's own sampler, where a
+    /// tick may come late and a sample stands for the time until the next.
+    pub fn up_to(ms: i64) -> Hold {
+        Hold {
+            bridge_ms: ms,
+            last_ms: ms,
+        }
+    }
+
+    /// A scrape of another process's page every `interval_ms`, read as Prometheus reads a series:
+    /// held from its first sample to its last plus one interval. A next sample up to half an
+    /// interval late still continues it; one later leaves the time after the last interval out.
+    pub fn scraped(interval_ms: i64) -> Hold {
+        Hold {
+            bridge_ms: interval_ms + interval_ms / 2,
+            last_ms: interval_ms,
+        }
+    }
+
+    /// Until when a sample taken at `t0` holds, when the next one is taken at `t`.
+    pub fn until(&self, t0: i64, t: i64) -> i64 {
+        if t - t0 <= self.bridge_ms {
+            t
+        } else {
+            t0 + self.last_ms
+        }
+    }
+}
+
 pub struct Integrator {
     window_ms: i64,
-    max_step_ms: i64,
+    hold: Hold,
     last: Option<(i64, Vec<Reading>)>,
     current: Option<ClosedWindow>,
     /// Milliseconds between samples that no sample held (each a gap between two windows).
@@ -57,10 +97,15 @@ pub struct Integrator {
 impl Integrator {
     /// Windows of `window_ms`; a sample holds at most `max_step_ms`.
     pub fn new(window_ms: i64, max_step_ms: i64) -> Integrator {
-        assert!(window_ms > 0 && max_step_ms > 0);
+        Integrator::with_hold(window_ms, Hold::up_to(max_step_ms))
+    }
+
+    /// Windows of `window_ms`, samples held as `hold` says.
+    pub fn with_hold(window_ms: i64, hold: Hold) -> Integrator {
+        assert!(window_ms > 0 && hold.bridge_ms > 0 && hold.last_ms > 0);
         Integrator {
             window_ms,
-            max_step_ms,
+            hold,
             last: None,
             current: None,
             unobserved_ms: 0,
@@ -71,7 +116,7 @@ impl Integrator {
     pub fn push(&mut self, t_ms: i64, readings: Vec<Reading>) -> Vec<ClosedWindow> {
         let mut closed = Vec::new();
         if let Some((t0, prev)) = self.last.take() {
-            let until = t_ms.min(t0 + self.max_step_ms);
+            let until = self.hold.until(t0, t_ms).min(t_ms);
             self.integrate(t0, until, &prev, &mut closed);
             if until < t_ms {
                 // Not observed: the window in progress ends where observation stopped.
@@ -89,15 +134,32 @@ impl Integrator {
         self.unobserved_ms
     }
 
-    /// Lets the last samples hold until `t_ms` (at most `max_step`) and closes the open window.
+    /// Lets the last samples hold until `t_ms` (at most as long as a last sample holds) and closes
+    /// the open window.
     pub fn flush(&mut self, t_ms: i64) -> Vec<ClosedWindow> {
         let mut closed = Vec::new();
         if let Some((t0, prev)) = self.last.take() {
-            let until = t_ms.min(t0 + self.max_step_ms);
+            let until = t_ms.min(t0 + self.hold.last_ms);
             self.integrate(t0, until, &prev, &mut closed);
         }
         closed.extend(self.current.take());
         closed
+    }
+
+    /// Integrates `readings` held over `[from, to)`: a step computed by the caller (the importer
+    /// reads Prometheus' samples as steps of one scrape interval). A step that does not start where
+    /// the last one ended closes the open window first; the time between is not observed.
+    pub fn hold(&mut self, from: i64, to: i64, readings: &[Reading]) -> Vec<ClosedWindow> {
+        let mut closed = Vec::new();
+        if from < to {
+            self.integrate(from, to, readings, &mut closed);
+        }
+        closed
+    }
+
+    /// Closes the open window, if any.
+    pub fn close(&mut self) -> Vec<ClosedWindow> {
+        self.current.take().into_iter().collect()
     }
 
     fn integrate(

@@ -15,10 +15,11 @@ use tokio::sync::mpsc;
 use super::attribution::kubeapi::KubeApi;
 use super::attribution::procfs::Procfs;
 use super::attribution::{self, Attribution, load_static_map};
+use super::integrator::{Hold, Integrator};
 use super::shipper::{ShipError, Shipper};
 use super::source::nvml::real::RealNvml;
 use super::source::nvml::{NvmlSource, Sharing};
-use super::source::{Source, SourceError};
+use super::source::{Source, SourceError, Timing};
 use super::spool::{self, Spool};
 use super::{Cadence, CardFit, Replay, batch, fitted};
 use crate::domain::batch::Batch;
@@ -277,14 +278,16 @@ pub async fn live<S: Source + 'static>(
 }
 
 /// Samples a source in real time until `shutdown` fires, sending each closed window's batch to
-/// `out`. On shutdown the open window is closed and sent too.
+/// `out`. On shutdown the open window is closed and sent too. A missed sample (a failed scrape) is
+/// time not observed; a changed inventory closes the windows so far, which are sent with the old
+/// one.
 pub async fn run_live<S: Source>(
     mut source: S,
     cadence: Cadence,
     out: mpsc::Sender<Batch>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), SourceError> {
-    let inventory = source.inventory()?;
+    let mut inventory = source.inventory()?;
     let node = source.node().to_owned();
     tracing::info!(
         node = %node,
@@ -292,34 +295,93 @@ pub async fn run_live<S: Source>(
         slices = inventory.slices.len(),
         "The collector is sampling."
     );
-    let fit = CardFit::of(&inventory);
-    let mut integrator = cadence.integrator();
-    let mut tick = tokio::time::interval(cadence.sample_interval);
+    let timing = source.timing();
+    let interval_ms = cadence.sample_interval.as_millis().max(1) as i64;
+    let new_integrator = || match timing {
+        Timing::Sampled => cadence.integrator(),
+        Timing::Slotted => Integrator::with_hold(
+            cadence.window.as_millis().max(1) as i64,
+            Hold::scraped(interval_ms),
+        ),
+    };
+    let mut fit = CardFit::of(&inventory);
+    let mut integrator = new_integrator();
+    let mut tick = match timing {
+        Timing::Sampled => tokio::time::interval(cadence.sample_interval),
+        Timing::Slotted => {
+            // Mid-slot, so that a tick a little early or late still falls in its slot.
+            let now = Utc::now().timestamp_millis();
+            let next = (now.div_euclid(interval_ms) + 1) * interval_ms + interval_ms / 2;
+            let wait = Duration::from_millis((next - now).max(0) as u64);
+            tokio::time::interval_at(tokio::time::Instant::now() + wait, cadence.sample_interval)
+        }
+    };
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_ms = None;
     loop {
-        let closed = tokio::select! {
+        let mut closed = Vec::new();
+        tokio::select! {
             _ = tick.tick() => {
                 let now = Utc::now();
-                let mut readings = source.sample(now)?;
+                let t = match timing {
+                    Timing::Sampled => now.timestamp_millis(),
+                    Timing::Slotted => now.timestamp_millis().div_euclid(interval_ms) * interval_ms,
+                };
+                if last_ms.is_some_and(|last| t <= last) {
+                    continue;
+                }
+                let mut readings = match source.sample(now) {
+                    Ok(r) => r,
+                    Err(SourceError::Missed(reason)) => {
+                        tracing::warn!(node = %node, %reason, at = %now, "A sample was missed; its time is not observed.");
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                if source.inventory_changed() {
+                    closed.extend(integrator.push(t, Vec::new()));
+                    closed.extend(integrator.flush(t));
+                    for w in closed.iter().filter(|_| !inventory.gpus.is_empty()) {
+                        if out.send(batch(&node, &inventory, w)).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    closed.clear();
+                    inventory = source.inventory()?;
+                    fit = CardFit::of(&inventory);
+                    integrator = new_integrator();
+                }
                 fitted(&fit, &mut readings);
                 let before = integrator.unobserved_ms();
-                let closed = integrator.push(now.timestamp_millis(), readings);
+                closed = integrator.push(t, readings);
+                last_ms = Some(t);
                 let lost = integrator.unobserved_ms() - before;
                 if lost > 0 {
                     metrics::counter!("slicemeter_collector_unobserved_gaps_total")
                         .increment(1);
-                    tracing::warn!(
-                        node = %node,
-                        unobserved_ms = lost,
-                        until = %now,
-                        "The sampler was late: time no sample covered is left out of the windows."
-                    );
+                    match timing {
+                        Timing::Sampled => tracing::warn!(
+                            node = %node,
+                            unobserved_ms = lost,
+                            until = %now,
+                            "The sampler was late: time no sample covered is left out of the windows."
+                        ),
+                        Timing::Slotted => tracing::warn!(
+                            node = %node,
+                            unobserved_ms = lost,
+                            until = %now,
+                            "No scrape covered this stretch: it is left out of the windows."
+                        ),
+                    }
                 }
-                closed
             }
             _ = shutdown.changed() => {
-                let closed = integrator.flush(Utc::now().timestamp_millis());
-                for w in &closed {
+                let end = match (timing, last_ms) {
+                    (Timing::Slotted, Some(last)) => last + interval_ms,
+                    _ => Utc::now().timestamp_millis(),
+                };
+                let closed = integrator.flush(end);
+                for w in closed.iter().filter(|_| !inventory.gpus.is_empty()) {
                     if out.send(batch(&node, &inventory, w)).await.is_err() {
                         break;
                     }
@@ -327,6 +389,10 @@ pub async fn run_live<S: Source>(
                 return Ok(());
             }
         };
+        // A source with no GPUs (an exporter that lists none yet) has nothing to report.
+        if inventory.gpus.is_empty() {
+            continue;
+        }
         for w in &closed {
             if out.send(batch(&node, &inventory, w)).await.is_err() {
                 return Ok(());

@@ -131,6 +131,30 @@ pub fn table_model(nvml_name: &str) -> Option<&'static str> {
     Some(model)
 }
 
+/// NVML's memory figure for the GPUs whose drivers were read: `NVIDIA H100 80GB HBM3`, `NVIDIA H200`
+/// and `NVIDIA A100-SXM4-80GB`.
+const NVML_MEMORY_BYTES: [(&str, u64); 3] = [
+    ("H100-SXM5-80GB", 85_520_809_984),
+    ("H200-141GB", 150_754_820_096),
+    ("A100-SXM4-80GB", 85_899_345_920),
+];
+
+/// The memory of a GPU of a table model, in bytes: NVML's figure where it was read, else the
+/// whole-card profile's memory rounded up to a whole GiB (NVML's figure on the A100 40GB and A30;
+/// a little above it on the other models). A source that cannot ask the driver (dcgm-exporter
+/// gives no GPU-level memory on a MIG GPU) reports this, the same every time.
+pub fn memory_bytes(table_model: &str) -> u64 {
+    if let Some((_, bytes)) = NVML_MEMORY_BYTES.iter().find(|(m, _)| *m == table_model) {
+        return *bytes;
+    }
+    of_model(table_model)
+        .filter(|p| p.compute_slices == p.total_compute_slices)
+        .map(|p| p.memory_gib.ceil())
+        .max()
+        .and_then(|gib| u64::try_from(gib).ok())
+        .map_or(0, |gib| gib << 30)
+}
+
 /// Why a set of MIG instances cannot coexist on one GPU.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LayoutError {

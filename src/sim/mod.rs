@@ -5,7 +5,9 @@
 //! gives the same bytes. `source` is one node of it as a collector `Source`; `generate` drives the
 //! collector's parts over it in fast-forward (`simulate`, `demo`'s back-fill, the benchmarks).
 
+pub mod dcgm;
 pub mod generate;
+pub mod prometheus;
 pub mod source;
 pub mod workload;
 
@@ -115,27 +117,24 @@ pub struct SimFleet {
     consumers: Arc<std::sync::Mutex<BTreeMap<u64, Arc<ConsumerReport>>>>,
 }
 
-/// A GPU model of the simulator: NVML's name, memory, and the profile table's key.
+/// A GPU model of the simulator: NVML's name and the profile table's key (its memory is the
+/// table's, `profiles::memory_bytes`).
 struct Model {
     nvml_name: &'static str,
-    memory_bytes: i64,
     table: &'static str,
 }
 
 const MODELS: [Model; 3] = [
     Model {
         nvml_name: "NVIDIA H100 80GB HBM3",
-        memory_bytes: 85_520_809_984,
         table: "H100-SXM5-80GB",
     },
     Model {
         nvml_name: "NVIDIA H200",
-        memory_bytes: 150_754_820_096,
         table: "H200-141GB",
     },
     Model {
         nvml_name: "NVIDIA A100-SXM4-80GB",
-        memory_bytes: 85_899_345_920,
         table: "A100-SXM4-80GB",
     },
 ];
@@ -254,12 +253,12 @@ impl SimFleet {
         let report = GpuReport {
             uuid: uuid.clone(),
             model: model.nvml_name.to_owned(),
-            memory_bytes: model.memory_bytes,
+            memory_bytes: profiles::memory_bytes(model.table) as i64,
             compute_slices: 7,
             memory_slices: 8,
             mig_enabled,
         };
-        let gpu_memory = model.memory_bytes as u64;
+        let gpu_memory = profiles::memory_bytes(model.table);
         let mut slices = Vec::new();
         let mut push = |report: SliceReport, reserved: u64, scale: f64, rng: &mut Rng| {
             *slice_id += 1;

@@ -1,6 +1,7 @@
-//! Where readings come from, behind [`Source`]: NVML on real GPUs (`nvml`), or the simulator
-//! (`sim::source`, which implements the same trait).
+//! Where readings come from, behind [`Source`]: NVML on real GPUs (`nvml`), the node's
+//! dcgm-exporter (`dcgm`), or the simulator (`sim::source`, which implements the same trait).
 
+pub mod dcgm;
 pub mod nvml;
 
 use std::sync::Arc;
@@ -31,8 +32,27 @@ pub struct Reading {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The source cannot be read at all: the collector stops.
     #[error("{0}")]
     Unavailable(String),
+    /// This sample could not be taken (a scrape that failed or timed out): the time it would have
+    /// covered is not observed, and the collector goes on.
+    #[error("a sample was missed: {0}")]
+    Missed(String),
+}
+
+/// How a source's samples become time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// Read when the collector samples: a sample holds until the next, at most two intervals
+    /// (`Hold::up_to`).
+    Sampled,
+    /// Scrapes of another process's page: each stands for the slot of the sample interval it falls
+    /// in (slots since the Unix epoch), held from the first slot to the last plus one (a skipped
+    /// slot is time not observed: `Hold::scraped`), as Prometheus holds a scraped series. The
+    /// collector samples mid-slot. `import prometheus` reads Prometheus' samples the same way, so
+    /// that the same scrapes make the same windows.
+    Slotted,
 }
 
 /// A node's GPUs, read at an instant.
@@ -42,6 +62,14 @@ pub trait Source: Send {
     fn inventory(&mut self) -> Result<Inventory, SourceError>;
     /// Readings of every slice of the inventory at `at`.
     fn sample(&mut self, at: DateTime<Utc>) -> Result<Vec<Reading>, SourceError>;
+    fn timing(&self) -> Timing {
+        Timing::Sampled
+    }
+    /// Whether the last sample found the inventory changed (a MIG instance made or destroyed); the
+    /// sample's readings are of the new one. Asking clears it.
+    fn inventory_changed(&mut self) -> bool {
+        false
+    }
 }
 
 impl Source for Box<dyn Source> {
@@ -55,6 +83,14 @@ impl Source for Box<dyn Source> {
 
     fn sample(&mut self, at: DateTime<Utc>) -> Result<Vec<Reading>, SourceError> {
         (**self).sample(at)
+    }
+
+    fn timing(&self) -> Timing {
+        (**self).timing()
+    }
+
+    fn inventory_changed(&mut self) -> bool {
+        (**self).inventory_changed()
     }
 }
 
