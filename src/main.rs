@@ -3,8 +3,8 @@
 
 use clap::Parser;
 use slicemeter::cli::{
-    Cli, Command, collect, demo, export, gpu, invoice, migrate, plan, rate_card, serve, simulate,
-    token,
+    Cli, Command, collect, demo, export, gpu, import, invoice, migrate, plan, rate_card, serve,
+    simulate, token,
 };
 
 /// mimalloc rather than glibc's malloc: ingest allocates for every JSON value and row, and glibc's
@@ -23,6 +23,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Simulate(args) => simulate::run(args).await,
         Command::Token { command } => token::run(command).await,
         Command::Gpu { command } => gpu::run(command).await,
+        Command::Import { command } => import::run(command).await,
         Command::RateCard { command } => rate_card::run(command).await,
         Command::Invoice { command } => invoice::run(command).await,
         Command::Export { command } => export::run(command).await,

@@ -7,6 +7,7 @@ pub mod collect;
 pub mod demo;
 pub mod export;
 pub mod gpu;
+pub mod import;
 pub mod invoice;
 pub mod migrate;
 pub mod plan;
@@ -40,6 +41,11 @@ pub enum Command {
     Token {
         #[command(subcommand)]
         command: token::TokenCommand,
+    },
+    /// Back-fill past months from what the fleet already runs (Prometheus and dcgm-exporter).
+    Import {
+        #[command(subcommand)]
+        command: import::ImportCommand,
     },
     /// Move a GPU to another node (only that node's collector reports it from then on).
     Gpu {

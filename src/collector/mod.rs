@@ -5,6 +5,7 @@
 //! server over HTTP only.
 
 pub mod attribution;
+pub mod import;
 pub mod integrator;
 pub mod run;
 pub mod shipper;

@@ -247,6 +247,22 @@ pub struct IngestOutcome {
     pub duplicates: u64,
 }
 
+/// The periods stored for a node's GPUs in an interval (`GET /v1/ingest/coverage`): what a
+/// back-fill need not send again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Coverage {
+    pub node: String,
+    /// Each GPU of the node with a stored period in the interval.
+    pub gpus: Vec<GpuCoverage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GpuCoverage {
+    pub uuid: String,
+    /// Stored time within the interval, in order, adjacent periods joined.
+    pub periods: Vec<Period>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,20 +2,24 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, header};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::Principal;
-use crate::domain::batch::{Batch, IngestOutcome};
+use crate::domain::batch::{Batch, Coverage, IngestOutcome, is_node_name};
+use crate::domain::fields::FieldError;
 use crate::ingest::{IngestError, decode::decode};
 
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(post_ingest))
+    OpenApiRouter::new()
+        .routes(routes!(post_ingest))
+        .routes(routes!(get_coverage))
 }
 
 /// Stores a batch of occupancy windows. Idempotent on (slice, consumer, window start): re-sent windows
@@ -46,6 +50,91 @@ async fn post_ingest(
         refused(e, windows);
     }
     outcome.map(Json)
+}
+
+/// The interval whose stored periods are asked for.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CoverageParams {
+    /// The node.
+    #[param(example = "gpu-node-01")]
+    node: Option<String>,
+    /// Start, an RFC 3339 instant.
+    #[param(example = "2026-10-01T00:00:00Z")]
+    from: Option<String>,
+    /// End (excluded), an RFC 3339 instant; at most 31 days after `from`.
+    #[param(example = "2026-10-02T00:00:00Z")]
+    to: Option<String>,
+}
+
+/// The periods already stored for a node's GPUs within `[from, to)`: what a back-fill (`slicemeter
+/// import prometheus`) need not send again. For whoever may ingest for the node.
+#[utoipa::path(get, path = "/v1/ingest/coverage", tag = "ingest",
+    params(CoverageParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "each GPU's stored time in the interval", body = Coverage),
+        (status = 400, description = "bad parameters, each named", body = ErrorBody),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "the token may not ingest for this node", body = ErrorBody)))]
+async fn get_coverage(
+    State(state): State<AppState>,
+    principal: Principal,
+    params: Result<Query<CoverageParams>, QueryRejection>,
+) -> Result<Json<Coverage>, ApiError> {
+    let Query(p) = params?;
+    let mut errors = Vec::new();
+    let node = match p.node {
+        Some(n) if is_node_name(&n) => Some(n),
+        Some(_) => {
+            errors.push(FieldError::new(
+                "node",
+                "node is 1 to 253 letters, digits, '.', '-' or '_'",
+            ));
+            None
+        }
+        None => {
+            errors.push(FieldError::new("node", "node is required"));
+            None
+        }
+    };
+    let mut instant =
+        |field: &str, v: Option<String>| match v.as_deref().map(DateTime::parse_from_rfc3339) {
+            Some(Ok(t)) => Some(t.with_timezone(&Utc)),
+            Some(Err(_)) => {
+                errors.push(FieldError::new(
+                    field,
+                    format!("{field} is not an RFC 3339 instant"),
+                ));
+                None
+            }
+            None => {
+                errors.push(FieldError::new(field, format!("{field} is required")));
+                None
+            }
+        };
+    let (from, to) = (instant("from", p.from), instant("to", p.to));
+    if let (Some(from), Some(to)) = (from, to)
+        && !(from < to && to - from <= chrono::Duration::days(31))
+    {
+        errors.push(FieldError::new(
+            "to",
+            "to must be after from, by at most 31 days",
+        ));
+    }
+    let (Some(node), Some(from), Some(to), true) = (node, from, to, errors.is_empty()) else {
+        return Err(ApiError::invalid_fields(
+            "the parameters are invalid",
+            errors,
+        ));
+    };
+    if !principal.may_ingest_for(&node) {
+        return Err(ApiError::forbidden(format!(
+            "a {} token may not read node {node:?}'s coverage",
+            principal.role()
+        )));
+    }
+    Ok(Json(state.ingestor.coverage(&node, from, to).await?))
 }
 
 /// Counts a refused batch by its error code, and the windows it carried (once it could be read).

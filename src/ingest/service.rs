@@ -7,11 +7,11 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::IngestError;
 use super::group::{Committer, GroupCommit};
 use super::validate::{Limits, validate};
+use super::{IngestError, store};
 use crate::db::Partitions;
-use crate::domain::batch::{Batch, IngestOutcome};
+use crate::domain::batch::{Batch, Coverage, GpuCoverage, IngestOutcome, Period};
 use crate::domain::time::months_touched;
 
 /// Ingest as the server runs it: batches validated on their own, then stored in groups.
@@ -30,6 +30,37 @@ impl Ingestor {
             pool,
             partitions,
         }
+    }
+
+    /// The stored periods of node `node`'s GPUs within `[from, to)`, each clipped to it and
+    /// adjacent ones joined.
+    pub async fn coverage(
+        &self,
+        node: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Coverage, IngestError> {
+        let mut gpus: Vec<GpuCoverage> = Vec::new();
+        for (uuid, start, end) in store::stored_periods(&self.pool, node, from, to).await? {
+            let period = Period {
+                start: start.max(from),
+                end: end.min(to),
+            };
+            match gpus.last_mut() {
+                Some(g) if g.uuid == uuid => match g.periods.last_mut() {
+                    Some(last) if last.end >= period.start => last.end = last.end.max(period.end),
+                    _ => g.periods.push(period),
+                },
+                _ => gpus.push(GpuCoverage {
+                    uuid,
+                    periods: vec![period],
+                }),
+            }
+        }
+        Ok(Coverage {
+            node: node.to_owned(),
+            gpus,
+        })
     }
 
     /// Validates and stores one batch.

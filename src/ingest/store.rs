@@ -11,12 +11,13 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use rust_decimal::Decimal;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use super::registry::{RegisteredGpu, RegisteredSlice, StoredPeriod};
 use super::resent::StoredWindow;
 use super::rules::SliceUse;
 use super::validate::{ValidBatch, ValidConsumer};
+use crate::domain::batch::bounds;
 use crate::domain::slice::Reservation;
 use crate::domain::time::seconds_by_hour;
 use crate::domain::window::{Rollup, Window};
@@ -433,6 +434,35 @@ pub async fn overlapping_periods(
     )
     .fetch_all(&mut *tx)
     .await
+}
+
+/// Each stored period of node `node`'s GPUs that overlaps `[from, to)`, by GPU uuid then start. A
+/// period is at most `bounds::MAX_PERIOD_SECONDS` long, so the index on (GPU, start) finds them.
+pub async fn stored_periods(
+    pool: &PgPool,
+    node: &str,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<(String, DateTime<Utc>, DateTime<Utc>)>, sqlx::Error> {
+    let earliest = from - chrono::Duration::seconds(bounds::MAX_PERIOD_SECONDS);
+    let rows = sqlx::query!(
+        r#"select g.gpu_uuid, p.period_start, p.period_end
+           from gpu g
+           join gpu_presence p on p.gpu_id = g.gpu_id
+           where g.node = $1 and p.period_start > $2 and p.period_start < $4
+             and p.period_end > $3
+           order by g.gpu_uuid, p.period_start"#,
+        node,
+        earliest,
+        from,
+        to
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| (r.gpu_uuid, r.period_start, r.period_end))
+        .collect())
 }
 
 /// Records that each batch's `gpus` existed for its period: a presence row each, and their

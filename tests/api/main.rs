@@ -27,6 +27,7 @@ mod recommendations;
 mod reports;
 mod retention;
 mod schema;
+mod sources;
 mod support;
 mod teams;
 mod tokens;

@@ -1,0 +1,521 @@
+//! `slicemeter import prometheus`: back-fills past months from a Prometheus (or Thanos, Mimir,
+//! VictoriaMetrics) that scraped the fleet's dcgm-exporters (`collector::import`), chunk by chunk:
+//! each read whole from Prometheus, then sent as each node's batches, the chunks done kept in a
+//! state file so that an interrupted import goes on where it stopped. `--dry-run` sends nothing and
+//! prints what it would store, and each month's cost under the current rate card.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use chrono::{DateTime, NaiveDate, Utc};
+use clap::{Args, Subcommand};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::collector::import::prometheus::{Auth, Prometheus, QueryError, RawSeries};
+use crate::collector::import::{self, ChunkPlan, Covered};
+use crate::collector::shipper::{ShipError, Shipper};
+use crate::collector::source::dcgm::Refusals;
+use crate::collector::source::dcgm::read::{HolderLabels, ReadOptions};
+use crate::collector::source::nvml::Sharing;
+use crate::domain::batch::{Batch, Coverage};
+use crate::process;
+use dry_run::{RateCardView, Tally, print_dry_run};
+
+mod dry_run;
+
+#[derive(Subcommand)]
+pub enum ImportCommand {
+    /// Back-fill from Prometheus' HTTP API what it scraped of the fleet's dcgm-exporters.
+    Prometheus(Box<PrometheusArgs>),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HolderLabelsArg {
+    /// `exported_pod` and its kin where Prometheus has them (it scraped without `honor_labels`),
+    /// else `pod`, `namespace`, `container`.
+    Auto,
+    Plain,
+    Exported,
+}
+
+#[derive(Args)]
+pub struct PrometheusArgs {
+    /// The query API's base, e.g. http://prometheus:9090 (Thanos, Mimir and VictoriaMetrics alike).
+    #[arg(long, env = "SLICEMETER_PROMETHEUS_URL")]
+    pub url: String,
+    /// The first day (2026-10-01) or instant to import, on the window grid.
+    #[arg(long, value_parser = instant)]
+    pub from: DateTime<Utc>,
+    /// The end (excluded), a day or an instant; at most now.
+    #[arg(long, value_parser = instant)]
+    pub to: DateTime<Utc>,
+    /// The slicemeter server.
+    #[arg(long, env = "SLICEMETER_SERVER")]
+    pub server: String,
+    /// An importer's (or an admin's) token.
+    #[arg(
+        long,
+        env = "SLICEMETER_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "token_file"
+    )]
+    pub token: Option<String>,
+    #[arg(long, env = "SLICEMETER_TOKEN_FILE", conflicts_with = "token")]
+    pub token_file: Option<PathBuf>,
+    /// A bearer token for the query API.
+    #[arg(
+        long,
+        env = "SLICEMETER_PROMETHEUS_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "prometheus_user"
+    )]
+    pub prometheus_token: Option<String>,
+    /// A user for the query API's basic auth (its password from --prometheus-password-file or
+    /// SLICEMETER_PROMETHEUS_PASSWORD).
+    #[arg(long, env = "SLICEMETER_PROMETHEUS_USER")]
+    pub prometheus_user: Option<String>,
+    #[arg(long, env = "SLICEMETER_PROMETHEUS_PASSWORD", hide_env_values = true)]
+    pub prometheus_password: Option<String>,
+    #[arg(
+        long,
+        env = "SLICEMETER_PROMETHEUS_PASSWORD_FILE",
+        conflicts_with = "prometheus_password"
+    )]
+    pub prometheus_password_file: Option<PathBuf>,
+    /// Prometheus' scrape interval of the exporters; read from the samples when not given.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub scrape_interval: Option<Duration>,
+    /// The occupancy window, as the collectors' --window.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+    /// How much time one query reads, and one node's batch reports on.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub chunk: Duration,
+    /// How the device plugin shares GPUs not in MIG mode: none, timeslice:N or mps:N.
+    #[arg(long, default_value = "none")]
+    pub gpu_sharing: Sharing,
+    /// A node whose device plugin shares GPUs otherwise: NODE=SHARING (e.g.
+    /// gpu-node-7=timeslice:4), as often as needed.
+    #[arg(long, value_parser = node_sharing)]
+    pub node_sharing: Vec<(String, Sharing)>,
+    /// Which labels name a series' holder.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub holder_labels: HolderLabelsArg,
+    /// How long one query may take.
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    pub query_timeout: Duration,
+    /// The largest answer read from Prometheus, in bytes.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub max_answer_bytes: usize,
+    /// Batches sent at once.
+    #[arg(long, default_value_t = 4)]
+    pub in_flight: usize,
+    /// Where the chunks done are kept, to go on after an interrupt.
+    #[arg(long, default_value = "slicemeter-import.state.json")]
+    pub state: PathBuf,
+    /// Send nothing: print what would be stored, and each month's cost under the current rate card.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// A day (`2026-10-01`, its start in UTC) or an RFC 3339 instant.
+fn instant(s: &str) -> Result<DateTime<Utc>, String> {
+    if let Ok(d) = NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(d.and_hms_opt(0, 0, 0).expect("midnight").and_utc());
+    }
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| format!("{s:?} is neither a day (2026-10-01) nor an RFC 3339 instant"))
+}
+
+fn node_sharing(s: &str) -> Result<(String, Sharing), String> {
+    let (node, sharing) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NODE=SHARING"))?;
+    Ok((node.to_owned(), sharing.parse()?))
+}
+
+/// What a run keeps between starts: its parameters and the chunks it finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct State {
+    url: String,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    window_ms: i64,
+    chunk_ms: i64,
+    done: Vec<i64>,
+}
+
+impl State {
+    fn load(path: &PathBuf, fresh: State) -> State {
+        match std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<State>(&b).ok())
+        {
+            Some(s)
+                if State {
+                    done: Vec::new(),
+                    ..s.clone()
+                } == fresh =>
+            {
+                if !s.done.is_empty() {
+                    eprintln!(
+                        "Going on from {}: {} chunks were imported before.",
+                        path.display(),
+                        s.done.len()
+                    );
+                }
+                s
+            }
+            _ => fresh,
+        }
+    }
+
+    fn save(&self, path: &PathBuf) -> anyhow::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    }
+}
+
+/// The slicemeter server, as the importer uses it.
+struct Server {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+    shipper: Shipper,
+}
+
+impl Server {
+    async fn get<T: for<'de> Deserialize<'de>>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> anyhow::Result<T> {
+        let r = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .query(query)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("asking the server for {path}"))?;
+        let status = r.status();
+        if !status.is_success() {
+            bail!(
+                "the server answered {status} to {path}: {}",
+                r.text().await.unwrap_or_default()
+            );
+        }
+        Ok(r.json().await?)
+    }
+
+    async fn covered(&self, nodes: &[String], (from, to): (i64, i64)) -> anyhow::Result<Covered> {
+        let at = |ms: i64| {
+            DateTime::from_timestamp_millis(ms)
+                .expect("in range")
+                .to_rfc3339()
+        };
+        let mut out = Covered::new();
+        for node in nodes {
+            let c: Coverage = self
+                .get(
+                    "/v1/ingest/coverage",
+                    &[("node", node.clone()), ("from", at(from)), ("to", at(to))],
+                )
+                .await?;
+            let mut periods: Vec<(i64, i64)> = c
+                .gpus
+                .iter()
+                .flat_map(|g| g.periods.iter())
+                .map(|p| (p.start.timestamp_millis(), p.end.timestamp_millis()))
+                .collect();
+            periods.sort();
+            let mut merged: Vec<(i64, i64)> = Vec::new();
+            for (a, b) in periods {
+                match merged.last_mut() {
+                    Some(last) if last.1 >= a => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            out.insert(node.clone(), merged);
+        }
+        Ok(out)
+    }
+}
+
+/// A chunk's series, asking again after a timeout or a server error (three tries in all).
+async fn read_chunk(
+    prometheus: &Prometheus,
+    from: i64,
+    to: i64,
+) -> Result<Vec<RawSeries>, QueryError> {
+    let mut tries = 0;
+    loop {
+        match prometheus.raw(&import::selector(), from, to).await {
+            Err(e) if e.transient && tries < 2 => {
+                tries += 1;
+                tracing::warn!(error = %e, "Asking Prometheus again.");
+                tokio::time::sleep(Duration::from_secs(2 << tries)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The scrape interval the samples show: the most common step between a series' samples.
+fn interval_of(series: &[RawSeries]) -> Option<i64> {
+    let mut steps: BTreeMap<i64, usize> = BTreeMap::new();
+    for s in series {
+        for w in s.samples.windows(2) {
+            // Prometheus aligns its scrapes to the millisecond; round to 10 ms all the same.
+            let step = ((w[1].0 - w[0].0) as f64 / 10.0).round() as i64 * 10;
+            if step > 0 {
+                *steps.entry(step).or_default() += 1;
+            }
+        }
+    }
+    steps
+        .into_iter()
+        .max_by_key(|&(step, n)| (n, -step))
+        .map(|(step, _)| step)
+}
+
+pub async fn run(command: ImportCommand) -> anyhow::Result<()> {
+    match command {
+        ImportCommand::Prometheus(args) => prometheus(*args).await,
+    }
+}
+
+async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
+    let window_ms = args.window.as_millis() as i64;
+    let chunk_ms = args.chunk.as_millis() as i64;
+    if window_ms <= 0 || chunk_ms <= 0 || chunk_ms % window_ms != 0 {
+        bail!("--chunk must be a whole number of --window");
+    }
+    if chunk_ms > 86_400_000 {
+        bail!("--chunk is at most 24h, the server's longest batch period by default");
+    }
+    let (from, mut to) = (args.from.timestamp_millis(), args.to.timestamp_millis());
+    if from % window_ms != 0 || to % window_ms != 0 {
+        bail!("--from and --to must lie on the window grid (whole windows since the Unix epoch)");
+    }
+    let now = Utc::now().timestamp_millis();
+    to = to.min(now.div_euclid(window_ms) * window_ms);
+    if from >= to {
+        bail!("--from must be before --to (and before now)");
+    }
+    let token = match (&args.token, &args.token_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(p)) => std::fs::read_to_string(p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .trim()
+            .to_owned(),
+        (None, None) => bail!("--token or --token-file is required"),
+    };
+    let auth = match (&args.prometheus_token, &args.prometheus_user) {
+        (Some(t), _) => Auth::Bearer(t.clone()),
+        (None, Some(user)) => {
+            let password = match (&args.prometheus_password, &args.prometheus_password_file) {
+                (Some(p), _) => p.clone(),
+                (None, Some(f)) => std::fs::read_to_string(f)
+                    .with_context(|| format!("reading {}", f.display()))?
+                    .trim_end_matches('\n')
+                    .to_owned(),
+                (None, None) => {
+                    bail!("--prometheus-user needs a password (--prometheus-password-file)")
+                }
+            };
+            Auth::Basic {
+                user: user.clone(),
+                password,
+            }
+        }
+        (None, None) => Auth::None,
+    };
+    let prom = Prometheus::new(&args.url, auth, args.query_timeout, args.max_answer_bytes)
+        .map_err(anyhow::Error::msg)?;
+    let holders = match args.holder_labels {
+        HolderLabelsArg::Plain => HolderLabels::Plain,
+        HolderLabelsArg::Exported => HolderLabels::Exported,
+        HolderLabelsArg::Auto => {
+            let names = prom.label_names(&import::selector()).await?;
+            if names.iter().any(|n| n == "exported_pod") {
+                eprintln!(
+                    "Holders are read from exported_pod, exported_namespace and exported_container (Prometheus scraped without honor_labels)."
+                );
+                HolderLabels::Exported
+            } else {
+                HolderLabels::Plain
+            }
+        }
+    };
+    let server = Server {
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()?,
+        base: args.server.trim_end_matches('/').to_owned(),
+        shipper: Shipper::new(&args.server, &token)?,
+        token,
+    };
+    let card: Option<RateCardView> = if args.dry_run {
+        let cards: Vec<RateCardView> = server.get("/v1/rate-cards", &[]).await?;
+        cards.into_iter().max_by_key(|c| c.version)
+    } else {
+        None
+    };
+    let fresh = State {
+        url: args.url.clone(),
+        from: args.from,
+        to: DateTime::from_timestamp_millis(to).expect("in range"),
+        window_ms,
+        chunk_ms,
+        done: Vec::new(),
+    };
+    let mut state = if args.dry_run {
+        fresh
+    } else {
+        State::load(&args.state, fresh)
+    };
+    let chunks: Vec<(i64, i64)> = (0..)
+        .map(|k| from + k * chunk_ms)
+        .take_while(|&c| c < to)
+        .map(|c| (c, (c + chunk_ms).min(to)))
+        .collect();
+    let bar = indicatif::ProgressBar::new(chunks.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} chunks {elapsed_precise} (eta {eta}) {msg}",
+        )
+        .expect("a valid template"),
+    );
+    Refusals::register_metrics();
+    let mut refusals = Refusals::default();
+    let mut interval_ms = args.scrape_interval.map(|d| d.as_millis() as i64);
+    let (mut stored, mut duplicates, mut sent_windows, mut series_seen) =
+        (0u64, 0u64, 0u64, 0usize);
+    let mut refused_by_reason: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut months: BTreeMap<String, Tally> = BTreeMap::new();
+    let weights = card
+        .as_ref()
+        .map(|c| {
+            use rust_decimal::prelude::ToPrimitive;
+            (
+                c.weights.compute.to_f64().unwrap_or(0.5),
+                c.weights.memory.to_f64().unwrap_or(0.5),
+            )
+        })
+        .unwrap_or((0.5, 0.5));
+    let mut shutdown = std::pin::pin!(process::shutdown_signal());
+    for (c0, c1) in chunks {
+        if state.done.contains(&c0) {
+            bar.inc(1);
+            continue;
+        }
+        let month = DateTime::from_timestamp_millis(c0)
+            .expect("in range")
+            .format("%Y-%m")
+            .to_string();
+        let series = tokio::select! {
+            r = read_chunk(&prom, c0, c1) => r?,
+            _ = &mut shutdown => {
+                bar.abandon();
+                eprintln!("Stopped; the next run goes on from {month}.");
+                return Ok(());
+            }
+        };
+        let i = match interval_ms {
+            Some(i) => i,
+            None => match interval_of(&series) {
+                Some(i) => {
+                    eprintln!("Prometheus scraped the exporters every {} ms.", i);
+                    interval_ms = Some(i);
+                    i
+                }
+                None => {
+                    state.done.push(c0);
+                    bar.inc(1);
+                    continue;
+                }
+            },
+        };
+        if i <= 0 || window_ms % i != 0 {
+            bail!(
+                "the scrape interval ({i} ms) must divide --window ({window_ms} ms): give --scrape-interval or another --window"
+            );
+        }
+        let plan = ChunkPlan {
+            interval_ms: i,
+            window_ms,
+            read: ReadOptions {
+                holders,
+                sharing: args.gpu_sharing,
+            },
+            node_sharing: args.node_sharing.iter().cloned().collect(),
+        };
+        let nodes = import::nodes_of(&series, &plan);
+        let covered = server.covered(&nodes, (c0, c1)).await?;
+        let chunk = import::chunk_batches(&series, (c0, c1), &plan, &covered);
+        series_seen = series_seen.max(chunk.series);
+        for (r, n) in import::count_refusals(&chunk.refused) {
+            *refused_by_reason.entry(r.as_str()).or_default() += n;
+        }
+        refusals.say(chunk.refused);
+        let batches: Vec<Batch> = chunk.batches.into_values().flatten().collect();
+        if args.dry_run {
+            let tally = months.entry(month.clone()).or_default();
+            for b in &batches {
+                tally.add(b, weights);
+            }
+        } else {
+            let mut sends = futures_util::stream::iter(batches.iter().map(|b| {
+                let shipper = server.shipper.clone();
+                async move { (b, shipper.send_with_retry(b).await) }
+            }))
+            .buffer_unordered(args.in_flight.max(1));
+            while let Some((b, result)) = sends.next().await {
+                match result {
+                    Ok(o) => {
+                        stored += o.inserted;
+                        duplicates += o.duplicates;
+                        sent_windows += b.windows.len() as u64;
+                    }
+                    Err(ShipError::Rejected { status, body }) => bail!(
+                        "the server refused node {}'s batch for [{}, {}) ({status}): {body}",
+                        b.node,
+                        b.period.start,
+                        b.period.end
+                    ),
+                    Err(e) => bail!("sending node {}'s batch: {e}", b.node),
+                }
+            }
+            state.done.push(c0);
+            state.save(&args.state)?;
+        }
+        bar.set_message(format!(
+            "{month} · {} series · {} windows stored",
+            chunk.series, stored
+        ));
+        bar.inc(1);
+    }
+    bar.finish();
+    if args.dry_run {
+        print_dry_run(&months, card.as_ref());
+    } else {
+        println!(
+            "Imported: {sent_windows} windows sent, {stored} stored, {duplicates} already stored; {series_seen} series read."
+        );
+    }
+    if !refused_by_reason.is_empty() {
+        let list: Vec<String> = refused_by_reason
+            .iter()
+            .map(|(r, n)| format!("{r}: {n}"))
+            .collect();
+        println!("Not read (see the log for each): {}", list.join(", "));
+    }
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! `import prometheus`: past months back-filled from what a Prometheus scraped of the fleet's
+//! dcgm-exporters, turned into the windows live collection (`collect --source dcgm`) would have
+//! sent for the same samples, and sent through the ingest contract.
+//!
+//! A chunk of time is read whole before anything of it is sent: the raw samples of the series
+//! slicemeter reads (`prometheus`), each series' labels read once (`dcgm::read::key`), the samples
+//! laid on the slots of the scrape interval (`Timing::Slotted`: a sample stands for its slot, a
+//! missing slot is time not observed), each slot read into the nodes' inventories and readings as
+//! a page would be, and each slot held as a step of the integrator, skipping the time the server
+//! already has (`GET /v1/ingest/coverage`), so that importing what live collection or an earlier
+//! import stored sends nothing again. A node's windows become one batch per chunk (more where its
+//! inventory changed or a gap split its time).
+
+pub mod prometheus;
+
+use std::collections::BTreeMap;
+
+use super::integrator::{ClosedWindow, Hold, Integrator};
+use super::source::dcgm::page::Metric;
+use super::source::dcgm::read::{self, ReadOptions, SeriesKey};
+use super::source::dcgm::refusal::{Refusal, Refused};
+use super::source::dcgm::slices::SliceAt;
+use super::source::nvml::Sharing;
+use super::source::{CardFit, Inventory};
+use super::{batches, fitted};
+use crate::domain::batch::Batch;
+use prometheus::RawSeries;
+
+/// The selector of every series slicemeter reads (the exporter's `-o` mode writes the names in
+/// lower case).
+pub fn selector() -> String {
+    let names: Vec<&str> = Metric::ALL.iter().map(|m| m.name()).collect();
+    format!("{{__name__=~\"(?i){}\"}}", names.join("|"))
+}
+
+/// How a chunk is read.
+#[derive(Debug, Clone)]
+pub struct ChunkPlan {
+    /// The scrape interval: a sample stands for its slot of this length.
+    pub interval_ms: i64,
+    /// The occupancy window, as `collect --window`.
+    pub window_ms: i64,
+    pub read: ReadOptions,
+    /// Nodes whose device plugin shares GPUs otherwise than `read.sharing` says.
+    pub node_sharing: BTreeMap<String, Sharing>,
+}
+
+/// What one chunk makes: each node's batches, and what was not read.
+#[derive(Debug, Default)]
+pub struct ChunkBatches {
+    pub batches: BTreeMap<String, Vec<Batch>>,
+    pub refused: Vec<Refusal>,
+    /// Series read (with a known name).
+    pub series: usize,
+    /// Samples inside the chunk.
+    pub samples: usize,
+}
+
+/// Stored time per node, in Unix milliseconds, sorted and disjoint.
+pub type Covered = BTreeMap<String, Vec<(i64, i64)>>;
+
+/// The nodes the series name (those read without refusal).
+pub fn nodes_of(series: &[RawSeries], plan: &ChunkPlan) -> Vec<String> {
+    let mut nodes: Vec<String> = series
+        .iter()
+        .filter_map(|s| {
+            let metric = Metric::of_name(&s.name)?;
+            read::key(metric, &s.labels, &plan.read, None)
+                .ok()
+                .map(|k| k.node)
+        })
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// One node's state through a chunk: its inventory now, the integrator over it, and the windows
+/// of earlier inventories (each with its own).
+struct NodeRun {
+    inventory: Inventory,
+    at: Vec<SliceAt>,
+    fit: CardFit,
+    integrator: Integrator,
+    windows: Vec<ClosedWindow>,
+    done: Vec<(Inventory, Vec<ClosedWindow>)>,
+}
+
+impl NodeRun {
+    fn close(&mut self) {
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.extend(self.integrator.close());
+        if !windows.is_empty() {
+            self.done.push((self.inventory.clone(), windows));
+        }
+    }
+}
+
+/// The parts of `[a, b)` not in `covered` (sorted, disjoint).
+fn uncovered(a: i64, b: i64, covered: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let mut out = Vec::new();
+    let mut from = a;
+    for &(c0, c1) in covered {
+        if c1 <= from {
+            continue;
+        }
+        if c0 >= b {
+            break;
+        }
+        if c0 > from {
+            out.push((from, c0));
+        }
+        from = from.max(c1);
+        if from >= b {
+            return out;
+        }
+    }
+    if from < b {
+        out.push((from, b));
+    }
+    out
+}
+
+/// Reads the samples of `series` within the chunk `[from_ms, to_ms)` into each node's batches,
+/// leaving out the time `covered` says is stored. `from_ms` and `to_ms` lie on the window grid.
+pub fn chunk_batches(
+    series: &[RawSeries],
+    (from_ms, to_ms): (i64, i64),
+    plan: &ChunkPlan,
+    covered: &Covered,
+) -> ChunkBatches {
+    let mut out = ChunkBatches::default();
+    let i = plan.interval_ms;
+    // Each series' labels read once; its samples laid on their slots.
+    let mut keys: Vec<SeriesKey> = Vec::new();
+    let mut slots: BTreeMap<i64, Vec<(usize, f64)>> = BTreeMap::new();
+    for s in series {
+        let Some(metric) = Metric::of_name(&s.name) else {
+            continue;
+        };
+        out.series += 1;
+        let key = match read::key(metric, &s.labels, &plan.read, None) {
+            Ok(k) => k,
+            Err(r) => {
+                out.refused.push(r);
+                continue;
+            }
+        };
+        keys.push(key);
+        let k = keys.len() - 1;
+        let mut last_slot = None;
+        for &(t, v) in &s.samples {
+            if t < from_ms || t >= to_ms {
+                continue;
+            }
+            let slot = t.div_euclid(i) * i;
+            // A second sample in one slot (a scrape faster than the interval) is not another.
+            if last_slot == Some(slot) {
+                continue;
+            }
+            last_slot = Some(slot);
+            out.samples += 1;
+            slots.entry(slot).or_default().push((k, v));
+        }
+    }
+    let mut runs: BTreeMap<String, NodeRun> = BTreeMap::new();
+    let none = Vec::new();
+    for (slot, samples) in &slots {
+        let nodes = read::nodes(
+            samples.iter().map(|&(k, v)| (&keys[k], v)),
+            &mut out.refused,
+        );
+        for (node, scrape) in nodes {
+            let sharing = plan
+                .node_sharing
+                .get(&node)
+                .copied()
+                .unwrap_or(plan.read.sharing);
+            let (inventory, at) = scrape.inventory(sharing, &mut out.refused);
+            let run = runs.entry(node.clone()).or_insert_with(|| NodeRun {
+                fit: CardFit::of(&inventory),
+                inventory: inventory.clone(),
+                at: at.clone(),
+                integrator: Integrator::with_hold(plan.window_ms, Hold::scraped(i)),
+                windows: Vec::new(),
+                done: Vec::new(),
+            });
+            if run.inventory != inventory {
+                run.close();
+                run.fit = CardFit::of(&inventory);
+                run.inventory = inventory;
+                run.at = at;
+                run.integrator = Integrator::with_hold(plan.window_ms, Hold::scraped(i));
+            }
+            let mut readings = scrape.readings(&run.at, &mut out.refused);
+            fitted(&run.fit, &mut readings);
+            let end = (slot + i).min(to_ms);
+            for (a, b) in uncovered(*slot, end, covered.get(&node).unwrap_or(&none)) {
+                let closed = run.integrator.hold(a, b, &readings);
+                run.windows.extend(closed);
+            }
+        }
+    }
+    let chunk_ms = to_ms - from_ms;
+    for (node, mut run) in runs {
+        run.close();
+        let node_batches: Vec<Batch> = run
+            .done
+            .iter()
+            .flat_map(|(inventory, windows)| batches(&node, inventory, windows, chunk_ms))
+            .collect();
+        if !node_batches.is_empty() {
+            out.batches.insert(node, node_batches);
+        }
+    }
+    out
+}
+
+/// The reasons of `refused`, counted.
+pub fn count_refusals(refused: &[Refusal]) -> BTreeMap<Refused, usize> {
+    let mut counts = BTreeMap::new();
+    for r in refused {
+        *counts.entry(r.reason).or_default() += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uncovered_time_is_what_the_stored_periods_leave() {
+        assert_eq!(uncovered(0, 10, &[]), [(0, 10)]);
+        assert_eq!(uncovered(0, 10, &[(0, 10)]), []);
+        assert_eq!(
+            uncovered(0, 10, &[(2, 4), (6, 7)]),
+            [(0, 2), (4, 6), (7, 10)]
+        );
+        assert_eq!(uncovered(5, 10, &[(0, 6), (9, 20)]), [(6, 9)]);
+        assert_eq!(uncovered(5, 10, &[(0, 2), (12, 20)]), [(5, 10)]);
+    }
+}

@@ -1,0 +1,283 @@
+//! A client of Prometheus' HTTP query API (Prometheus, Thanos, Mimir, VictoriaMetrics answer it
+//! alike), for what `import prometheus` reads: raw samples, through a range selector at
+//! `/api/v1/query` (`m[1h]` at a time gives every stored sample of the hour, unlike `query_range`,
+//! whose steps carry a sample forward for the 5-minute look-back), and label names. Every failure
+//! names the query: an error status with Prometheus' own message, a timeout, an answer that is not
+//! whole JSON (a truncated one), or one larger than the limit.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// How to sign in to the query API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    None,
+    Bearer(String),
+    Basic { user: String, password: String },
+}
+
+/// A query that brought no usable answer.
+#[derive(Debug, thiserror::Error)]
+#[error("Prometheus' answer to {query} at {time}: {reason}")]
+pub struct QueryError {
+    pub query: String,
+    /// The evaluation time asked for, RFC 3339, or "now".
+    pub time: String,
+    pub reason: String,
+    /// Worth asking again (a timeout, a 5xx, a server not ready yet).
+    pub transient: bool,
+}
+
+/// One series and its samples, in time order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawSeries {
+    pub name: String,
+    /// Its labels other than the name.
+    pub labels: Vec<(String, String)>,
+    /// (Unix milliseconds, value).
+    pub samples: Vec<(i64, f64)>,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    status: &'a str,
+    #[serde(default, rename = "errorType")]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default, borrow)]
+    data: Option<Data<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Data<'a> {
+    Result {
+        #[serde(rename = "resultType")]
+        result_type: &'a str,
+        #[serde(borrow)]
+        result: Vec<Matrix<'a>>,
+    },
+    Names(Vec<String>),
+}
+
+#[derive(Deserialize)]
+struct Matrix<'a> {
+    metric: BTreeMap<String, String>,
+    #[serde(default, borrow)]
+    values: Vec<(f64, &'a str)>,
+}
+
+#[derive(Clone)]
+pub struct Prometheus {
+    client: reqwest::Client,
+    base: String,
+    auth: Auth,
+    max_answer_bytes: usize,
+}
+
+impl Prometheus {
+    /// A client of the API under `base` (e.g. `http://prometheus:9090`, or Thanos' or Mimir's
+    /// prefix up to `/api/v1`, excluded), each query allowed `timeout`.
+    pub fn new(
+        base: &str,
+        auth: Auth,
+        timeout: Duration,
+        max_answer_bytes: usize,
+    ) -> Result<Prometheus, String> {
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| format!("the HTTP client: {e}"))?;
+        Ok(Prometheus {
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+            auth,
+            max_answer_bytes,
+        })
+    }
+
+    /// Every sample of the series `selector` matches with a timestamp in `[from_ms, to_ms)`.
+    /// Prometheus 2 closes a range selector on both ends and 3 opens it on the left, so the range
+    /// asked for reaches a millisecond further on each side and the ends are cut here.
+    pub async fn raw(
+        &self,
+        selector: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RawSeries>, QueryError> {
+        let at = to_ms - 1;
+        let query = format!("{selector}[{}ms]", at - from_ms + 1);
+        let time = format!("{}.{:03}", at.div_euclid(1000), at.rem_euclid(1000));
+        let shown = chrono::DateTime::from_timestamp_millis(at)
+            .map_or_else(|| time.clone(), |t| t.to_rfc3339());
+        let err = |reason: String, transient: bool| QueryError {
+            query: query.clone(),
+            time: shown.clone(),
+            reason,
+            transient,
+        };
+        let body = self
+            .get("/api/v1/query", &[("query", &query), ("time", &time)])
+            .await
+            .map_err(|(reason, transient)| err(reason, transient))?;
+        let envelope = parse(&body).map_err(|(reason, transient)| err(reason, transient))?;
+        let Some(Data::Result {
+            result_type,
+            result,
+        }) = envelope.data
+        else {
+            return Err(err("the answer has no result".into(), false));
+        };
+        if result_type != "matrix" {
+            return Err(err(
+                format!("the answer is a {result_type}, not a matrix"),
+                false,
+            ));
+        }
+        let mut out = Vec::with_capacity(result.len());
+        for m in result {
+            let mut labels: Vec<(String, String)> = Vec::with_capacity(m.metric.len());
+            let mut name = String::new();
+            for (k, v) in m.metric {
+                if k == "__name__" {
+                    name = v;
+                } else {
+                    labels.push((k, v));
+                }
+            }
+            let mut samples = Vec::with_capacity(m.values.len());
+            for (seconds, value) in m.values {
+                let ms = (seconds * 1000.0).round();
+                if !(ms.is_finite() && ms >= from_ms as f64 && ms < to_ms as f64) {
+                    continue;
+                }
+                // Prometheus writes NaN and infinities as words; they are kept here, and refused
+                // where figures are checked, with their series.
+                let v = match value {
+                    "NaN" => f64::NAN,
+                    "+Inf" => f64::INFINITY,
+                    "-Inf" => f64::NEG_INFINITY,
+                    other => other
+                        .parse::<f64>()
+                        .map_err(|_| err(format!("{other:?} is not a sample value"), false))?,
+                };
+                samples.push((ms as i64, v));
+            }
+            out.push(RawSeries {
+                name,
+                labels,
+                samples,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The label names of the series `selector` matches.
+    pub async fn label_names(&self, selector: &str) -> Result<Vec<String>, QueryError> {
+        let err = |reason: String, transient: bool| QueryError {
+            query: format!("labels of {selector}"),
+            time: "now".into(),
+            reason,
+            transient,
+        };
+        let body = self
+            .get("/api/v1/labels", &[("match[]", selector)])
+            .await
+            .map_err(|(reason, transient)| err(reason, transient))?;
+        match parse(&body)
+            .map_err(|(reason, transient)| err(reason, transient))?
+            .data
+        {
+            Some(Data::Names(names)) => Ok(names),
+            _ => Err(err("the answer has no label names".into(), false)),
+        }
+    }
+
+    async fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Vec<u8>, (String, bool)> {
+        let mut request = self.client.get(format!("{}{path}", self.base)).query(query);
+        request = match &self.auth {
+            Auth::None => request,
+            Auth::Bearer(token) => request.bearer_auth(token),
+            Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+        };
+        let mut response = request.send().await.map_err(|e| {
+            if e.is_timeout() {
+                ("no answer in time".to_owned(), true)
+            } else {
+                (format!("the request failed: {e}"), true)
+            }
+        })?;
+        let status = response.status();
+        let mut body = Vec::new();
+        loop {
+            let chunk = response.chunk().await.map_err(|e| {
+                if e.is_timeout() {
+                    ("the answer did not arrive whole in time".to_owned(), true)
+                } else {
+                    (format!("the answer was cut off: {e}"), true)
+                }
+            })?;
+            let Some(chunk) = chunk else { break };
+            if body.len() + chunk.len() > self.max_answer_bytes {
+                return Err((
+                    format!(
+                        "the answer is over {} bytes; import in shorter chunks (--chunk)",
+                        self.max_answer_bytes
+                    ),
+                    false,
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status.is_success() {
+            return Ok(body);
+        }
+        // An error answer names its cause in JSON; one before the server is ready is plain text.
+        let said = serde_json::from_slice::<Envelope>(&body)
+            .ok()
+            .and_then(|e| {
+                Some(format!(
+                    "{} ({})",
+                    e.error?,
+                    e.error_type.unwrap_or_default()
+                ))
+            })
+            .unwrap_or_else(|| {
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+                    .trim()
+                    .to_owned()
+            });
+        Err((
+            format!("HTTP {status}: {said}"),
+            status.is_server_error() || status.as_u16() == 429,
+        ))
+    }
+}
+
+fn parse(body: &[u8]) -> Result<Envelope<'_>, (String, bool)> {
+    let envelope: Envelope = serde_json::from_slice(body).map_err(|e| {
+        (
+            format!(
+                "the answer is not whole JSON ({e}; {} bytes): truncated, or not Prometheus",
+                body.len()
+            ),
+            false,
+        )
+    })?;
+    if envelope.status != "success" {
+        return Err((
+            format!(
+                "status {:?}: {} ({})",
+                envelope.status,
+                envelope.error.clone().unwrap_or_default(),
+                envelope.error_type.clone().unwrap_or_default()
+            ),
+            false,
+        ));
+    }
+    Ok(envelope)
+}
