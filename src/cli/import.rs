@@ -104,6 +104,9 @@ pub struct PrometheusArgs {
     /// Which labels name a series' holder.
     #[arg(long, value_enum, default_value = "auto")]
     pub holder_labels: HolderLabelsArg,
+    /// Times a query that timed out or met a server error is asked again.
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
     /// How long one query may take.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     pub query_timeout: Duration,
@@ -248,16 +251,17 @@ impl Server {
     }
 }
 
-/// A chunk's series, asking again after a timeout or a server error (three tries in all).
+/// A chunk's series, asking again after a timeout or a server error (`retries` times).
 async fn read_chunk(
     prometheus: &Prometheus,
     from: i64,
     to: i64,
+    retries: u32,
 ) -> Result<Vec<RawSeries>, QueryError> {
     let mut tries = 0;
     loop {
         match prometheus.raw(&import::selector(), from, to).await {
-            Err(e) if e.transient && tries < 2 => {
+            Err(e) if e.transient && tries < retries => {
                 tries += 1;
                 tracing::warn!(error = %e, "Asking Prometheus again.");
                 tokio::time::sleep(Duration::from_secs(2 << tries)).await;
@@ -398,7 +402,7 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
     let mut interval_ms = args.scrape_interval.map(|d| d.as_millis() as i64);
     let (mut stored, mut duplicates, mut sent_windows, mut series_seen) =
         (0u64, 0u64, 0u64, 0usize);
-    let mut refused_by_reason: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut refused_series: std::collections::BTreeSet<(&'static str, String)> = Default::default();
     let mut months: BTreeMap<String, Tally> = BTreeMap::new();
     let weights = card
         .as_ref()
@@ -421,7 +425,7 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
             .format("%Y-%m")
             .to_string();
         let series = tokio::select! {
-            r = read_chunk(&prom, c0, c1) => r?,
+            r = read_chunk(&prom, c0, c1, args.retries) => r?,
             _ = &mut shutdown => {
                 bar.abandon();
                 eprintln!("Stopped; the next run goes on from {month}.");
@@ -461,8 +465,8 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
         let covered = server.covered(&nodes, (c0, c1)).await?;
         let chunk = import::chunk_batches(&series, (c0, c1), &plan, &covered);
         series_seen = series_seen.max(chunk.series);
-        for (r, n) in import::count_refusals(&chunk.refused) {
-            *refused_by_reason.entry(r.as_str()).or_default() += n;
+        for r in &chunk.refused {
+            refused_series.insert((r.reason.as_str(), r.series.clone()));
         }
         refusals.say(chunk.refused);
         let batches: Vec<Batch> = chunk.batches.into_values().flatten().collect();
@@ -510,12 +514,16 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
             "Imported: {sent_windows} windows sent, {stored} stored, {duplicates} already stored; {series_seen} series read."
         );
     }
-    if !refused_by_reason.is_empty() {
-        let list: Vec<String> = refused_by_reason
-            .iter()
-            .map(|(r, n)| format!("{r}: {n}"))
-            .collect();
-        println!("Not read (see the log for each): {}", list.join(", "));
+    if !refused_series.is_empty() {
+        let mut by_reason: BTreeMap<&str, usize> = BTreeMap::new();
+        for (reason, _) in &refused_series {
+            *by_reason.entry(reason).or_default() += 1;
+        }
+        let list: Vec<String> = by_reason.iter().map(|(r, n)| format!("{r}: {n}")).collect();
+        println!(
+            "Series not read (each said in the log): {}",
+            list.join(", ")
+        );
     }
     Ok(())
 }

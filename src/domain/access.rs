@@ -23,6 +23,9 @@ pub enum Role {
     TeamLead,
     /// Ingests for its own node, nothing else.
     Collector,
+    /// Ingests for any node (a back-fill: `slicemeter import prometheus`) and reads which periods
+    /// are stored and the rate cards; nothing else.
+    Importer,
 }
 
 impl Role {
@@ -32,7 +35,13 @@ impl Role {
             Role::Finance => "finance",
             Role::TeamLead => "team_lead",
             Role::Collector => "collector",
+            Role::Importer => "importer",
         }
+    }
+
+    /// Whether tokens of this role only send data (no dashboard, no reports).
+    pub fn sends_data(self) -> bool {
+        matches!(self, Role::Collector | Role::Importer)
     }
 }
 
@@ -44,6 +53,7 @@ impl FromStr for Role {
             "finance" => Ok(Role::Finance),
             "team_lead" | "team-lead" => Ok(Role::TeamLead),
             "collector" => Ok(Role::Collector),
+            "importer" => Ok(Role::Importer),
             other => Err(format!("unknown role {other:?}")),
         }
     }
@@ -62,6 +72,7 @@ pub enum Principal {
     Finance { token_id: i64 },
     TeamLead { token_id: i64, team: TeamId },
     Collector { token_id: i64, node: String },
+    Importer { token_id: i64 },
 }
 
 impl Principal {
@@ -83,6 +94,7 @@ impl Principal {
                 token_id,
                 node: node.ok_or_else(|| format!("collector token {token_id} names no node"))?,
             },
+            Role::Importer => Principal::Importer { token_id },
         })
     }
 
@@ -91,7 +103,8 @@ impl Principal {
             Principal::Admin { token_id }
             | Principal::Finance { token_id }
             | Principal::TeamLead { token_id, .. }
-            | Principal::Collector { token_id, .. } => *token_id,
+            | Principal::Collector { token_id, .. }
+            | Principal::Importer { token_id } => *token_id,
         }
     }
 
@@ -101,6 +114,7 @@ impl Principal {
             Principal::Finance { .. } => Role::Finance,
             Principal::TeamLead { .. } => Role::TeamLead,
             Principal::Collector { .. } => Role::Collector,
+            Principal::Importer { .. } => Role::Importer,
         }
     }
 
@@ -115,7 +129,7 @@ impl Principal {
     /// Whether the caller may send a batch that says `node`.
     pub fn may_ingest_for(&self, node: &str) -> bool {
         match self {
-            Principal::Admin { .. } => true,
+            Principal::Admin { .. } | Principal::Importer { .. } => true,
             Principal::Collector { node: own, .. } => own == node,
             _ => false,
         }

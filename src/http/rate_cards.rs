@@ -68,12 +68,12 @@ fn view(card: &RateCard, until: Option<DateTime<Utc>>) -> RateCardView {
     responses(
         (status = 200, description = "the versions", body = Vec<RateCardView>),
         (status = 401, description = "no valid token", body = ErrorBody),
-        (status = 403, description = "needs finance or admin", body = ErrorBody)))]
+        (status = 403, description = "needs finance, admin or importer (a back-fill's dry run prices with them)", body = ErrorBody)))]
 async fn list_rate_cards(
     State(state): State<AppState>,
     principal: Principal,
 ) -> Result<Json<Vec<RateCardView>>, ApiError> {
-    require(&principal, &[Role::Admin, Role::Finance])?;
+    require(&principal, &[Role::Admin, Role::Finance, Role::Importer])?;
     let cards: Vec<RateCard> = rate_cards::rate_cards(&state.pool)
         .await?
         .into_values()

@@ -13,7 +13,7 @@ use crate::billing::{draft_of, issue, rate_card};
 use crate::support::*;
 
 /// The callers, in the order of each row's expected statuses.
-const CALLERS: [&str; 9] = [
+const CALLERS: [&str; 10] = [
     "no token",
     "malformed token",
     "revoked token",
@@ -23,6 +23,7 @@ const CALLERS: [&str; 9] = [
     "team lead of aardvark",
     "team lead of zebra",
     "collector of gpu-node-01",
+    "importer",
 ];
 const LEAD_A: usize = 6;
 const LEAD_B: usize = 7;
@@ -35,10 +36,10 @@ struct Row {
     uri: String,
     /// The body for the caller at this index (by `CALLERS`), if the route takes one.
     body: Option<Box<dyn Fn(usize) -> Value>>,
-    expect: [u16; 9],
+    expect: [u16; 10],
 }
 
-fn row(method: &'static str, path: &'static str, uri: impl Into<String>, expect: [u16; 9]) -> Row {
+fn row(method: &'static str, path: &'static str, uri: impl Into<String>, expect: [u16; 10]) -> Row {
     Row {
         method,
         path,
@@ -125,7 +126,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
     )
     .await
     .unwrap();
-    let tokens: [Option<String>; 9] = [
+    let tokens: [Option<String>; 10] = [
         None,
         Some("smt_not-a-token".into()),
         Some(revoked),
@@ -135,9 +136,10 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
         Some(app.token(Role::TeamLead, Some("aardvark"), None).await),
         Some(app.token(Role::TeamLead, Some("zebra"), None).await),
         Some(app.token(Role::Collector, None, Some("gpu-node-01")).await),
+        Some(app.token(Role::Importer, None, None).await),
     ];
 
-    const PUBLIC: [u16; 9] = [200; 9];
+    const PUBLIC: [u16; 10] = [200; 10];
     const U: u16 = 401;
     let matrix = vec![
         row("GET", "/healthz", "/healthz", PUBLIC),
@@ -147,42 +149,48 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/audit",
             "/v1/audit",
-            [U, U, U, U, 200, 200, 403, 403, 403],
+            [U, U, U, U, 200, 200, 403, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/exports/erp",
             "/v1/exports/erp?period=2026-10",
-            [U, U, U, U, 200, 200, 403, 403, 403],
+            [U, U, U, U, 200, 200, 403, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/exports/focus",
             "/v1/exports/focus?period=2026-10",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/v1/fleet",
             "/v1/fleet",
-            [U, U, U, U, 200, 200, 403, 403, 403],
+            [U, U, U, U, 200, 200, 403, 403, 403, 403],
         ),
         with_body(
             row(
                 "PUT",
                 "/v1/gpus/{uuid}",
                 format!("/v1/gpus/{H100}"),
-                [U, U, U, U, 200, 403, 403, 403, 403],
+                [U, U, U, U, 200, 403, 403, 403, 403, 403],
             ),
             // Registered to the node it is on: the matrix's other calls go on as before.
             |_| json!({"node": "gpu-node-01"}),
+        ),
+        row(
+            "GET",
+            "/v1/ingest/coverage",
+            "/v1/ingest/coverage?node=gpu-node-01&from=2026-10-01T00:00:00Z&to=2026-10-08T00:00:00Z",
+            [U, U, U, U, 200, 403, 403, 403, 200, 200],
         ),
         with_body(
             row(
                 "POST",
                 "/v1/ingest",
                 "/v1/ingest",
-                [U, U, U, U, 200, 403, 403, 403, 200],
+                [U, U, U, U, 200, 403, 403, 403, 200, 200],
             ),
             |_| {
                 batch(
@@ -203,14 +211,14 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/invoices",
             "/v1/invoices?period=2026-10",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         with_body(
             row(
                 "POST",
                 "/v1/invoices/runs",
                 "/v1/invoices/runs",
-                [U, U, U, U, 200, 200, 403, 403, 403],
+                [U, U, U, U, 200, 200, 403, 403, 403, 403],
             ),
             |_| json!({"period": "2026-08"}),
         ),
@@ -220,7 +228,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
                 "/v1/invoices/issue",
                 "/v1/invoices/issue",
                 // August has no drafts: refused to everyone allowed to ask.
-                [U, U, U, U, 409, 409, 403, 403, 403],
+                [U, U, U, U, 409, 409, 403, 403, 403, 403],
             ),
             |_| json!({"period": "2026-08"}),
         ),
@@ -228,14 +236,14 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/invoices/{id}",
             format!("/v1/invoices/{zebra_invoice}"),
-            [U, U, U, U, 200, 200, 404, 200, 403],
+            [U, U, U, U, 200, 200, 404, 200, 403, 403],
         ),
         with_body(
             row(
                 "POST",
                 "/v1/invoices/{id}/credit",
                 format!("/v1/invoices/{aardvark_draft}/credit"),
-                [U, U, U, U, 409, 409, 403, 403, 403],
+                [U, U, U, U, 409, 409, 403, 403, 403, 403],
             ),
             |_| json!({}),
         ),
@@ -244,7 +252,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
                 "POST",
                 "/v1/invoices/{id}/issue",
                 format!("/v1/invoices/{zebra_invoice}/issue"),
-                [U, U, U, U, 409, 409, 403, 403, 403],
+                [U, U, U, U, 409, 409, 403, 403, 403, 403],
             ),
             |_| json!({}),
         ),
@@ -252,26 +260,26 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/plans/consolidation",
             "/v1/plans/consolidation?days=14",
-            [U, U, U, U, 200, 200, 403, 403, 403],
+            [U, U, U, U, 200, 200, 403, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/plans/consolidation/mig-parted.yaml",
             "/v1/plans/consolidation/mig-parted.yaml",
-            [U, U, U, U, 200, 200, 403, 403, 403],
+            [U, U, U, U, 200, 200, 403, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/rate-cards",
             "/v1/rate-cards",
-            [U, U, U, U, 200, 200, 403, 403, 403],
+            [U, U, U, U, 200, 200, 403, 403, 403, 200],
         ),
         with_body(
             row(
                 "POST",
                 "/v1/rate-cards",
                 "/v1/rate-cards",
-                [U, U, U, U, 201, 201, 403, 403, 403],
+                [U, U, U, U, 201, 201, 403, 403, 403, 403],
             ),
             // Each caller publishes a later version: a version is never edited.
             |i| {
@@ -283,14 +291,14 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/tokens",
             "/v1/tokens",
-            [U, U, U, U, 200, 403, 403, 403, 403],
+            [U, U, U, U, 200, 403, 403, 403, 403, 403],
         ),
         with_body(
             row(
                 "POST",
                 "/v1/tokens",
                 "/v1/tokens",
-                [U, U, U, U, 201, 403, 403, 403, 403],
+                [U, U, U, U, 201, 403, 403, 403, 403, 403],
             ),
             |_| json!({"role": "finance", "label": "the matrix"}),
         ),
@@ -299,20 +307,20 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "/v1/tokens/{id}",
             // No such token: the matrix's callers keep theirs.
             "/v1/tokens/999999",
-            [U, U, U, U, 404, 403, 403, 403, 403],
+            [U, U, U, U, 404, 403, 403, 403, 403, 403],
         ),
         row(
             "DELETE",
             "/v1/rate-cards/{version}",
             "/v1/rate-cards/1",
             // Version 1 is in force: refused to everyone allowed to ask.
-            [U, U, U, U, 409, 409, 403, 403, 403],
+            [U, U, U, U, 409, 409, 403, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/recommendations",
             "/v1/recommendations?days=14",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         // Admin makes aardvark's budget; finance then finds it made.
         with_body(
@@ -320,7 +328,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
                 "POST",
                 "/v1/budgets",
                 "/v1/budgets",
-                [U, U, U, U, 201, 409, 403, 403, 403],
+                [U, U, U, U, 201, 409, 403, 403, 403, 403],
             ),
             |_| {
                 json!({"team": "aardvark", "amount": "100.00", "currency": "USD",
@@ -331,20 +339,20 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/budgets",
             "/v1/budgets",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/v1/budgets/{id}",
             "/v1/budgets/999999",
-            [U, U, U, U, 404, 404, 404, 404, 403],
+            [U, U, U, U, 404, 404, 404, 404, 403, 403],
         ),
         with_body(
             row(
                 "PUT",
                 "/v1/budgets/{id}",
                 "/v1/budgets/999999",
-                [U, U, U, U, 404, 404, 403, 403, 403],
+                [U, U, U, U, 404, 404, 403, 403, 403, 403],
             ),
             |_| {
                 json!({"amount": "100.00", "currency": "USD",
@@ -355,77 +363,77 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "DELETE",
             "/v1/budgets/{id}",
             "/v1/budgets/999999",
-            [U, U, U, U, 404, 404, 403, 403, 403],
+            [U, U, U, U, 404, 404, 403, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/reports/forecast",
             "/v1/reports/forecast",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/v1/alerts",
             "/v1/alerts",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         // A lead naming another team is refused, not narrowed.
         row(
             "GET",
             "/v1/alerts",
             "/v1/alerts?team=aardvark",
-            [U, U, U, U, 200, 200, 200, 403, 403],
+            [U, U, U, U, 200, 200, 200, 403, 403, 403],
         ),
         // A lead naming another team is refused, not narrowed.
         row(
             "GET",
             "/v1/reports/forecast",
             "/v1/reports/forecast?team=aardvark",
-            [U, U, U, U, 200, 200, 200, 403, 403],
+            [U, U, U, U, 200, 200, 200, 403, 403, 403],
         ),
         row(
             "GET",
             "/v1/reports/monthly/{period}",
             "/v1/reports/monthly/2026-10",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/v1/reports/usage",
             "/v1/reports/usage?from=2026-10-01&to=2026-10-08",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         // Grouped down to pods, a lead's rows are still only their team's.
         row(
             "GET",
             "/v1/reports/usage",
             "/v1/reports/usage?from=2026-09-01&to=2026-11-01&group_by=team,namespace,workload,pod&step=month",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/allocation",
             "/allocation?window=2026-10-01T00:00:00Z,2026-11-01T00:00:00Z&aggregate=namespace,pod",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/allocation/compute",
             "/allocation/compute?window=2026-09-01T00:00:00Z,2026-11-01T00:00:00Z&aggregate=cluster,namespace&step=month",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         row(
             "GET",
             "/v1/teams",
             "/v1/teams",
-            [U, U, U, U, 200, 200, 200, 200, 403],
+            [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
         with_body(
             row(
                 "PUT",
                 "/v1/teams/{team}",
                 "/v1/teams/zebra",
-                [U, U, U, U, 200, 200, 403, 403, 403],
+                [U, U, U, U, 200, 200, 403, 403, 403, 403],
             ),
             |_| json!({"namespaces": ["ns-zebra"], "cost_center": "CC-zebra", "gl_account": "6420"}),
         ),
@@ -523,6 +531,18 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
     other_node["node"] = json!("gpu-node-02");
     let r = app.ingest(tokens[8].as_deref().unwrap(), &other_node).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    let r = app
+        .get(
+            tokens[8].as_deref(),
+            "/v1/ingest/coverage?node=gpu-node-02&from=2026-10-01T00:00:00Z&to=2026-10-02T00:00:00Z",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    // An importer ingests for any node (a back-fill sends every node's batches), but a GPU still
+    // belongs to the node that first reported it.
+    let r = app.ingest(tokens[9].as_deref().unwrap(), &other_node).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "not_this_nodes_gpu", "{r:?}");
     // The docs are public.
     for uri in ["/openapi.json", "/docs/"] {
         assert_eq!(app.get(None, uri).await.status, StatusCode::OK, "{uri}");

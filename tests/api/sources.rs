@@ -380,6 +380,17 @@ fn import(
     to: i64,
     state: &std::path::Path,
 ) -> std::process::Output {
+    import_with(base, token, prometheus, (from, to), state, &[])
+}
+
+fn import_with(
+    base: &str,
+    token: &str,
+    prometheus: &str,
+    (from, to): (i64, i64),
+    state: &std::path::Path,
+    more: &[&str],
+) -> std::process::Output {
     let at = |ms: i64| {
         chrono::DateTime::from_timestamp_millis(ms)
             .unwrap()
@@ -387,6 +398,7 @@ fn import(
     };
     Command::new(env!("CARGO_BIN_EXE_slicemeter"))
         .args(["import", "prometheus", "--url", prometheus])
+        .args(more)
         .args(["--from", &at(from), "--to", &at(to)])
         .args([
             "--server",
@@ -578,9 +590,31 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
     let backfill_served = backfill.serve(served_config()).await;
     let (from, to) = (t0 - 10_000, t0 + (SPAN + 10) * 1000);
     let state = data.path().join("import.state.json");
+    let importer = backfill.token(Role::Importer, None, None).await;
+    // A dry run first: what it would store, and the month's cost; nothing is sent.
+    let out = import_with(
+        &backfill_served.base,
+        &importer,
+        &prometheus.url,
+        (from, to),
+        &state,
+        &["--dry-run"],
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The H100 and A100 were present 36 s (the gap left out), the H200 40 s: 36 + 2 x 36 + 40.
+    assert!(
+        said.contains(&format!("{month}: 3 GPUs, ")) && said.contains("fleet cost 148.00 USD"),
+        "{said}"
+    );
+    assert_eq!(presence_rows(&backfill).await, 0, "a dry run sends nothing");
     let out = import(
         &backfill_served.base,
-        &backfill.admin,
+        &importer,
         &prometheus.url,
         from,
         to,
@@ -605,7 +639,7 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
     let before = (stored(&backfill).await, presence_rows(&backfill).await);
     let out = import(
         &backfill_served.base,
-        &backfill.admin,
+        &importer,
         &prometheus.url,
         from,
         to,
@@ -647,4 +681,99 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
     live_served.stop().await;
     backfill_served.stop().await;
     drop(prometheus);
+}
+
+/// A Prometheus that answers badly, one way per path prefix: `/<mode>/api/v1/...`.
+async fn bad_prometheus(Path(mode): Path<String>) -> axum::response::Response {
+    let series = |value: &str| {
+        format!(
+            r#"{{"status":"success","data":{{"resultType":"matrix","result":[{{"metric":{{"__name__":"DCGM_FI_DEV_FB_USED","UUID":"GPU-1","modelName":"NVIDIA H200","Hostname":"gpu-node-1","pod":"p","namespace":"nlp"}},"values":[[1793887980,"{value}"]]}}]}}}}"#
+        )
+    };
+    match mode.as_str() {
+        "error" => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"status":"error","errorType":"internal","error":"storage is on fire"}"#,
+        )
+            .into_response(),
+        "refused" => (
+            StatusCode::BAD_REQUEST,
+            r#"{"status":"error","errorType":"bad_data","error":"invalid parameter \"query\": parse error"}"#,
+        )
+            .into_response(),
+        "hang" => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            series("1").into_response()
+        }
+        "truncated" => series("1")[..120].to_owned().into_response(),
+        "garbage" => "<html>proxy error</html>".into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn labels() -> &'static str {
+    r#"{"status":"success","data":["UUID","__name__","pod"]}"#
+}
+
+/// A Prometheus that answers 500, 400, hangs, cuts its answer short or answers HTML: each is an error
+/// that names the query, and nothing of the chunk is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prometheus_that_answers_badly_is_an_error_naming_the_query_and_nothing_is_stored() {
+    let fake = axum::Router::new()
+        .route("/{mode}/api/v1/query", axum::routing::get(bad_prometheus))
+        .route("/{mode}/api/v1/labels", axum::routing::get(labels));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, fake).await });
+    let app = TestApp::spawn().await;
+    let served = app.serve(served_config()).await;
+    let state = tempfile::tempdir().unwrap();
+    for (mode, says) in [
+        (
+            "error",
+            "HTTP 500 Internal Server Error: storage is on fire (internal)",
+        ),
+        (
+            "refused",
+            "HTTP 400 Bad Request: invalid parameter \"query\": parse error (bad_data)",
+        ),
+        ("hang", "no answer in time"),
+        ("truncated", "the answer is not whole JSON"),
+        ("garbage", "the answer is not whole JSON"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args([
+                "import",
+                "prometheus",
+                "--url",
+                &format!("http://{addr}/{mode}"),
+            ])
+            .args(["--from", "2026-10-01", "--to", "2026-10-02"])
+            .args([
+                "--server",
+                &served.base,
+                "--retries",
+                "0",
+                "--query-timeout",
+                "2s",
+            ])
+            .arg("--state")
+            .arg(state.path().join(mode))
+            .env("SLICEMETER_TOKEN", &app.admin)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{mode}: {stderr}");
+        assert!(
+            stderr.contains(
+                "Prometheus' answer to {__name__=~\"(?i)DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_GPU_UTIL\"}[3600000ms] at 2026-10-01T00:59:59.999+00:00"
+            ) && stderr.contains(says),
+            "{mode}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{mode}: {stderr}");
+    }
+    assert_eq!(presence_rows(&app).await, 0);
+    assert_eq!(app.count("select count(*) from gpu").await, 0);
+    served.stop().await;
 }

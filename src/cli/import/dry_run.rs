@@ -80,7 +80,7 @@ pub(super) struct RateCardView {
 }
 
 pub(super) fn print_dry_run(months: &BTreeMap<String, Tally>, card: Option<&RateCardView>) {
-    use rust_decimal::prelude::{FromPrimitive, ToPrimitive};
+    use rust_decimal::prelude::FromPrimitive;
     for (month, t) in months {
         println!(
             "{month}: {} GPUs, {} windows would be stored",
@@ -109,14 +109,8 @@ pub(super) fn print_dry_run(months: &BTreeMap<String, Tally>, card: Option<&Rate
             .sum();
         let gpu_hours: f64 = t.present_gpu_seconds.values().sum::<f64>() / 3600.0;
         println!(
-            "  under rate card version {}: fleet cost {} {} ({:.1} GPU-hours present); slices held {} {}; the rest unallocated or the sharing discount",
-            card.version,
-            fleet.round_dp(2),
-            card.currency,
-            gpu_hours,
-            held.round_dp(2),
-            card.currency,
+            "  under rate card version {}: fleet cost {:.2} {} ({:.3} GPU-hours present); slices held {:.2} {}; the rest unallocated or the sharing discount",
+            card.version, fleet, card.currency, gpu_hours, held, card.currency,
         );
-        let _ = held.to_f64();
     }
 }

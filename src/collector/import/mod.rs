@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use super::integrator::{ClosedWindow, Hold, Integrator};
 use super::source::dcgm::page::Metric;
 use super::source::dcgm::read::{self, ReadOptions, SeriesKey};
-use super::source::dcgm::refusal::{Refusal, Refused};
+use super::source::dcgm::refusal::Refusal;
 use super::source::dcgm::slices::SliceAt;
 use super::source::nvml::Sharing;
 use super::source::{CardFit, Inventory};
@@ -214,15 +214,6 @@ pub fn chunk_batches(
         }
     }
     out
-}
-
-/// The reasons of `refused`, counted.
-pub fn count_refusals(refused: &[Refusal]) -> BTreeMap<Refused, usize> {
-    let mut counts = BTreeMap::new();
-    for r in refused {
-        *counts.entry(r.reason).or_default() += 1;
-    }
-    counts
 }
 
 #[cfg(test)]

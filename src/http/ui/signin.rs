@@ -14,7 +14,7 @@ use super::layout::{
     COOKIE, SESSION_HOURS, UiError, Viewer, hash, page, same_origin, session_secret,
 };
 use crate::auth::store as tokens;
-use crate::domain::access::{Principal, Role};
+use crate::domain::access::Principal;
 use crate::http::state::AppState;
 
 pub async fn home(viewer: Result<Viewer, UiError>) -> Response {
@@ -22,8 +22,9 @@ pub async fn home(viewer: Result<Viewer, UiError>) -> Response {
         Ok(Viewer(Principal::TeamLead { team, .. })) => {
             Redirect::to(&format!("/ui/team/{team}")).into_response()
         }
-        Ok(Viewer(Principal::Collector { .. })) => UiError::Forbidden(
-            "Collector tokens send data; sign in with a finance, admin or team lead token.".into(),
+        Ok(Viewer(p)) if p.role().sends_data() => UiError::Forbidden(
+            "Collector and importer tokens send data; sign in with a finance, admin or team lead token."
+                .into(),
         )
         .into_response(),
         Ok(_) => Redirect::to("/ui/fleet").into_response(),
@@ -41,7 +42,7 @@ pub struct SigninQuery {
 fn signin_failure(code: &str) -> &'static str {
     match code {
         "collector" => {
-            "Collector tokens send data; sign in with a finance, admin or team lead token."
+            "Collector and importer tokens send data; sign in with a finance, admin or team lead token."
         }
         _ => "That token is not valid (or was revoked, or has expired).",
     }
@@ -92,7 +93,7 @@ pub async fn signin(
         Ok(p) => p,
         Err(_) => return Ok(failed("invalid")),
     };
-    if principal.role() == Role::Collector {
+    if principal.role().sends_data() {
         return Ok(failed("collector"));
     }
     let mut secret = [0u8; 32];

@@ -45,7 +45,7 @@ async fn visible_team(
     let team = TeamId::parse(team).map_err(|_| UiError::NotFound)?;
     match viewer {
         Principal::TeamLead { team: own, .. } if own != &team => return Err(UiError::NotFound),
-        Principal::Collector { .. } => return Err(UiError::NotFound),
+        Principal::Collector { .. } | Principal::Importer { .. } => return Err(UiError::NotFound),
         _ => {}
     }
     let exists = team_store::list(&state.pool, Some(&team)).await?;
