@@ -114,7 +114,7 @@ pub struct PrometheusArgs {
     #[arg(long, default_value_t = 1 << 30)]
     pub max_answer_bytes: usize,
     /// Batches sent at once.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 8)]
     pub in_flight: usize,
     /// Where the chunks done are kept, to go on after an interrupt.
     #[arg(long, default_value = "slicemeter-import.state.json")]
@@ -141,15 +141,15 @@ fn node_sharing(s: &str) -> Result<(String, Sharing), String> {
     Ok((node.to_owned(), sharing.parse()?))
 }
 
-/// What a run keeps between starts: its parameters and the chunks it finished.
+/// What a run keeps between starts: its parameters and the chunks it finished, each `[start, end)`
+/// in Unix milliseconds (the last chunk of a run may end early, at the run's end).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct State {
     url: String,
     from: DateTime<Utc>,
-    to: DateTime<Utc>,
     window_ms: i64,
     chunk_ms: i64,
-    done: Vec<i64>,
+    done: Vec<(i64, i64)>,
 }
 
 impl State {
@@ -271,6 +271,106 @@ async fn read_chunk(
     }
 }
 
+/// Where the reading side spent its time.
+#[derive(Debug, Default, Clone, Copy)]
+struct Timing {
+    querying: Duration,
+    reading: Duration,
+}
+
+/// One chunk read and made into batches, ready to send.
+struct Prepared {
+    chunk: (i64, i64),
+    month: String,
+    batches: Vec<Batch>,
+    series: usize,
+    refused: Vec<crate::collector::source::dcgm::Refusal>,
+}
+
+/// Reads chunks from Prometheus and makes them into batches, in order, ahead of the sending.
+struct Reader {
+    prometheus: Prometheus,
+    server: std::sync::Arc<Server>,
+    read: ReadOptions,
+    node_sharing: BTreeMap<String, Sharing>,
+    window_ms: i64,
+    /// The scrape interval, given or once read from the samples.
+    interval_ms: Option<i64>,
+    retries: u32,
+    timing: Timing,
+}
+
+impl Reader {
+    async fn run(
+        mut self,
+        chunks: Vec<(i64, i64)>,
+        out: tokio::sync::mpsc::Sender<anyhow::Result<Prepared>>,
+    ) -> anyhow::Result<Timing> {
+        for chunk in chunks {
+            let prepared = self.chunk(chunk).await;
+            let failed = prepared.is_err();
+            if out.send(prepared).await.is_err() || failed {
+                break;
+            }
+        }
+        Ok(self.timing)
+    }
+
+    async fn chunk(&mut self, (c0, c1): (i64, i64)) -> anyhow::Result<Prepared> {
+        let month = DateTime::from_timestamp_millis(c0)
+            .expect("in range")
+            .format("%Y-%m")
+            .to_string();
+        let started = std::time::Instant::now();
+        let series = read_chunk(&self.prometheus, c0, c1, self.retries).await?;
+        self.timing.querying += started.elapsed();
+        let i = match self.interval_ms.or_else(|| interval_of(&series)) {
+            Some(i) => i,
+            None => {
+                // No samples: nothing to send.
+                return Ok(Prepared {
+                    chunk: (c0, c1),
+                    month,
+                    batches: Vec::new(),
+                    series: 0,
+                    refused: Vec::new(),
+                });
+            }
+        };
+        if self.interval_ms.is_none() {
+            eprintln!("Prometheus scraped the exporters every {i} ms.");
+            self.interval_ms = Some(i);
+        }
+        if i <= 0 || self.window_ms % i != 0 {
+            bail!(
+                "the scrape interval ({i} ms) must divide --window ({} ms): give --scrape-interval or another --window",
+                self.window_ms
+            );
+        }
+        let plan = ChunkPlan {
+            interval_ms: i,
+            window_ms: self.window_ms,
+            read: self.read,
+            node_sharing: self.node_sharing.clone(),
+        };
+        let nodes = import::nodes_of(&series, &plan);
+        let covered = self.server.covered(&nodes, (c0, c1)).await?;
+        let started = std::time::Instant::now();
+        let chunk = tokio::task::spawn_blocking(move || {
+            import::chunk_batches(&series, (c0, c1), &plan, &covered)
+        })
+        .await?;
+        self.timing.reading += started.elapsed();
+        Ok(Prepared {
+            chunk: (c0, c1),
+            month,
+            batches: chunk.batches.into_values().flatten().collect(),
+            series: chunk.series,
+            refused: chunk.refused,
+        })
+    }
+}
+
 /// The scrape interval the samples show: the most common step between a series' samples.
 fn interval_of(series: &[RawSeries]) -> Option<i64> {
     let mut steps: BTreeMap<i64, usize> = BTreeMap::new();
@@ -375,7 +475,6 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
     let fresh = State {
         url: args.url.clone(),
         from: args.from,
-        to: DateTime::from_timestamp_millis(to).expect("in range"),
         window_ms,
         chunk_ms,
         done: Vec::new(),
@@ -399,7 +498,6 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
     );
     Refusals::register_metrics();
     let mut refusals = Refusals::default();
-    let mut interval_ms = args.scrape_interval.map(|d| d.as_millis() as i64);
     let (mut stored, mut duplicates, mut sent_windows, mut series_seen) =
         (0u64, 0u64, 0u64, 0usize);
     let mut refused_series: std::collections::BTreeSet<(&'static str, String)> = Default::default();
@@ -414,69 +512,57 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
             )
         })
         .unwrap_or((0.5, 0.5));
+    let todo: Vec<(i64, i64)> = chunks
+        .iter()
+        .copied()
+        .filter(|c| !state.done.contains(c))
+        .collect();
+    bar.inc((chunks.len() - todo.len()) as u64);
+    let server = std::sync::Arc::new(server);
+    let reader = Reader {
+        prometheus: prom,
+        server: server.clone(),
+        read: ReadOptions {
+            holders,
+            sharing: args.gpu_sharing,
+        },
+        node_sharing: args.node_sharing.iter().cloned().collect(),
+        window_ms,
+        interval_ms: args.scrape_interval.map(|d| d.as_millis() as i64),
+        retries: args.retries,
+        timing: Timing::default(),
+    };
+    // The next chunks are read from Prometheus while this one is sent.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+    let reading = tokio::spawn(reader.run(todo, tx));
+    let mut sending = Duration::ZERO;
     let mut shutdown = std::pin::pin!(process::shutdown_signal());
-    for (c0, c1) in chunks {
-        if state.done.contains(&c0) {
-            bar.inc(1);
-            continue;
-        }
-        let month = DateTime::from_timestamp_millis(c0)
-            .expect("in range")
-            .format("%Y-%m")
-            .to_string();
-        let series = tokio::select! {
-            r = read_chunk(&prom, c0, c1, args.retries) => r?,
+    loop {
+        let prepared = tokio::select! {
+            p = rx.recv() => match p {
+                Some(p) => p?,
+                None => break,
+            },
             _ = &mut shutdown => {
+                reading.abort();
                 bar.abandon();
-                eprintln!("Stopped; the next run goes on from {month}.");
+                eprintln!("Stopped; the next run goes on where this one did.");
                 return Ok(());
             }
         };
-        let i = match interval_ms {
-            Some(i) => i,
-            None => match interval_of(&series) {
-                Some(i) => {
-                    eprintln!("Prometheus scraped the exporters every {} ms.", i);
-                    interval_ms = Some(i);
-                    i
-                }
-                None => {
-                    state.done.push(c0);
-                    bar.inc(1);
-                    continue;
-                }
-            },
-        };
-        if i <= 0 || window_ms % i != 0 {
-            bail!(
-                "the scrape interval ({i} ms) must divide --window ({window_ms} ms): give --scrape-interval or another --window"
-            );
-        }
-        let plan = ChunkPlan {
-            interval_ms: i,
-            window_ms,
-            read: ReadOptions {
-                holders,
-                sharing: args.gpu_sharing,
-            },
-            node_sharing: args.node_sharing.iter().cloned().collect(),
-        };
-        let nodes = import::nodes_of(&series, &plan);
-        let covered = server.covered(&nodes, (c0, c1)).await?;
-        let chunk = import::chunk_batches(&series, (c0, c1), &plan, &covered);
-        series_seen = series_seen.max(chunk.series);
-        for r in &chunk.refused {
+        series_seen = series_seen.max(prepared.series);
+        for r in &prepared.refused {
             refused_series.insert((r.reason.as_str(), r.series.clone()));
         }
-        refusals.say(chunk.refused);
-        let batches: Vec<Batch> = chunk.batches.into_values().flatten().collect();
+        refusals.say(prepared.refused);
+        let started = std::time::Instant::now();
         if args.dry_run {
-            let tally = months.entry(month.clone()).or_default();
-            for b in &batches {
+            let tally = months.entry(prepared.month.clone()).or_default();
+            for b in &prepared.batches {
                 tally.add(b, weights);
             }
         } else {
-            let mut sends = futures_util::stream::iter(batches.iter().map(|b| {
+            let mut sends = futures_util::stream::iter(prepared.batches.iter().map(|b| {
                 let shipper = server.shipper.clone();
                 async move { (b, shipper.send_with_retry(b).await) }
             }))
@@ -497,15 +583,23 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
                     Err(e) => bail!("sending node {}'s batch: {e}", b.node),
                 }
             }
-            state.done.push(c0);
+            state.done.push(prepared.chunk);
             state.save(&args.state)?;
         }
+        sending += started.elapsed();
         bar.set_message(format!(
-            "{month} · {} series · {} windows stored",
-            chunk.series, stored
+            "{} · {} series · {} windows stored",
+            prepared.month, prepared.series, stored
         ));
         bar.inc(1);
     }
+    let timing = reading.await??;
+    tracing::info!(
+        prometheus_s = timing.querying.as_secs_f64(),
+        reading_s = timing.reading.as_secs_f64(),
+        sending_s = sending.as_secs_f64(),
+        "Import done: time asking Prometheus, reading its samples into windows, and sending (the first two overlap the third)."
+    );
     bar.finish();
     if args.dry_run {
         print_dry_run(&months, card.as_ref());

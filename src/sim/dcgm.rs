@@ -168,6 +168,14 @@ const ENGINE: (&str, &str) = (
     "Ratio of time the graphics engine is active.",
 );
 
+/// A family's series lines: its name, the figure they show, and what follows each value (a
+/// timestamp, in an OpenMetrics file).
+struct Line<'a> {
+    name: &'a str,
+    figure: Figure,
+    suffix: &'a str,
+}
+
 /// Which figure of a device a family shows.
 #[derive(Clone, Copy, PartialEq)]
 enum Figure {
@@ -179,10 +187,9 @@ enum Figure {
 }
 
 impl ExporterPage {
-    /// The page's text.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(1024 + 9_000 * self.gpus.len());
-        let families: Vec<(&str, &str, &str, Figure)> = [
+    /// The families, with their help text, type and figure.
+    fn families() -> Vec<(&'static str, &'static str, &'static str, Figure)> {
+        [
             (FB_FREE.0, FB_FREE.1, "gauge", Figure::Free),
             (FB_USED.0, FB_USED.1, "gauge", Figure::Used),
             (GPU_UTIL.0, GPU_UTIL.1, "gauge", Figure::Util),
@@ -194,29 +201,62 @@ impl ExporterPage {
                 .iter()
                 .map(|&(n, h, t, v)| (n, h, t, Figure::Fixed(v))),
         )
-        .collect();
-        for (name, help, kind, figure) in families {
+        .collect()
+    }
+
+    /// The page's text.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(1024 + 9_000 * self.gpus.len());
+        for (name, help, kind, figure) in Self::families() {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
-            for g in &self.gpus {
-                if g.instances.is_empty() {
-                    self.device(&mut out, name, figure, g, None, &g.device);
-                } else if figure != Figure::Util {
-                    // Utilisation is not measured per GPU instance: no MIG series.
-                    for i in &g.instances {
-                        self.device(&mut out, name, figure, g, Some(i), &i.device);
-                    }
+            self.family(&mut out, name, figure, "");
+        }
+        out
+    }
+
+    /// The `# HELP` and `# TYPE` lines of family `name`, for an OpenMetrics file (`promtool tsdb
+    /// create-blocks-from openmetrics`) that holds its samples over time.
+    pub fn openmetrics_head(out: &mut String, name: &str) {
+        if let Some((name, help, kind, _)) = Self::families().into_iter().find(|f| f.0 == name) {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+        }
+    }
+
+    /// Family `name`'s series lines, each stamped `unix_seconds` (OpenMetrics' unit).
+    pub fn openmetrics_samples(&self, out: &mut String, name: &str, unix_seconds: i64) {
+        if let Some((name, _, _, figure)) = Self::families().into_iter().find(|f| f.0 == name) {
+            self.family(out, name, figure, &format!(" {unix_seconds}"));
+        }
+    }
+
+    fn family(&self, out: &mut String, name: &str, figure: Figure, suffix: &str) {
+        let line = Line {
+            name,
+            figure,
+            suffix,
+        };
+        for g in &self.gpus {
+            if g.instances.is_empty() {
+                self.device(out, &line, g, None, &g.device);
+            } else if figure != Figure::Util {
+                // Utilisation is not measured per GPU instance: no MIG series.
+                for i in &g.instances {
+                    self.device(out, &line, g, Some(i), &i.device);
                 }
             }
         }
-        out
     }
 
     fn device(
         &self,
         out: &mut String,
-        name: &str,
-        figure: Figure,
+        &Line {
+            name,
+            figure,
+            suffix,
+        }: &Line<'_>,
         g: &ExporterGpu,
         instance: Option<&ExporterInstance>,
         d: &ExporterDevice,
@@ -265,7 +305,7 @@ impl ExporterPage {
         };
         if holders.is_empty() || per_process {
             base(out);
-            let _ = writeln!(out, "}} {}", value(d));
+            let _ = writeln!(out, "}} {}{suffix}", value(d));
         }
         for h in holders {
             base(out);
@@ -289,7 +329,7 @@ impl ExporterPage {
             if let Some(v) = h.vgpu.filter(|_| self.virtual_gpus) {
                 let _ = write!(out, ",vgpu=\"{v}\"");
             }
-            let _ = writeln!(out, "}} {}", own.unwrap_or_else(|| value(d)));
+            let _ = writeln!(out, "}} {}{suffix}", own.unwrap_or_else(|| value(d)));
         }
     }
 

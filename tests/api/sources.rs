@@ -380,8 +380,16 @@ fn import(
     to: i64,
     state: &std::path::Path,
 ) -> std::process::Output {
-    import_with(base, token, prometheus, (from, to), state, &[])
+    import_with(base, token, prometheus, (from, to), state, &TIMELINE_IMPORT)
 }
+
+/// The timeline's windows (10 s) and its time-shared node.
+const TIMELINE_IMPORT: [&str; 4] = [
+    "--window",
+    "10s",
+    "--node-sharing",
+    "gpu-node-2=timeslice:2",
+];
 
 fn import_with(
     base: &str,
@@ -400,14 +408,7 @@ fn import_with(
         .args(["import", "prometheus", "--url", prometheus])
         .args(more)
         .args(["--from", &at(from), "--to", &at(to)])
-        .args([
-            "--server",
-            base,
-            "--window",
-            "10s",
-            "--node-sharing",
-            "gpu-node-2=timeslice:2",
-        ])
+        .args(["--server", base])
         .arg("--state")
         .arg(state)
         .env("SLICEMETER_TOKEN", token)
@@ -598,7 +599,7 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
         &prometheus.url,
         (from, to),
         &state,
-        &["--dry-run"],
+        &[&TIMELINE_IMPORT[..], &["--dry-run"]].concat(),
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -632,6 +633,28 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
         stored(&backfill).await,
         stored(&live).await,
         "the same windows and presence as live collection"
+    );
+
+    // (b) again with its state file: every chunk was done, none is read again.
+    let out = import(
+        &backfill_served.base,
+        &importer,
+        &prometheus.url,
+        from,
+        to,
+        &state,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("chunks were imported before")
+            && String::from_utf8_lossy(&out.stdout).contains("0 windows sent, 0 stored"),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
     );
 
     // (b) again, the state file gone: the server says what it has, and nothing is sent twice.
@@ -775,5 +798,123 @@ async fn a_prometheus_that_answers_badly_is_an_error_naming_the_query_and_nothin
     }
     assert_eq!(presence_rows(&app).await, 0);
     assert_eq!(app.count("select count(*) from gpu").await, 0);
+    served.stop().await;
+}
+
+/// Blocks written with `promtool` carry no staleness markers: a series that stops is, to a
+/// `query_range`, still there for Prometheus' 5-minute look-back. The import reads raw samples, so a
+/// pod seen in the scrapes of minutes 0 to 9 held its slice for 10 minutes, not 15.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_series_from_promtool_blocks_is_held_to_its_last_sample_plus_one_interval_not_the_look_back()
+ {
+    let month = slicemeter::domain::time::Month::of(chrono::Utc::now()).minus(1);
+    let start = month.start().timestamp();
+    let mut text = String::new();
+    ExporterPage::openmetrics_head(&mut text, "DCGM_FI_DEV_FB_USED");
+    let held = Held {
+        node: 0,
+        device: Dev::Gi(9),
+        ns: "cv",
+        pod: "infer-0",
+        from: 0,
+        to: 10,
+    };
+    for minute in 0..10 {
+        ExporterPage {
+            hostname_label: "hostname",
+            hostname: "gpu-node-1".into(),
+            virtual_gpus: false,
+            gpus: vec![ExporterGpu {
+                index: 0,
+                uuid: H100.into(),
+                model: "NVIDIA H100 80GB HBM3".into(),
+                device: ExporterDevice::default(),
+                instances: vec![ExporterInstance {
+                    gpu_instance_id: 9,
+                    profile: "1g.10gb".into(),
+                    device: ExporterDevice {
+                        fb_used_mib: 4_096,
+                        fb_free_mib: 5_888,
+                        engine_active: 0.5,
+                        holders: vec![pod(&held, None, None)],
+                    },
+                }],
+            }],
+        }
+        .openmetrics_samples(&mut text, "DCGM_FI_DEV_FB_USED", start + minute * 60);
+    }
+    text.push_str("# EOF\n");
+    let data = tempfile::tempdir().unwrap();
+    let storage = data.path().join("prometheus");
+    std::fs::create_dir_all(&storage).unwrap();
+    let file = data.path().join("in.om");
+    std::fs::write(&file, text).unwrap();
+    let promtool = slicemeter::sim::prometheus::binary("promtool").unwrap();
+    let out = Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&file)
+        .arg(&storage)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let prometheus = tokio::task::spawn_blocking(move || {
+        LocalPrometheus::start(&storage, &[], Duration::from_secs(60))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    // What `query_range` would say: the series still there five minutes after its last sample.
+    let http = reqwest::Client::new();
+    let r: Value = http
+        .get(format!("{}/api/v1/query", prometheus.url))
+        .query(&[
+            ("query", "DCGM_FI_DEV_FB_USED".to_owned()),
+            ("time", (start + 9 * 60 + 240).to_string()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["data"]["result"].as_array().unwrap().len(), 1, "{r}");
+
+    let app = TestApp::spawn().await;
+    let served = app.serve(served_config()).await;
+    let importer = app.token(Role::Importer, None, None).await;
+    let out = import_with(
+        &served.base,
+        &importer,
+        &prometheus.url,
+        (start * 1000, (start + 3600) * 1000),
+        &data.path().join("state.json"),
+        &["--window", "60s"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("every 60000 ms"),
+        "the scrape interval is read from the samples: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        app.count("select sum(held_seconds)::int8 from occupancy")
+            .await,
+        600
+    );
+    assert_eq!(
+        app.count(
+            "select sum(extract(epoch from period_end - period_start))::int8 from gpu_presence"
+        )
+        .await,
+        600
+    );
     served.stop().await;
 }

@@ -11,6 +11,7 @@ mod load;
 mod pages;
 mod plan;
 mod scale;
+mod sources;
 
 use clap::{Parser, Subcommand};
 
@@ -37,6 +38,8 @@ enum Command {
     Plan(plan::PlanBenchArgs),
     /// A month of a large fleet written into the rollups with SQL, read as finance reads it.
     Scale(scale::ScaleBenchArgs),
+    /// One scrape of a dcgm-exporter page, and `import prometheus` of a month from a real Prometheus.
+    Sources(sources::SourcesBenchArgs),
     /// The process `export` measures (not for people).
     #[command(hide = true)]
     FocusChild(export::FocusChildArgs),
@@ -61,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Pages(args) => pages::pages(args).await,
         Command::Plan(args) => plan::plan(args).await,
         Command::Scale(args) => scale::scale(args).await,
+        Command::Sources(args) => sources::sources(args).await,
         Command::FocusChild(args) => export::focus_child(args).await,
         Command::PostFleet(args) => fill::post_fleet(args).await,
     }

@@ -219,6 +219,140 @@ pub fn chunk_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collector::source::dcgm::read::HolderLabels;
+
+    fn series(metric: &str, gi: &str, pod: Option<&str>, samples: Vec<(i64, f64)>) -> RawSeries {
+        let mut labels = vec![
+            ("UUID".to_owned(), "GPU-1".to_owned()),
+            ("modelName".to_owned(), "NVIDIA H100 80GB HBM3".to_owned()),
+            ("GPU_I_PROFILE".to_owned(), "1g.10gb".to_owned()),
+            ("GPU_I_ID".to_owned(), gi.to_owned()),
+            ("Hostname".to_owned(), "n1".to_owned()),
+        ];
+        if let Some(p) = pod {
+            labels.push(("namespace".into(), "nlp".into()));
+            labels.push(("pod".into(), p.into()));
+        }
+        RawSeries {
+            name: metric.into(),
+            labels,
+            samples,
+        }
+    }
+
+    fn plan() -> ChunkPlan {
+        ChunkPlan {
+            interval_ms: 1_000,
+            window_ms: 10_000,
+            read: ReadOptions {
+                holders: HolderLabels::Plain,
+                sharing: Sharing::None,
+            },
+            node_sharing: BTreeMap::new(),
+        }
+    }
+
+    /// Pod `a` holds instance 9 for seconds 2 to 13 (scraped a little after each second), with no
+    /// scrape at 7 and 8; the instance is free before and after.
+    fn scraped() -> Vec<RawSeries> {
+        let held: Vec<(i64, f64)> = (2..14)
+            .filter(|k| !(7..9).contains(k))
+            .map(|k| (k * 1_000 + 437, 2_048.0))
+            .collect();
+        let free: Vec<(i64, f64)> = (0..20)
+            .filter(|k| !(2..14).contains(k))
+            .map(|k| (k * 1_000 + 437, 0.0))
+            .collect();
+        vec![
+            series("DCGM_FI_DEV_FB_USED", "9", Some("a"), held),
+            series("DCGM_FI_DEV_FB_USED", "9", None, free),
+        ]
+    }
+
+    #[test]
+    fn a_chunk_makes_the_windows_live_collection_makes_of_the_same_scrapes_and_leaves_gaps_out() {
+        let out = chunk_batches(&scraped(), (0, 20_000), &plan(), &Covered::new());
+        assert!(out.refused.is_empty(), "{:?}", out.refused);
+        let batches = &out.batches["n1"];
+        // The same scrapes, as a live collector would have pushed them into its integrator.
+        let mut live = Integrator::with_hold(10_000, Hold::scraped(1_000));
+        let slots: Vec<i64> = (0..20).filter(|k| !(7..9).contains(k)).collect();
+        let mut closed = Vec::new();
+        for k in &slots {
+            let held = (2..14).contains(k);
+            let reading = crate::collector::source::Reading {
+                slice: 0,
+                holder: held.then(|| {
+                    std::sync::Arc::new(crate::domain::batch::ConsumerReport {
+                        namespace: Some("nlp".into()),
+                        pod: Some("a".into()),
+                        ..Default::default()
+                    })
+                }),
+                memory_used_bytes: if held { 2_048 << 20 } else { 0 },
+                compute_active_ppm: None,
+            };
+            closed.extend(live.push(k * 1_000, vec![reading]));
+        }
+        closed.extend(live.flush(20_000));
+        let want: Vec<_> = closed
+            .iter()
+            .flat_map(|w| {
+                w.occupancy
+                    .iter()
+                    .map(|o| o.report("GPU-1::gi9/1g.10gb", w.start_ms, w.end_ms))
+            })
+            .collect();
+        let got: Vec<_> = batches.iter().flat_map(|b| b.windows.clone()).collect();
+        assert_eq!(got, want);
+        // Held 2 s to 7 s and 9 s to 14 s: 5 + 5 s, in three windows of the 10 s grid (the first
+        // observed from 0 s, when the free instance was first scraped).
+        let held: Vec<(i64, f64)> = got
+            .iter()
+            .map(|w| (w.start.timestamp_millis(), w.held_seconds))
+            .collect();
+        assert_eq!(held, [(0, 5.0), (9_000, 1.0), (10_000, 4.0)]);
+        // The batches' periods leave the gap out: presence stops at 7 s and starts again at 9 s.
+        let periods: Vec<(i64, i64)> = batches
+            .iter()
+            .map(|b| {
+                (
+                    b.period.start.timestamp_millis(),
+                    b.period.end.timestamp_millis(),
+                )
+            })
+            .collect();
+        assert_eq!(periods, [(0, 7_000), (9_000, 20_000)]);
+    }
+
+    #[test]
+    fn stored_time_is_left_out_of_a_chunk() {
+        let covered = Covered::from([("n1".to_owned(), vec![(0, 9_000), (15_000, 20_000)])]);
+        let out = chunk_batches(&scraped(), (0, 20_000), &plan(), &covered);
+        let batches = &out.batches["n1"];
+        let periods: Vec<(i64, i64)> = batches
+            .iter()
+            .map(|b| {
+                (
+                    b.period.start.timestamp_millis(),
+                    b.period.end.timestamp_millis(),
+                )
+            })
+            .collect();
+        assert_eq!(periods, [(9_000, 15_000)]);
+        let held: f64 = batches
+            .iter()
+            .flat_map(|b| &b.windows)
+            .map(|w| w.held_seconds)
+            .sum();
+        assert_eq!(held, 5.0, "seconds 9 to 13 held, 14 free");
+        let all = Covered::from([("n1".to_owned(), vec![(0, 20_000)])]);
+        assert!(
+            chunk_batches(&scraped(), (0, 20_000), &plan(), &all)
+                .batches
+                .is_empty()
+        );
+    }
 
     #[test]
     fn uncovered_time_is_what_the_stored_periods_leave() {
