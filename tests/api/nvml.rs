@@ -350,7 +350,10 @@ async fn off_kubernetes_a_gpu_is_held_by_its_process_unit_or_the_static_map() {
     let batches = replay(source, "2026-09-01T00:00:00Z", 1).await;
     ingest_all(&app, &batches).await;
     let consumers: Vec<(Option<String>, Option<String>, String)> =
-        sqlx::query_as("select job_id, unix_user, team_id from consumer order by job_id")
+        sqlx::query_as(
+            "select distinct c.job_id, c.unix_user, u.team_id
+             from consumer c join usage_hourly u using (consumer_id) order by c.job_id",
+        )
             .fetch_all(&app.pool)
             .await
             .unwrap();
@@ -459,7 +462,10 @@ async fn labels_from_the_api_server_name_the_team_and_dra_claims_are_kept() {
     let batches = replay(source, "2026-09-01T00:00:00Z", 1).await;
     ingest_all(&app, &batches).await;
     let rows: Vec<(String, String, Option<Value>)> =
-        sqlx::query_as("select pod, team_id, dra_claim from consumer order by pod")
+        sqlx::query_as(
+            "select distinct c.pod, u.team_id, c.dra_claim
+             from consumer c join usage_hourly u using (consumer_id) order by c.pod",
+        )
             .fetch_all(&app.pool)
             .await
             .unwrap();
