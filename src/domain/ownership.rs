@@ -123,7 +123,12 @@ impl<'a> Claim<'a> {
     }
 
     /// Whether the team changes inside `[from, to)`.
-    pub fn changes_within(self, ownership: &Ownership, from: DateTime<Utc>, to: DateTime<Utc>) -> bool {
+    pub fn changes_within(
+        self,
+        ownership: &Ownership,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> bool {
         match self {
             Claim::Namespace(ns) => ownership.changes_within(ns, from, to).next().is_some(),
             _ => false,
@@ -267,7 +272,10 @@ mod tests {
         assert_eq!(teams, vec!["alpha", "unattributed"]);
         // Before its first version a namespace is no team's, and so is a consumer with neither.
         assert_eq!(own.owner_at("ns", t("1999-12-31T23:59:59Z")), None);
-        assert_eq!(Claim::Nobody.team_at(&own, t("2026-09-11T10:00:00Z")), "unattributed");
+        assert_eq!(
+            Claim::Nobody.team_at(&own, t("2026-09-11T10:00:00Z")),
+            "unattributed"
+        );
     }
 
     #[test]

@@ -163,7 +163,11 @@ pub struct TeamPut {
     pub effective_from: Option<DateTime<Utc>>,
     /// Why: kept with the change and in the audit log; required with an `effective_from` in the
     /// past.
-    #[schema(min_length = 1, max_length = 1000, example = "ns-move handed to beta in the September reorganisation")]
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        example = "ns-move handed to beta in the September reorganisation"
+    )]
     pub reason: Option<String>,
 }
 

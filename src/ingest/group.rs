@@ -445,12 +445,19 @@ async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Ing
     let mut teams = attribution::Teams::default();
     let mut rollup = Rollup::new();
     // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.
-    attribution::add(&mut rollup, &mut teams, new.iter().copied(), ids, &b.consumers, &owners)
-        .ok_or_else(|| {
-            IngestError::Db(sqlx::Error::Protocol(
-                "an hourly rollup sum overflowed".into(),
-            ))
-        })?;
+    attribution::add(
+        &mut rollup,
+        &mut teams,
+        new.iter().copied(),
+        ids,
+        &b.consumers,
+        &owners,
+    )
+    .ok_or_else(|| {
+        IngestError::Db(sqlx::Error::Protocol(
+            "an hourly rollup sum overflowed".into(),
+        ))
+    })?;
     store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
     tx.commit().await?;
     let inserted = new.len() as u64;

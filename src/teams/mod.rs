@@ -99,7 +99,10 @@ pub async fn put(
     if let Some(namespaces) = u.namespaces {
         store::lock_ownership(&mut tx).await?;
         let at = u.effective_from.unwrap_or_else(now_to_the_microsecond);
-        change = Some((at, change_namespaces(&mut tx, team, namespaces, at, u.reason).await?));
+        change = Some((
+            at,
+            change_namespaces(&mut tx, team, namespaces, at, u.reason).await?,
+        ));
     }
     let (gained, lost, moved) = change.clone().map(|c| c.1).unwrap_or_default();
     audit::record(
@@ -216,14 +219,13 @@ async fn check_no_issued_month(
     };
     let reach = reaches
         .iter()
-        .find(|r| {
-            first_of_month(r.from) <= month
-                && r.until.is_none_or(|u| month_start(month) < u)
-        })
+        .find(|r| first_of_month(r.from) <= month && r.until.is_none_or(|u| month_start(month) < u))
         .unwrap_or(&reaches[0]);
     Err(TeamError::IssuedMonth {
         namespace: reach.namespace.clone(),
-        from: reach.from.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        from: reach
+            .from
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
         month: month.format("%Y-%m").to_string(),
     })
 }

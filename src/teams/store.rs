@@ -343,7 +343,19 @@ pub async fn reattribute_whole_hours(
     )
     .fetch_all(&mut *conn)
     .await?;
-    let split = sqlx::query_as::<_, (DateTime<Utc>, i32, i32, i64, String, Decimal, i64, Vec<String>)>(
+    let split = sqlx::query_as::<
+        _,
+        (
+            DateTime<Utc>,
+            i32,
+            i32,
+            i64,
+            String,
+            Decimal,
+            i64,
+            Vec<String>,
+        ),
+    >(
         "select u.hour, u.slice_id, u.gpu_id, u.consumer_id, r.namespace, sum(u.held_seconds),
                 sum(u.window_count)::int8, array_agg(u.team_id order by u.team_id)
          from reattributed_hour r
