@@ -440,8 +440,11 @@ async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Ing
         slice_gpus: &slice_gpus,
         consumers: &consumer_ids,
     };
-    let new = store::insert_windows(&mut tx, &fresh, ids).await?;
+    // Before the windows are written, as a group does: a batch writes windows and rollups only
+    // while it holds the owners' lock, so that, holding it, it never waits on a batch that waits
+    // for a change of ownership.
     let owners = store::read_ownership(&mut tx, &attribution::namespaces(&[b])).await?;
+    let new = store::insert_windows(&mut tx, &fresh, ids).await?;
     let mut teams = attribution::Teams::default();
     let mut rollup = Rollup::new();
     // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.

@@ -54,7 +54,7 @@ pub enum TeamError {
     #[error("namespace {namespace:?} belongs to team {owner:?}; remove it there first")]
     NamespaceTaken { namespace: String, owner: String },
     #[error(
-        "namespace {namespace:?} would change hands from {from} on, which reaches {month}, a period with issued invoices: its books are frozen (late changes are billed as corrections, never by rewriting an issued month); choose an effective_from after it"
+        "namespace {namespace:?} would change hands from {from} on, which reaches {month}, a period with issued invoices: its books are frozen. Choose an effective_from after it, or credit its issued invoices first (a credit note is how an issued month is corrected)"
     )]
     IssuedMonth {
         namespace: String,

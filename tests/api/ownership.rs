@@ -709,3 +709,48 @@ async fn an_upgrade_keeps_todays_bills_with_each_mapping_owned_from_the_beginnin
         )]
     );
 }
+
+#[tokio::test]
+async fn once_an_issued_month_is_credited_its_ownership_can_be_corrected_and_rebilled() {
+    let app = TestApp::spawn().await;
+    the_september_move(&app).await;
+    let drafts = run(&app, "2026-09").await;
+    for team in ["alpha", "beta"] {
+        let id = &draft_of(&drafts, team)["id"];
+        let r = crate::billing::issue(&app, id).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    let move_back = json!({"namespaces": [], "effective_from": "2026-09-16T00:00:00Z",
+                           "reason": "beta gave it up on the 16th, not later"});
+    let r = put(&app, &app.admin, "beta", move_back.clone()).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    for team in ["alpha", "beta"] {
+        let id = &draft_of(&drafts, team)["id"];
+        let r = app
+            .send_json(
+                "POST",
+                Some(&app.admin),
+                &format!("/v1/invoices/{id}/credit"),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    let r = put(&app, &app.admin, "beta", move_back).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["reattributed_consumers"], 1);
+    let again = run(&app, "2026-09").await;
+    assert_eq!(dec(&draft_of(&again, "alpha")["total"]), d("576.00"));
+    assert_eq!(
+        dec(&draft_of(&again, "beta")["total"]),
+        d("288.00"),
+        "the 11th to the 15th"
+    );
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(
+        dec(&report.body["conservation"]["unattributed"]),
+        d("288.00")
+    );
+}
