@@ -207,9 +207,15 @@ async fn check_no_issued_month(
 ) -> Result<(), TeamError> {
     let now = Utc::now();
     let first = reaches.iter().map(|r| first_of_month(r.from)).min();
+    // A reach ends before its next version: one that starts on the 1st reaches none of its month.
     let last = reaches
         .iter()
-        .map(|r| first_of_month(r.until.unwrap_or(now).min(now).max(r.from)))
+        .map(|r| {
+            let end = r
+                .until
+                .map_or(now, |u| u - chrono::Duration::microseconds(1));
+            first_of_month(end.min(now).max(r.from))
+        })
         .max();
     let (Some(first), Some(last)) = (first, last) else {
         return Ok(());

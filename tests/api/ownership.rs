@@ -100,8 +100,11 @@ async fn raw(app: &TestApp, uri: &str) -> String {
     }
 }
 
-/// Each draft as a user reads it: team, total and its lines' hours and amounts.
-fn drafts(run: &Reply) -> Vec<(String, String, Vec<(String, String)>)> {
+/// A draft as a user reads it: team, total and its lines' hours and amounts.
+type Draft = (String, String, Vec<(String, String)>);
+
+/// Each draft as a user reads it.
+fn drafts(run: &Reply) -> Vec<Draft> {
     run.body["drafts"]
         .as_array()
         .unwrap()
