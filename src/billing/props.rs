@@ -1,7 +1,8 @@
 //! Conservation against an independent reference: 10,000 seeded random fleets and histories (MIG
 //! layouts, MPS, time-slices, vGPU fractions, whole GPUs, models off the price list, a second rate
-//! card from a random hour of the month, both idle policies, a late batch after the month was
-//! issued), each billed by `period::bill` and by a reference written here in exact fractions
+//! card from a random hour of the month, both idle policies, namespaces that change hands, within a
+//! window too, and a late batch after the month was issued), each billed by `period::bill` and by a
+//! reference written here in exact fractions
 //! (`BigRational`) straight from DESIGN.md's formulas, which shares no code with the production path.
 //!
 //! `PROPTEST_CASES` (default 10,000) and `PROPTEST_RNG_SEED` explore further.
@@ -22,11 +23,13 @@ use super::invoice::{self, Billed, PricedKey};
 use super::period::{self, Line};
 use super::pricing::{PresenceAggregate, UsageAggregate};
 use super::rate_card::{Currency, IdlePolicy, IsolationFactors, RateCard};
+use crate::domain::ownership::{self, Claim, OwnerVersion, Ownership};
 use crate::domain::slice::{GpuGeometry, Reservation, ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::team::UNATTRIBUTED;
 use crate::domain::time::Month;
 use crate::domain::usage::OccupancySums;
+use crate::domain::window::Window;
 use crate::sim::{MIG_LAYOUTS, hash};
 
 type Q = BigRational;
@@ -97,6 +100,18 @@ struct Held {
     memory_byte_seconds: i64,
     /// Seconds of the GPU's presence under this version the slice was not held: room for late data.
     room: i64,
+    /// When the slice was held by a pod of a namespace that changed hands: its one window and the
+    /// namespace's owners (`team` is then unused).
+    moves: Option<Moves>,
+}
+
+/// One window `[start, start + held_seconds)` (microseconds from the month's start) of a pod
+/// without a `team` label, and its namespace's owners: each from its instant until the next's, the
+/// first from before the window (`UNATTRIBUTED`: no team owns it).
+#[derive(Debug, Clone)]
+struct Moves {
+    start: i64,
+    owners: Vec<(i64, &'static str)>,
 }
 
 #[derive(Debug, Clone)]
@@ -238,6 +253,7 @@ fn fleet(seed: u64) -> Fleet {
                     active_seconds,
                     memory_byte_seconds,
                     room: seg - held_seconds,
+                    moves: None,
                 });
             }
         }
@@ -256,6 +272,67 @@ type Aggregates = (
     Vec<(PresenceAggregate, Option<i64>)>,
 );
 
+/// The month's first instant: where the microseconds of [`Moves`] count from.
+fn month_start() -> chrono::DateTime<chrono::Utc> {
+    "2026-10-01T00:00:00Z".parse().expect("an instant")
+}
+
+/// What a held slice's usage comes to per team, as ingest attributes it: the labelled team's, or
+/// the window split at the instants its namespace changes owner (`domain::ownership`), each part
+/// to the owner of its time. (team, held seconds, active seconds, memory byte-seconds, windows).
+fn attributed(h: &Held) -> Vec<(String, Decimal, Decimal, Decimal, i64)> {
+    let whole = (
+        Decimal::from(h.held_seconds),
+        Decimal::from(h.active_seconds),
+        Decimal::from(h.memory_byte_seconds),
+    );
+    let Some(m) = &h.moves else {
+        return vec![(h.team.to_owned(), whole.0, whole.1, whole.2, 1)];
+    };
+    let at = |us: i64| month_start() + chrono::Duration::microseconds(us);
+    let start = at(m.start);
+    let window = Window {
+        slice: 0,
+        consumer: 0,
+        start,
+        end: start + chrono::Duration::seconds(h.held_seconds),
+        held_seconds: whole.0,
+        memory_byte_seconds: whole.2,
+        memory_peak_bytes: 0,
+        compute_active_seconds: Some(whole.1),
+        hours: Vec::new(),
+    }
+    .hourly()
+    .expect("a window that splits by hour");
+    let owners = Ownership::from_rows(m.owners.iter().map(|&(us, team)| {
+        (
+            "ns".to_owned(),
+            OwnerVersion {
+                from: if us < 0 {
+                    ownership::beginning()
+                } else {
+                    at(us)
+                },
+                team: (team != UNATTRIBUTED).then(|| TeamId::parse(team).expect("a team id")),
+            },
+        )
+    }));
+    let mut by_team: BTreeMap<String, (Decimal, Decimal, Decimal, i64)> = BTreeMap::new();
+    for (_, team, part) in
+        ownership::attribute(&window, Claim::Namespace("ns"), &owners).expect("parts that fit")
+    {
+        let t = by_team.entry(team.to_owned()).or_default();
+        t.0 += part.held_seconds;
+        t.1 += part.compute_active_seconds;
+        t.2 += part.memory_byte_seconds;
+        t.3 += i64::from(part.window_count);
+    }
+    by_team
+        .into_iter()
+        .map(|(team, (held, active, memory, windows))| (team, held, active, memory, windows))
+        .collect()
+}
+
 fn aggregates(f: &Fleet) -> Aggregates {
     let mut groups: BTreeMap<(String, String, SliceKind, Option<String>, i64), OccupancySums> =
         BTreeMap::new();
@@ -265,30 +342,29 @@ fn aggregates(f: &Fleet) -> Aggregates {
             Reservation::Mig { profile, .. } => Some(profile.clone()),
             _ => None,
         };
-        let s = groups
-            .entry((
-                h.team.to_owned(),
-                h.model.to_owned(),
-                h.reservation.kind(),
-                profile,
-                h.card,
-            ))
-            .or_default();
-        let held = Decimal::from(h.held_seconds);
-        let active = Decimal::from(h.active_seconds);
-        s.add(&OccupancySums {
-            held_seconds: held,
-            held_compute: held * share.compute,
-            held_memory: held * share.memory,
-            known_seconds: held,
-            known_compute: held * share.compute,
-            active_seconds: active,
-            active_compute: active * share.compute,
-            memory_gib_seconds: Decimal::ZERO,
-            memory_used: Decimal::from(h.memory_byte_seconds) * share.memory
-                / Decimal::from(share.memory_reserved_bytes),
-            windows: 1,
-        });
+        for (team, held, active, memory, windows) in attributed(h) {
+            let s = groups
+                .entry((
+                    team,
+                    h.model.to_owned(),
+                    h.reservation.kind(),
+                    profile.clone(),
+                    h.card,
+                ))
+                .or_default();
+            s.add(&OccupancySums {
+                held_seconds: held,
+                held_compute: held * share.compute,
+                held_memory: held * share.memory,
+                known_seconds: held,
+                known_compute: held * share.compute,
+                active_seconds: active,
+                active_compute: active * share.compute,
+                memory_gib_seconds: Decimal::ZERO,
+                memory_used: memory * share.memory / Decimal::from(share.memory_reserved_bytes),
+                windows,
+            });
+        }
     }
     let usage = groups
         .into_iter()
@@ -396,20 +472,29 @@ fn reference(f: &Fleet) -> Reference {
             ),
         };
         let share = &wc * compute + &wm * memory;
-        let blocked = hourly(card, h.model) * share * q(h.held_seconds, 3600);
-        let charge = &blocked * qd(factor);
-        discount += &blocked - &charge;
-        *allocated.entry(h.card).or_insert_with(Q::zero) += &blocked;
-        *charged
-            .entry((h.card, h.team.to_owned()))
-            .or_insert_with(Q::zero) += &charge;
-        *lines
-            .entry((
-                h.team.to_owned(),
-                (Some(h.model.to_owned()), Some(kind), profile, h.card),
-                false,
-            ))
-            .or_insert_with(Q::zero) += charge;
+        // A window split between owners is windows of its parts' time, each with its figures
+        // prorated: the same share (a ratio of prorated figures), its part of the held time.
+        for (team, part) in owned_parts(h) {
+            let blocked = hourly(card, h.model) * &share * q(h.held_seconds, 3600) * part;
+            let charge = &blocked * qd(factor);
+            discount += &blocked - &charge;
+            *allocated.entry(h.card).or_insert_with(Q::zero) += &blocked;
+            *charged
+                .entry((h.card, team.to_owned()))
+                .or_insert_with(Q::zero) += &charge;
+            *lines
+                .entry((
+                    team.to_owned(),
+                    (
+                        Some(h.model.to_owned()),
+                        Some(kind),
+                        profile.clone(),
+                        h.card,
+                    ),
+                    false,
+                ))
+                .or_insert_with(Q::zero) += charge;
+        }
     }
     let mut unallocated = Q::zero();
     for (c, fleet) in &fleet_by_card {
@@ -436,6 +521,27 @@ fn reference(f: &Fleet) -> Reference {
         unallocated,
         discount,
     }
+}
+
+/// Each owner's part of a held slice's time, exactly: the overlap of its span (from its instant to
+/// the next's) with the window, over the window's length. All of it the labelled team's otherwise.
+fn owned_parts(h: &Held) -> Vec<(&'static str, Q)> {
+    let Some(m) = &h.moves else {
+        return vec![(h.team, Q::one())];
+    };
+    let (start, end) = (m.start, m.start + h.held_seconds * 1_000_000);
+    let mut parts: Vec<(&'static str, Q)> = Vec::new();
+    for (i, &(from, team)) in m.owners.iter().enumerate() {
+        let until = m.owners.get(i + 1).map_or(i64::MAX, |n| n.0);
+        let overlap = until.min(end) - from.max(start);
+        if overlap > 0 {
+            match parts.iter_mut().find(|p| p.0 == team) {
+                Some(p) => p.1 += q(overlap, end - start),
+                None => parts.push((team, q(overlap, end - start))),
+            }
+        }
+    }
+    parts
 }
 
 fn key_of(l: &Line) -> (PricedKey, bool) {
@@ -580,6 +686,39 @@ fn check(f: &Fleet, late: &Fleet) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// `f` with some slices held by a pod of a namespace that changes hands: in one window placed in
+/// the time its GPU was present, with up to three changes of owner at random microseconds inside
+/// it, on an hour boundary, or at its very start or end (which split nothing).
+fn with_moves(f: Fleet, seed: u64) -> Fleet {
+    let mut g = Gen(seed ^ 0x0057_e4ed);
+    let mut moved = f;
+    for h in &mut moved.held {
+        if g.below(2) == 0 {
+            continue;
+        }
+        let start = g.range(0, h.room * 1_000_000);
+        h.room -= (start + 999_999) / 1_000_000;
+        let end = start + h.held_seconds * 1_000_000;
+        let team = |g: &mut Gen| TEAMS[g.below(TEAMS.len() as u64) as usize];
+        let mut owners = vec![(-1, team(&mut g))];
+        for _ in 0..g.range(0, 3) {
+            let at = match g.below(4) {
+                0 | 1 => g.range(start, end),
+                2 => {
+                    let hour = g.range(start, end) / 3_600_000_000 * 3_600_000_000;
+                    hour.max(start)
+                }
+                _ => [start, end][g.below(2) as usize],
+            };
+            owners.push((at, team(&mut g)));
+        }
+        owners.sort_by_key(|o| o.0);
+        owners.dedup_by_key(|o| o.0);
+        h.moves = Some(Moves { start, owners });
+    }
+    moved
+}
+
 /// `f` with late windows: more held time on some reserved slices, within the time their GPU was
 /// present and they were not held (ingest refuses anything else).
 fn with_late_data(f: &Fleet, seed: u64) -> Fleet {
@@ -611,7 +750,7 @@ proptest! {
 
     #[test]
     fn every_unit_of_fleet_cost_is_accounted_for_as_an_independent_reference_says(seed in any::<u64>()) {
-        let f = fleet(seed);
+        let f = with_moves(fleet(seed), seed);
         prop_assume!(!f.held.is_empty());
         check(&f, &with_late_data(&f, seed))?;
     }

@@ -96,15 +96,14 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
         .await?;
     sqlx::query!(
         "with b as (insert into book (period) values ($1) returning period),
-              k as (select u.slice_id, c.team_id, u.rate_card_id, sum(u.windows)::int8 as windows,
+              k as (select u.slice_id, u.team_id, u.rate_card_id, sum(u.windows)::int8 as windows,
                            min(u.day) as first_day, sum(u.held) as held, sum(u.known) as known,
                            sum(u.active) as active, sum(u.memory) as memory,
                            array_agg(u.day) as days, array_agg(u.windows) as day_windows,
                            array_agg(u.held) as day_held, array_agg(u.known) as day_known,
                            array_agg(u.active) as day_active, array_agg(u.memory) as day_memory
                     from period_usage_days($1) u
-                    join consumer c using (consumer_id)
-                    group by u.slice_id, c.team_id, u.rate_card_id),
+                    group by u.slice_id, u.team_id, u.rate_card_id),
               u as (insert into book_slice
                     select $1, k.team_id, coalesce(t.display_name, k.team_id), t.cost_center,
                            g.model, s.kind, s.profile, k.rate_card_id, s.slice_id, s.slice_uuid,

@@ -68,15 +68,17 @@ pub async fn get(
     sqlx::query_as(sql).bind(id).fetch_optional(conn).await
 }
 
-/// `team`'s namespaces, by name.
+/// The namespaces `team` owns now, by name.
 pub async fn namespaces(
     conn: &mut PgConnection,
     team: &TeamId,
 ) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar("select namespace from team_namespace where team_id = $1 order by namespace")
-        .bind(team.as_str())
-        .fetch_all(conn)
-        .await
+    sqlx::query_scalar(
+        "select namespace from team_namespace_now where team_id = $1 order by namespace",
+    )
+    .bind(team.as_str())
+    .fetch_all(conn)
+    .await
 }
 
 /// Whether `team` exists.

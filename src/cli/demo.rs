@@ -23,6 +23,7 @@ use crate::collector::spool::Spool;
 use crate::db::cluster::{self, PrivateCluster};
 use crate::db::{self, Partitions};
 use crate::domain::access::{Actor, Role};
+use crate::domain::ownership;
 use crate::domain::team::TeamId;
 use crate::domain::time::{Month, floor_to};
 use crate::fleet::store as fleet_store;
@@ -244,7 +245,8 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
     served?.context("serving")
 }
 
-/// The simulated fleet's teams, with their namespaces, cost centers and GL accounts.
+/// The simulated fleet's teams, with their namespaces (owned from the beginning of data, so that
+/// the back-filled month is theirs), cost centers and GL accounts.
 pub async fn register_teams(pool: &PgPool, fleet: &SimFleet) -> anyhow::Result<()> {
     for t in &fleet.teams {
         teams::put(
@@ -255,6 +257,8 @@ pub async fn register_teams(pool: &PgPool, fleet: &SimFleet) -> anyhow::Result<(
                 cost_center: Some(Some(&t.cost_center)),
                 gl_account: Some(Some("6420")),
                 namespaces: Some(&t.namespaces),
+                effective_from: Some(ownership::beginning()),
+                reason: Some("the demo's simulated teams"),
             },
             &Actor::CLI,
         )

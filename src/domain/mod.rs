@@ -1,11 +1,12 @@
 //! Pure types of slicemeter's world, no I/O: slices and their physical shares, the ingest contract,
-//! the occupancy window and its sums, field errors, roles and principals, teams, time periods, text
-//! rules, NVIDIA's MIG tables and dcgm-exporter's label names.
+//! the occupancy window and its sums, field errors, roles and principals, teams and who owns a
+//! namespace when, time periods, text rules, NVIDIA's MIG tables and dcgm-exporter's label names.
 
 pub mod access;
 pub mod batch;
 pub mod dcgm;
 pub mod fields;
+pub mod ownership;
 pub mod profiles;
 pub mod scope;
 pub mod slice;

@@ -46,6 +46,42 @@ impl Window {
         Some(self)
     }
 
+    /// Its part of `hour`, one of [`Window::hours`] (`piece`), split further at `cuts` (instants
+    /// strictly inside the window's time in that hour, ascending): the instant each part starts and
+    /// its figures, in proportion to its time, as an hour boundary splits a window, the last part
+    /// taking the remainder so that the parts sum to the piece exactly. The window's count stays
+    /// with the part it starts in. The piece itself when there is no cut; `None` on overflow.
+    pub fn split_hour_at(
+        &self,
+        hour: DateTime<Utc>,
+        piece: &HourlyUsage,
+        cuts: &[DateTime<Utc>],
+    ) -> Option<Vec<(DateTime<Utc>, HourlyUsage)>> {
+        let from = self.start.max(hour);
+        let to = self.end.min(hour + Duration::hours(1));
+        if cuts.is_empty() {
+            return Some(vec![(from, *piece)]);
+        }
+        let total = Decimal::from(micros(from, to)?);
+        let mut parts = Vec::with_capacity(cuts.len() + 1);
+        let mut given = HourlyUsage::default();
+        let mut at = from;
+        for &cut in cuts {
+            if cut <= at || cut >= to {
+                return None;
+            }
+            let mut part = piece.checked_share(Decimal::from(micros(at, cut)?), total)?;
+            if at == from {
+                part.window_count = piece.window_count;
+            }
+            given = given.checked_add(&part)?;
+            parts.push((at, part));
+            at = cut;
+        }
+        parts.push((at, piece.checked_minus(&given)?));
+        Some(parts)
+    }
+
     /// Whether `other` is the same record: same interval and figures (the hours follow from them).
     pub fn same_figures(&self, other: &Window) -> bool {
         (

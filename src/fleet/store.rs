@@ -69,7 +69,9 @@ pub async fn slices(
                   p.until as "last_present?",
                   s.slice_uuid as "slice_uuid?", s.kind as "kind?: SliceKind", s.profile, s.gpu_instance_id,
                   s.compute_share as "compute_share?", s.memory_share as "memory_share?",
-                  c.team_id as "holder_team?", c.namespace as holder_namespace,
+                  case when c.consumer_id is not null
+                       then consumer_team_at(c.team_label, c.namespace, $1) end as "holder_team?",
+                  c.namespace as holder_namespace,
                   c.pod as holder_pod, c.container as holder_container,
                   c.unix_user as holder_user,
                   c.dra_claim as "holder_dra_claim: sqlx::types::Json<DraClaim>"

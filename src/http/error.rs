@@ -41,6 +41,9 @@ pub enum ErrorCode {
     ConflictingBatch,
     /// 409: a namespace belongs to another team.
     NamespaceTaken,
+    /// 409: a change of namespace ownership would reach a month whose invoices are issued, or split
+    /// an hour whose raw windows are no longer kept.
+    OwnershipConflict,
     /// 409: the rate card version cannot be published or withdrawn.
     RateCardConflict,
     /// 409: the period cannot be billed (not ended, hours without a rate card, ...).
@@ -69,7 +72,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the OpenAPI document lists them.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 24] = [
         ErrorCode::BadRequest,
         ErrorCode::InvalidParameters,
         ErrorCode::MalformedBody,
@@ -81,6 +84,7 @@ impl ErrorCode {
         ErrorCode::NotFound,
         ErrorCode::ConflictingBatch,
         ErrorCode::NamespaceTaken,
+        ErrorCode::OwnershipConflict,
         ErrorCode::RateCardConflict,
         ErrorCode::CannotBill,
         ErrorCode::BudgetExists,
@@ -116,6 +120,7 @@ impl ErrorCode {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::ConflictingBatch
             | ErrorCode::NamespaceTaken
+            | ErrorCode::OwnershipConflict
             | ErrorCode::RateCardConflict
             | ErrorCode::CannotBill
             | ErrorCode::BudgetExists

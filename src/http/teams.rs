@@ -1,26 +1,29 @@
-//! `GET /v1/teams`, `PUT /v1/teams/{team}`: who pays, with cost centers and namespaces.
+//! `GET /v1/teams`, `GET /v1/teams/{team}`, `PUT /v1/teams/{team}`: who pays, with cost centers,
+//! and the namespaces each team owns over time.
 
 use axum::Json;
 use axum::extract::{Path, State};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::require;
+use super::auth::{require, team_in_scope};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::state::AppState;
 use crate::domain::access::Actor;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
+use crate::domain::ownership;
 use crate::domain::team::{TeamId, UNATTRIBUTED};
-use crate::teams::store::{self as team_store, TeamRow};
+use crate::teams::store::{self as team_store, TeamRow, VersionRow};
 use crate::teams::{self, TeamError, TeamUpdate};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list_teams))
-        .routes(routes!(put_team))
+        .routes(routes!(get_team, put_team))
 }
 
 /// A JSON object body, with rejections in the API's error envelope. A JSON array is refused even
@@ -49,7 +52,7 @@ pub struct Team {
     pub display_name: String,
     pub cost_center: Option<String>,
     pub gl_account: Option<String>,
-    /// Kubernetes namespaces whose unlabelled pods this team pays for.
+    /// Kubernetes namespaces whose unlabelled pods this team pays for now.
     pub namespaces: Vec<String>,
 }
 
@@ -65,9 +68,73 @@ impl From<TeamRow> for Team {
     }
 }
 
+/// A team with the owners over time of every namespace it has owned.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TeamWithHistory {
+    #[serde(flatten)]
+    pub team: Team,
+    /// Each namespace the team owns or has owned, by name, with its owners from the first version
+    /// on (a team lead sees the spans their own team owned it only).
+    pub ownership: Vec<NamespaceOwners>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NamespaceOwners {
+    #[schema(example = "ns-move")]
+    pub namespace: String,
+    /// Its owners in order: each from its instant until the next's.
+    pub owners: Vec<OwnerSpan>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OwnerSpan {
+    /// The team; `null`: no team, its unlabelled consumers are `unattributed`.
+    #[schema(example = "alpha")]
+    pub team: Option<String>,
+    /// From this instant (2000-01-01T00:00:00Z: from the beginning of data).
+    pub effective_from: DateTime<Utc>,
+    /// Until this one; `null`: it owns it still.
+    pub effective_until: Option<DateTime<Utc>>,
+    /// Why it was dated as it is, when it was dated in the past.
+    pub reason: Option<String>,
+    /// When it was recorded.
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// The versions' spans by namespace; a lead's view keeps only their team's spans.
+fn ownership_of(rows: Vec<VersionRow>, only: Option<&TeamId>) -> Vec<NamespaceOwners> {
+    let mut out: Vec<NamespaceOwners> = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let until = rows
+            .get(i + 1)
+            .filter(|n| n.namespace == r.namespace)
+            .map(|n| n.effective_from);
+        if only.is_some_and(|t| r.team_id.as_deref() != Some(t.as_str())) {
+            continue;
+        }
+        if out.last().is_none_or(|n| n.namespace != r.namespace) {
+            out.push(NamespaceOwners {
+                namespace: r.namespace.clone(),
+                owners: Vec::new(),
+            });
+        }
+        if let Some(n) = out.last_mut() {
+            n.owners.push(OwnerSpan {
+                team: r.team_id.clone(),
+                effective_from: r.effective_from,
+                effective_until: until,
+                reason: r.reason.clone(),
+                recorded_at: r.recorded_at,
+            });
+        }
+    }
+    out
+}
+
 /// A change to a team. Only the fields sent change: a field left out keeps its value (a new team
 /// starts with its id as display name and nothing else), `null` clears `cost_center` or
-/// `gl_account`, and `namespaces` replaces the whole list when sent (`[]` empties it).
+/// `gl_account`, and `namespaces` replaces the whole list when sent (`[]` empties it), from
+/// `effective_from` on.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeamPut {
@@ -87,6 +154,21 @@ pub struct TeamPut {
     #[serde(default, deserialize_with = "list")]
     #[schema(schema_with = namespaces_schema)]
     pub namespaces: Option<Vec<String>>,
+    /// When the new `namespaces` list takes effect: the namespaces gained belong to the team, and
+    /// those left out to no team, from this instant until each one's next change. Left out: the
+    /// request's time, so nothing before it changes. An instant in the past re-attributes the
+    /// usage since then (it needs a `reason`), and is refused with 409 when that reaches a month
+    /// whose invoices are issued. Only with `namespaces`.
+    #[schema(example = "2026-09-11T00:00:00Z")]
+    pub effective_from: Option<DateTime<Utc>>,
+    /// Why: kept with the change and in the audit log; required with an `effective_from` in the
+    /// past.
+    #[schema(
+        min_length = 1,
+        max_length = 1000,
+        example = "ns-move handed to beta in the September reorganisation"
+    )]
+    pub reason: Option<String>,
 }
 
 /// A list that was sent (`null` is refused); by `default`, `None` when left out.
@@ -119,7 +201,14 @@ fn namespaces_schema() -> utoipa::openapi::schema::Array {
 pub struct TeamPutResult {
     #[serde(flatten)]
     pub team: Team,
-    /// Consumers that changed team because a namespace was added or removed.
+    /// When the namespaces gained and removed changed hands (`null`: no list was sent).
+    pub effective_from: Option<DateTime<Utc>>,
+    /// Namespaces the team gained at `effective_from`.
+    pub namespaces_gained: Vec<String>,
+    /// Namespaces the team gave up at `effective_from` (to no team).
+    pub namespaces_removed: Vec<String>,
+    /// Consumers whose usage from `effective_from` on changed team (none when it is now: usage
+    /// before it keeps its team).
     pub reattributed_consumers: u64,
 }
 
@@ -139,9 +228,41 @@ async fn list_teams(
     Ok(Json(rows.into_iter().map(Team::from).collect()))
 }
 
+/// One team, with the owners over time of each namespace it has owned. A team lead sees their own
+/// team only.
+#[utoipa::path(get, path = "/v1/teams/{team}", tag = "teams",
+    params(("team" = String, Path, description = "team id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "the team and its namespaces' owners over time", body = TeamWithHistory),
+        (status = 401, description = "no valid token", body = ErrorBody),
+        (status = 403, description = "a collector token, or another team's lead", body = ErrorBody),
+        (status = 404, description = "no such team", body = ErrorBody)))]
+async fn get_team(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(team): Path<String>,
+) -> Result<Json<TeamWithHistory>, ApiError> {
+    require(&principal, &[Role::Admin, Role::Finance, Role::TeamLead])?;
+    let not_found = || ApiError::new(ErrorCode::NotFound, format!("no team {team:?}"));
+    let id = TeamId::parse(&team).map_err(|_| not_found())?;
+    team_in_scope(&principal, Some(id.clone()), "team")?;
+    let row = team_store::list(&state.pool, Some(&id))
+        .await?
+        .pop()
+        .ok_or_else(not_found)?;
+    let history = team_store::history(&state.pool, &id).await?;
+    Ok(Json(TeamWithHistory {
+        team: row.into(),
+        ownership: ownership_of(history, principal.team_scope()),
+    }))
+}
+
 /// Creates or changes a team: name, cost center, GL account and namespaces. Only the fields sent
-/// change (a field left out keeps its value; `null` clears `cost_center` or `gl_account`). Consumers
-/// of namespaces it gains or loses (without a `team` label) are re-attributed at once.
+/// change (a field left out keeps its value; `null` clears `cost_center` or `gl_account`). A new
+/// namespace list takes effect from `effective_from` (the request's time unless given): the
+/// unlabelled consumers of the namespaces gained or removed change team from that instant on, and
+/// a window that straddles it is split there.
 #[utoipa::path(put, path = "/v1/teams/{team}", tag = "teams",
     params(("team" = String, Path, description = "team id: lowercase letters, digits, '-' or '_'", pattern = r"^[a-z0-9][a-z0-9_-]{0,62}$")),
     request_body = TeamPut,
@@ -151,7 +272,7 @@ async fn list_teams(
         (status = 400, description = "invalid fields, each named", body = ErrorBody),
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "needs admin or finance", body = ErrorBody),
-        (status = 409, description = "a namespace belongs to another team (named, with its owner)", body = ErrorBody)))]
+        (status = 409, description = "a namespace belongs to another team (named, with its owner), or the change would reach a month whose invoices are issued (named)", body = ErrorBody)))]
 async fn put_team(
     State(state): State<AppState>,
     principal: Principal,
@@ -207,10 +328,11 @@ async fn put_team(
             ));
         }
     }
+    check_dating(&body, Utc::now(), &mut errors);
     let (Some(team), true) = (team, errors.is_empty()) else {
         return Err(ApiError::invalid_fields("the team is invalid", errors));
     };
-    let (row, reattributed) = teams::put(
+    let done = teams::put(
         &state.pool,
         &team,
         TeamUpdate {
@@ -218,17 +340,72 @@ async fn put_team(
             cost_center: body.cost_center.as_ref().map(Option::as_deref),
             gl_account: body.gl_account.as_ref().map(Option::as_deref),
             namespaces: body.namespaces.as_deref(),
+            effective_from: body.effective_from,
+            reason: body.reason.as_deref(),
         },
         &Actor::of(&principal),
     )
     .await
     .map_err(|e| match e {
         TeamError::NamespaceTaken { .. } => ApiError::conflict(ErrorCode::NamespaceTaken, &e),
+        TeamError::IssuedMonth { .. } | TeamError::RawWindowsGone { .. } => {
+            ApiError::conflict(ErrorCode::OwnershipConflict, &e)
+        }
         TeamError::Db(e) => e.into(),
     })?;
-    tracing::info!(team = %team, by = principal.token_id(), reattributed, "A team was updated.");
+    tracing::info!(team = %team, by = principal.token_id(), from = ?done.effective_from,
+        reattributed = done.reattributed_consumers, "A team was updated.");
     Ok(Json(TeamPutResult {
-        team: row.into(),
-        reattributed_consumers: reattributed,
+        team: done.team.into(),
+        effective_from: done.effective_from,
+        namespaces_gained: done.gained,
+        namespaces_removed: done.lost,
+        reattributed_consumers: done.reattributed_consumers,
     }))
+}
+
+/// `effective_from` and `reason`: an instant the contract's data can have (2000 on, whole
+/// microseconds, at most `ownership::MAX_DAYS_AHEAD` days ahead), only with `namespaces`, and one
+/// in the past with a reason.
+fn check_dating(body: &TeamPut, now: DateTime<Utc>, errors: &mut Vec<FieldError>) {
+    if let Some(reason) = &body.reason
+        && let Err(e) = crate::domain::text::check(reason, 1000)
+    {
+        errors.push(FieldError::new(
+            "reason",
+            format!("1 to 1000 printable characters: it {e}"),
+        ));
+    }
+    let Some(at) = body.effective_from else {
+        return;
+    };
+    if body.namespaces.is_none() {
+        errors.push(FieldError::new(
+            "effective_from",
+            "dates a change of namespaces: send the team's `namespaces` with it",
+        ));
+    } else if at < ownership::beginning() {
+        errors.push(FieldError::new(
+            "effective_from",
+            format!("{at} is before {}, before any data", ownership::beginning()),
+        ));
+    } else if at.timestamp_subsec_nanos() % 1000 != 0 {
+        errors.push(FieldError::new(
+            "effective_from",
+            "whole microseconds or coarser",
+        ));
+    } else if at > now + chrono::Duration::days(ownership::MAX_DAYS_AHEAD) {
+        errors.push(FieldError::new(
+            "effective_from",
+            format!(
+                "{at} is more than {} days ahead; date the change closer to when it applies",
+                ownership::MAX_DAYS_AHEAD
+            ),
+        ));
+    } else if at < now && body.reason.is_none() {
+        errors.push(FieldError::new(
+            "reason",
+            "a change dated in the past re-attributes usage already billed in drafts: say why",
+        ));
+    }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::attribution;
 use super::known::Known;
 use super::registry::{self, RegisteredSlice};
 use super::resent;
@@ -343,6 +344,8 @@ async fn store_group(
         return Err(Fallback("a re-sent or overlapping period"));
     }
     store::record_presence(&mut tx, &placed).await?;
+    let owners = store::read_ownership(&mut tx, &attribution::namespaces(batches)).await?;
+    let mut teams = attribution::Teams::default();
     let mut rows = String::new();
     let mut rollup = Rollup::new();
     for (i, (b, gpus)) in placed.iter().enumerate() {
@@ -354,18 +357,15 @@ async fn store_group(
         };
         let windows: Vec<_> = b.windows.iter().collect();
         store::copy_rows(&mut rows, &windows, ids);
-        for w in &b.windows {
-            // Validation bounds every figure, so these sums fit; were one not to, the group is
-            // stored batch by batch, where the batch that overflows fails alone.
-            rollup
-                .add(ids.rollup_key(w), &w.hours)
-                .ok_or(Fallback("a rollup sum overflowed"))?;
-        }
+        // Validation bounds every figure, so these sums fit; were one not to, the group is
+        // stored batch by batch, where the batch that overflows fails alone.
+        attribution::add(&mut rollup, &mut teams, windows, ids, &b.consumers, &owners)
+            .ok_or(Fallback("a rollup sum overflowed"))?;
     }
     if !rows.is_empty() {
         store::copy_windows(&mut tx, rows.as_bytes()).await?;
     }
-    store::add_to_rollup(&mut tx, rollup).await?;
+    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
     tx.commit().await?;
     // An unchanged inventory costs nothing here either.
     if insert || registered_slices || !registered_consumers.is_empty() {
@@ -440,17 +440,28 @@ async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, Ing
         slice_gpus: &slice_gpus,
         consumers: &consumer_ids,
     };
+    // Before the windows are written, as a group does: a batch writes windows and rollups only
+    // while it holds the owners' lock, so that, holding it, it never waits on a batch that waits
+    // for a change of ownership.
+    let owners = store::read_ownership(&mut tx, &attribution::namespaces(&[b])).await?;
     let new = store::insert_windows(&mut tx, &fresh, ids).await?;
+    let mut teams = attribution::Teams::default();
     let mut rollup = Rollup::new();
-    for w in &new {
-        // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.
-        rollup.add(ids.rollup_key(w), &w.hours).ok_or_else(|| {
-            IngestError::Db(sqlx::Error::Protocol(
-                "an hourly rollup sum overflowed".into(),
-            ))
-        })?;
-    }
-    store::add_to_rollup(&mut tx, rollup).await?;
+    // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.
+    attribution::add(
+        &mut rollup,
+        &mut teams,
+        new.iter().copied(),
+        ids,
+        &b.consumers,
+        &owners,
+    )
+    .ok_or_else(|| {
+        IngestError::Db(sqlx::Error::Protocol(
+            "an hourly rollup sum overflowed".into(),
+        ))
+    })?;
+    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
     tx.commit().await?;
     let inserted = new.len() as u64;
     Ok(IngestOutcome {

@@ -2,9 +2,11 @@
 //! `rules`, pure), then stored in one transaction that `service` owns: its GPUs, slices and
 //! consumers registered (`registry` decides what a registration allows), a re-sent period checked
 //! against what is stored (`resent`), the windows copied in idempotently on (slice, consumer, window
-//! start) and the hourly rollups updated (`store` runs the SQL). Batches that arrive together are
+//! start) and the hourly rollups updated, each window's hours under the team of their time
+//! (`attribution`; `store` runs the SQL). Batches that arrive together are
 //! stored in one transaction (`group`). This module holds the error every step reports with.
 
+pub mod attribution;
 pub mod decode;
 pub mod group;
 pub mod known;

@@ -18,7 +18,9 @@ use super::resent::StoredWindow;
 use super::rules::SliceUse;
 use super::validate::{ValidBatch, ValidConsumer};
 use crate::domain::batch::bounds;
+use crate::domain::ownership::{OwnerVersion, Ownership};
 use crate::domain::slice::Reservation;
+use crate::domain::team::TeamId;
 use crate::domain::time::seconds_by_hour;
 use crate::domain::window::{Rollup, Window};
 
@@ -322,8 +324,7 @@ pub async fn register_slices(
 }
 
 /// Registers `consumers` where new (and the teams their `team` labels name) and returns the id of
-/// each, by fingerprint. A new consumer is attributed to its labelled team, else to the team that
-/// owns its namespace, else to `unattributed`.
+/// each, by fingerprint. A consumer's team is decided for each window (`attribution`), not here.
 pub async fn register_consumers(
     tx: &mut PgConnection,
     consumers: &[&ValidConsumer],
@@ -376,10 +377,8 @@ pub async fn register_consumers(
     }
     sqlx::query!(
         "insert into consumer (fingerprint, namespace, pod, container, unix_user, job_id, dra_claim,
-                               labels, team_label, team_id)
-         select f, ns, p, c, u, j, d, l, t,
-                coalesce(t, (select tn.team_id from team_namespace tn where tn.namespace = x.ns),
-                         'unattributed')
+                               labels, team_label)
+         select f, ns, p, c, u, j, d, l, t
          from unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                      $7::jsonb[], $8::jsonb[], $9::text[]) as x(f, ns, p, c, u, j, d, l, t)
          on conflict (fingerprint) do nothing",
@@ -410,6 +409,37 @@ pub async fn register_consumers(
             Ok((fingerprint, r.consumer_id))
         })
         .collect()
+}
+
+/// The owners over time of `namespaces` (of the consumers without a `team` label). Read under a
+/// share lock held until the batch commits: a change of ownership takes a lock that conflicts with
+/// it before it writes (`teams::store::lock_ownership`), so it waits for the batches that read the
+/// owners before it and the batches after it read the owners it wrote.
+pub async fn read_ownership(
+    tx: &mut PgConnection,
+    namespaces: &[String],
+) -> Result<Ownership, sqlx::Error> {
+    if namespaces.is_empty() {
+        return Ok(Ownership::default());
+    }
+    sqlx::query!("lock table namespace_owner in share mode")
+        .execute(&mut *tx)
+        .await?;
+    let rows = sqlx::query!(
+        "select namespace, effective_from, team_id from namespace_owner where namespace = any($1)",
+        namespaces
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(Ownership::from_rows(rows.into_iter().map(|r| {
+        (
+            r.namespace,
+            OwnerVersion {
+                from: r.effective_from,
+                team: r.team_id.and_then(|t| TeamId::parse(&t).ok()),
+            },
+        )
+    })))
 }
 
 /// The latest stored period of each GPU that overlaps the period given with it, `[start, end)`.
@@ -760,12 +790,17 @@ async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<
     copy.finish().await
 }
 
-/// Adds the hourly sums of new windows, keyed by [`WindowIds::rollup_key`], to the hourly rollup,
-/// the day rollup and the team's day rollup (with the days each slice was held in its month), in
-/// one statement.
+/// A rollup row's key: slice id, GPU id, consumer id ([`WindowIds::rollup_key`]) and the team, as
+/// an index into the names [`add_to_rollup`] is given (`attribution::Teams`).
+pub type RollupKey = (i32, i32, i64, u32);
+
+/// Adds the hourly sums of new windows, keyed by [`RollupKey`] (`teams` names their teams), to the
+/// hourly rollup, the day rollup and the team's day rollup (with the days each slice was held in
+/// its month), in one statement.
 pub async fn add_to_rollup(
     tx: &mut PgConnection,
-    rollup: Rollup<(i32, i32, i64)>,
+    rollup: Rollup<RollupKey>,
+    teams: &[String],
 ) -> Result<(), sqlx::Error> {
     if rollup.rows.is_empty() {
         return Ok(());
@@ -781,11 +816,13 @@ pub async fn add_to_rollup(
     let mut active = Vec::with_capacity(n);
     let mut known = Vec::with_capacity(n);
     let mut count = Vec::with_capacity(n);
-    for ((h, (s, g, c)), f) in rollup.rows {
+    let mut team = Vec::with_capacity(n);
+    for ((h, (s, g, c, t)), f) in rollup.rows {
         hour.push(h);
         slice.push(s);
         gpu.push(g);
         consumer.push(c);
+        team.push(teams.get(t as usize).cloned().unwrap_or_default());
         held.push(f.held_seconds);
         memory.push(f.memory_byte_seconds);
         peak.push(f.memory_peak_bytes);
@@ -797,15 +834,15 @@ pub async fn add_to_rollup(
         "with input as (
              select * from unnest($1::timestamptz[], $2::int4[], $3::int8[], $4::numeric[],
                                   $5::numeric[], $6::int8[], $7::numeric[], $8::numeric[], $9::int4[],
-                                  $10::int4[])
+                                  $10::int4[], $11::text[])
                  as t (hour, slice_id, consumer_id, held, memory, peak, active, known, windows,
-                       gpu_id)),
+                       gpu_id, team_id)),
          hourly as (
              insert into usage_hourly (hour, slice_id, consumer_id, held_seconds, memory_byte_seconds,
                                        memory_peak_bytes, compute_active_seconds, compute_known_seconds,
-                                       window_count, gpu_id)
+                                       window_count, gpu_id, team_id)
              select * from input
-             on conflict (hour, slice_id, gpu_id, consumer_id) do update set
+             on conflict (hour, slice_id, gpu_id, consumer_id, team_id) do update set
                  held_seconds = usage_hourly.held_seconds + excluded.held_seconds,
                  memory_byte_seconds = usage_hourly.memory_byte_seconds + excluded.memory_byte_seconds,
                  memory_peak_bytes = greatest(usage_hourly.memory_peak_bytes, excluded.memory_peak_bytes),
@@ -815,46 +852,43 @@ pub async fn add_to_rollup(
          by_day as (
              select date_trunc('day', hour, 'UTC') as day, slice_id, consumer_id, sum(held) as held,
                     sum(memory) as memory, max(peak) as peak, sum(active) as active,
-                    sum(known) as known, sum(windows) as windows, gpu_id
-             from input group by 1, 2, 3, gpu_id),
+                    sum(known) as known, sum(windows) as windows, gpu_id, team_id
+             from input group by 1, 2, 3, gpu_id, team_id),
          daily as (
              insert into usage_daily (day, slice_id, consumer_id, held_seconds, memory_byte_seconds,
                                       memory_peak_bytes, compute_active_seconds, compute_known_seconds,
-                                      window_count, gpu_id)
+                                      window_count, gpu_id, team_id)
              select * from by_day
-             on conflict (day, slice_id, gpu_id, consumer_id) do update set
+             on conflict (day, slice_id, gpu_id, consumer_id, team_id) do update set
                  held_seconds = usage_daily.held_seconds + excluded.held_seconds,
                  memory_byte_seconds = usage_daily.memory_byte_seconds + excluded.memory_byte_seconds,
                  memory_peak_bytes = greatest(usage_daily.memory_peak_bytes, excluded.memory_peak_bytes),
                  compute_active_seconds = usage_daily.compute_active_seconds + excluded.compute_active_seconds,
                  compute_known_seconds = usage_daily.compute_known_seconds + excluded.compute_known_seconds,
                  window_count = usage_daily.window_count + excluded.window_count
-             returning day, slice_id, gpu_id, consumer_id, held_seconds, window_count),
+             returning day, slice_id, gpu_id, consumer_id, team_id, held_seconds, window_count),
          -- A row that holds no more than this group added was made now (or held nothing before):
-         -- the first time the consumer held the slice that day.
+         -- the first time the consumer held the slice that day for that team.
          days as (
-             insert into usage_month_days (month, gpu_id, slice_id, consumer_id, days)
+             insert into usage_month_days (month, gpu_id, slice_id, consumer_id, team_id, days)
              select date_trunc('month', d.day, 'UTC'), d.gpu_id, d.slice_id, d.consumer_id,
-                    bit_or(day_bit(d.day))
+                    d.team_id, bit_or(day_bit(d.day))
              from daily d
-             join by_day b using (day, slice_id, gpu_id, consumer_id)
+             join by_day b using (day, slice_id, gpu_id, consumer_id, team_id)
              where d.held_seconds = b.held and d.window_count = b.windows
-             group by 1, 2, 3, 4
-             on conflict (month, slice_id, gpu_id, consumer_id) do update set
+             group by 1, 2, 3, 4, 5
+             on conflict (month, slice_id, gpu_id, consumer_id, team_id) do update set
                  days = usage_month_days.days | excluded.days)
          -- The team's day rows, in their key's order: two groups adding to the same rows lock
-         -- them in the same order, and never wait on each other in a cycle. The consumers' teams
-         -- are read after this statement has locked `usage_team_daily`, so a team change that
-         -- moves them (it holds the table from before it changes them) is seen, or waits.
+         -- them in the same order, and never wait on each other in a cycle.
          insert into usage_team_daily (day, team_id, model, kind, profile, compute_share,
                                        memory_share, memory_reserved_bytes, held_seconds,
                                        memory_byte_seconds, compute_active_seconds,
                                        compute_known_seconds, window_count)
-         select date_trunc('day', i.hour, 'UTC'), c.team_id, g.model, s.kind, s.profile,
+         select date_trunc('day', i.hour, 'UTC'), i.team_id, g.model, s.kind, s.profile,
                 s.compute_share, s.memory_share, s.memory_reserved_bytes, sum(i.held),
                 sum(i.memory), sum(i.active), sum(i.known), sum(i.windows)
          from input i
-         join consumer c on c.consumer_id = i.consumer_id
          join slice s on s.slice_id = i.slice_id
          join gpu g on g.gpu_id = s.gpu_id
          group by 1, 2, 3, 4, 5, 6, 7, 8
@@ -875,7 +909,8 @@ pub async fn add_to_rollup(
         &active,
         &known,
         &count,
-        &gpu
+        &gpu,
+        &team
     )
     .execute(&mut *tx)
     .await?;

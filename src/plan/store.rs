@@ -58,7 +58,7 @@ pub async fn cards_today(
            join gpu g on g.gpu_id = l.gpu_id
            left join lateral (
                select distinct on (s.slice_id) s.slice_uuid, s.profile, s.compute_slices,
-                      s.memory_slices, c.team_id, c.namespace,
+                      s.memory_slices, u.team_id, c.namespace,
                       coalesce(workload_of(c.pod, c.labels, c.job_id, c.unix_user),
                                array['Consumer', c.consumer_id::text]) as w
                from slice s
@@ -244,11 +244,11 @@ async fn evidence_together(
     // The day rollups of the days the ranges touch hold every pair their hours hold (a pair whose
     // hours in a range held nothing finds no hourly row below, and so no group of that range).
     let pairs: Vec<EvidencePair> = sqlx::query_as(
-        "select p.consumer_id, p.slice_id, c.team_id, c.namespace,
+        "select p.consumer_id, p.slice_id, p.team_id, c.namespace,
                 w.w[1] as workload_kind, w.w[2] as workload, g.model, s.kind, s.profile,
                 s.compute_share, s.memory_share, s.memory_reserved_bytes,
                 g.compute_slices as gpu_compute_slices, g.memory_bytes as gpu_memory_bytes
-         from (select distinct d.consumer_id, d.slice_id from usage_daily d
+         from (select distinct d.consumer_id, d.slice_id, d.team_id from usage_daily d
                where d.day >= date_trunc('day', $1::timestamptz, 'UTC') and d.day < $2
                  and d.held_seconds > 0) p
          join consumer c using (consumer_id)
@@ -257,7 +257,7 @@ async fn evidence_together(
          cross join lateral (
              select coalesce(workload_of(c.pod, c.labels, c.job_id, c.unix_user),
                              array['Consumer', c.consumer_id::text]) as w) w
-         where $3::text is null or c.team_id = $3",
+         where $3::text is null or p.team_id = $3",
     )
     .bind(first)
     .bind(last)
@@ -275,7 +275,8 @@ async fn evidence_together(
     let group_of: Vec<usize> = pairs.iter().map(|p| groups[&p.group]).collect();
     let gid = |r: usize, g: usize| i32::try_from(r * groups.len() + g).unwrap_or(i32::MAX);
     let n = pairs.len() * ranges.len();
-    let (mut consumers, mut slices, mut gids) = (
+    let (mut consumers, mut slices, mut gids, mut teams) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
@@ -285,6 +286,7 @@ async fn evidence_together(
         for (p, &g) in pairs.iter().zip(&group_of) {
             consumers.push(p.consumer_id);
             slices.push(p.slice_id);
+            teams.push(p.group.team_id.clone());
             gids.push(gid(r, g));
             froms.push(from);
             tos.push(to);
@@ -308,10 +310,11 @@ async fn evidence_together(
                     order by (u.compute_active_seconds / nullif(u.compute_known_seconds, 0))::float8)
                     as compute_p95
          from usage_hourly u
-         join unnest($3::int8[], $4::int4[], $5::int4[], $6::timestamptz[], $7::timestamptz[])
-              as k(consumer_id, slice_id, gid, from_hour, to_hour)
+         join unnest($3::int8[], $4::int4[], $5::int4[], $6::timestamptz[], $7::timestamptz[],
+                     $8::text[])
+              as k(consumer_id, slice_id, gid, from_hour, to_hour, team_id)
            on k.consumer_id = u.consumer_id and k.slice_id = u.slice_id
-          and u.hour >= k.from_hour and u.hour < k.to_hour
+          and k.team_id = u.team_id and u.hour >= k.from_hour and u.hour < k.to_hour
          where u.hour >= $1 and u.hour < $2 and u.held_seconds > 0
          group by k.gid",
     )
@@ -322,6 +325,7 @@ async fn evidence_together(
     .bind(&gids)
     .bind(&froms)
     .bind(&tos)
+    .bind(&teams)
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -44,8 +44,9 @@ pub async fn usage_sums(
                where r.effective_from <> date_trunc('day', r.effective_from, 'UTC')
                  and r.effective_from >= $5 and r.effective_from < $6),
            rollup as not materialized (
-               select d.day as at, d.slice_id, d.consumer_id, d.held_seconds, d.compute_known_seconds,
-                      d.compute_active_seconds, d.memory_byte_seconds, d.window_count
+               select d.day as at, d.slice_id, d.consumer_id, d.team_id, d.held_seconds,
+                      d.compute_known_seconds, d.compute_active_seconds, d.memory_byte_seconds,
+                      d.window_count
                from usage_daily d
                where d.day >= $5 and d.day < $6 and d.day not in (select day from split)
                  and not $17
@@ -53,18 +54,21 @@ pub async fn usage_sums(
                -- there is none), and split days': ranges of the key, so that a month of whole
                -- days reads no hourly row at all.
                union all
-               select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
-                      h.compute_active_seconds, h.memory_byte_seconds, h.window_count
+               select h.hour, h.slice_id, h.consumer_id, h.team_id, h.held_seconds,
+                      h.compute_known_seconds, h.compute_active_seconds, h.memory_byte_seconds,
+                      h.window_count
                from usage_hourly h
                where h.hour >= $1 and h.hour < coalesce($5, $2)
                union all
-               select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
-                      h.compute_active_seconds, h.memory_byte_seconds, h.window_count
+               select h.hour, h.slice_id, h.consumer_id, h.team_id, h.held_seconds,
+                      h.compute_known_seconds, h.compute_active_seconds, h.memory_byte_seconds,
+                      h.window_count
                from usage_hourly h
                where h.hour >= coalesce($6, $2) and h.hour < $2
                union all
-               select h.hour, h.slice_id, h.consumer_id, h.held_seconds, h.compute_known_seconds,
-                      h.compute_active_seconds, h.memory_byte_seconds, h.window_count
+               select h.hour, h.slice_id, h.consumer_id, h.team_id, h.held_seconds,
+                      h.compute_known_seconds, h.compute_active_seconds, h.memory_byte_seconds,
+                      h.window_count
                from split x
                join usage_hourly h on h.hour >= x.day and h.hour < x.day + interval '1 day'),
            -- Each hour of the range with the rate card version in force: a row finds its version
@@ -75,9 +79,10 @@ pub async fn usage_sums(
                join rate_card_span r
                  on t.at >= r.effective_from
                 and (r.effective_until is null or t.at < r.effective_until)),
-           -- Each row in its bucket, with its team, version and the consumer's fields asked for.
+           -- Each row in its bucket, with its team (the row's own: a consumer's usage goes to the
+           -- owner of its namespace at the time), version and the consumer's fields asked for.
            named as not materialized (
-               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, c.team_id, v.rate_card_id,
+               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, u.team_id, v.rate_card_id,
                       case when $8 then c.namespace end as namespace,
                       case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
                       end as workload,
@@ -94,7 +99,7 @@ pub async fn usage_sums(
                from rollup u
                join consumer c using (consumer_id)
                left join cards v on v.at = u.at
-               where ($4::text is null or c.team_id = $4)),
+               where ($4::text is null or u.team_id = $4)),
            -- Months, and any step grouped by a consumer's fields: each slice's rows summed first
            -- (a month folds a slice's days into one group), its shares joined after.
            per_slice as (
@@ -217,7 +222,8 @@ pub async fn usage_sums(
         .collect())
 }
 
-/// The consumers no team claims now that held slices in `[from, to)`, most held first.
+/// The consumers whose usage in `[from, to)` no team claims (no label, and no owner of their
+/// namespace at the time), most held first.
 pub async fn unattributed_consumers(
     pool: &PgPool,
     from: DateTime<Utc>,
@@ -228,17 +234,16 @@ pub async fn unattributed_consumers(
         UnattributedConsumer,
         r#"with rollup as (
                select d.consumer_id, d.held_seconds from usage_daily d
-               where d.day >= $3 and d.day < $4
+               where d.day >= $3 and d.day < $4 and d.team_id = 'unattributed'
                union all
                select h.consumer_id, h.held_seconds from usage_hourly h
-               where h.hour >= $1 and h.hour < coalesce($3, $2)
+               where h.hour >= $1 and h.hour < coalesce($3, $2) and h.team_id = 'unattributed'
                union all
                select h.consumer_id, h.held_seconds from usage_hourly h
-               where h.hour >= coalesce($4, $2) and h.hour < $2)
+               where h.hour >= coalesce($4, $2) and h.hour < $2 and h.team_id = 'unattributed')
            select c.namespace, c.pod, c.container, c.unix_user, c.job_id,
                   round(sum(u.held_seconds) / 3600, 6) as "slice_hours!"
            from rollup u join consumer c using (consumer_id)
-           where c.team_id = 'unattributed'
            group by c.consumer_id
            order by 6 desc, c.consumer_id
            limit 50"#,

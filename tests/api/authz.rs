@@ -428,6 +428,12 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "/v1/teams",
             [U, U, U, U, 200, 200, 200, 200, 403, 403],
         ),
+        row(
+            "GET",
+            "/v1/teams/{team}",
+            "/v1/teams/zebra",
+            [U, U, U, U, 200, 200, 403, 200, 403, 403],
+        ),
         with_body(
             row(
                 "PUT",

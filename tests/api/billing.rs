@@ -644,11 +644,10 @@ async fn the_cli_takes_team_lead_spelt_either_way() {
 /// The day rollup at the team's grain, summed afresh from the rollup per slice and consumer: what
 /// ingest and team changes must have kept it equal to.
 const TEAM_DAYS_FROM_SLICE_DAYS: &str = "
-    select d.day, c.team_id, g.model, s.kind, s.profile, s.compute_share, s.memory_share,
+    select d.day, d.team_id, g.model, s.kind, s.profile, s.compute_share, s.memory_share,
            s.memory_reserved_bytes, sum(d.held_seconds), sum(d.memory_byte_seconds),
            sum(d.compute_active_seconds), sum(d.compute_known_seconds), sum(d.window_count)::int8
     from usage_daily d
-    join consumer c on c.consumer_id = d.consumer_id
     join slice s on s.slice_id = d.slice_id
     join gpu g on g.gpu_id = s.gpu_id
     group by 1, 2, 3, 4, 5, 6, 7, 8";
@@ -731,7 +730,10 @@ async fn the_team_day_rollup_bills_what_the_books_bill_through_team_changes_and_
             .await,
         2
     );
-    let put = app.put_team("research", &["research"]).await;
+    // research owns its namespace from before b and c held anything: both are research's.
+    let put = app
+        .put_team_from("research", &["research"], "2026-10-01T00:00:00Z")
+        .await;
     assert_eq!(put.body["reattributed_consumers"], 2);
     assert_eq!(
         app.count("select count(*) from usage_team_daily where team_id = 'unattributed'")
@@ -750,22 +752,44 @@ async fn the_team_day_rollup_bills_what_the_books_bill_through_team_changes_and_
         ],
     )
     .await;
-    // nlp gives its namespace up and takes it back: a's days go to `unattributed` and return.
+    // nlp gives its namespace up at 12:30 on the 2nd and takes it back at the same instant: a's
+    // hours from then go to `unattributed` (its 12:00 window split in halves) and return.
     assert_eq!(
-        app.put_team("nlp", &[]).await.body["reattributed_consumers"],
+        app.put_team_from("nlp", &[], "2026-10-02T12:30:00Z")
+            .await
+            .body["reattributed_consumers"],
         1
+    );
+    assert_eq!(
+        app.count(
+            "select count(*) from usage_team_daily
+             where team_id = 'unattributed' and model like '%H100%' and profile = '3g.40gb'
+               and held_seconds = 1.5 * 3600"
+        )
+        .await,
+        1,
+        "12:30 to 14:00 on the 2nd"
     );
     assert_eq!(
         app.count("select count(*) from usage_team_daily where team_id = 'nlp'")
             .await,
-        0
+        2,
+        "the 1st, and the 2nd until 12:30"
     );
     assert_eq!(team_days_disagree(&app).await, 0);
     assert_eq!(
-        app.put_team("nlp", &["nlp"]).await.body["reattributed_consumers"],
+        app.put_team_from("nlp", &["nlp"], "2026-10-02T12:30:00Z")
+            .await
+            .body["reattributed_consumers"],
         1
     );
     assert_eq!(team_days_disagree(&app).await, 0);
+    assert_eq!(
+        app.count("select count(*) from usage_hourly where team_id = 'unattributed'")
+            .await,
+        0,
+        "the split hour is whole again"
+    );
     // nlp and research on each of the three days.
     assert_eq!(
         app.count(&format!("select count(*) from ({TEAM_DAYS}) x"))
@@ -776,16 +800,18 @@ async fn the_team_day_rollup_bills_what_the_books_bill_through_team_changes_and_
         app.count(
             "select count(*) from (
                  (select date_trunc('month', day, 'UTC'), gpu_id, slice_id, consumer_id,
-                         bit_or(day_bit(day))
-                  from usage_daily group by 1, 2, 3, 4
+                         team_id, bit_or(day_bit(day))
+                  from usage_daily group by 1, 2, 3, 4, 5
                   except all
-                  select month, gpu_id, slice_id, consumer_id, days from usage_month_days)
+                  select month, gpu_id, slice_id, consumer_id, team_id, days
+                  from usage_month_days)
                  union all
-                 (select month, gpu_id, slice_id, consumer_id, days from usage_month_days
+                 (select month, gpu_id, slice_id, consumer_id, team_id, days
+                  from usage_month_days
                   except all
                   select date_trunc('month', day, 'UTC'), gpu_id, slice_id, consumer_id,
-                         bit_or(day_bit(day))
-                  from usage_daily group by 1, 2, 3, 4)) x"
+                         team_id, bit_or(day_bit(day))
+                  from usage_daily group by 1, 2, 3, 4, 5)) x"
         )
         .await,
         0

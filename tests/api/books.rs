@@ -383,12 +383,33 @@ async fn unattributed_usage_is_never_invoiced_and_stays_with_the_platform_named(
     let total: Decimal = rows.iter().map(|r| d(&r[col("BilledCost")])).sum();
     assert_eq!(total, dec(&c["fleet_cost"]));
 
-    // Attributed later, the consumer's team pays for it once, as a correction on October.
-    app.put_team("vision", &["scratch"]).await;
+    // Claimed later, September stays as it was issued: a claim dated inside it is refused, and one
+    // from now on bills nothing of it.
+    let claim = |body: Value| {
+        let app = &app;
+        async move {
+            app.send_json("PUT", Some(&app.admin), "/v1/teams/vision", &body)
+                .await
+        }
+    };
+    let r = claim(
+        json!({"namespaces": ["scratch"], "effective_from": "2026-09-01T00:00:00Z",
+                         "reason": "the notebook was vision's"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert!(
+        message(&r).contains("2026-09, a period with issued invoices"),
+        "{r:?}"
+    );
+    let r = claim(json!({"namespaces": ["scratch"]})).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
     let october = run(&app, "2026-10").await;
-    let vision = draft_of(&october, "vision");
-    assert_eq!(vision["lines"][0]["line_kind"], "correction");
-    assert_eq!(dec(&vision["total"]), d("12.86"));
+    assert_eq!(october.body["drafts"], json!([]), "{october:?}");
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    assert_eq!(report.body["pending_corrections"], json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -570,7 +591,8 @@ async fn cells_a_spreadsheet_would_run_are_quoted_in_every_csv_and_numbers_stay_
             Some(&app.admin),
             "/v1/teams/nlp",
             &json!({"display_name": "=HYPERLINK(\"http://evil\")", "namespaces": ["nlp"],
-                    "cost_center": "+1234", "gl_account": "@SUM(A1)"}),
+                    "cost_center": "+1234", "gl_account": "@SUM(A1)",
+                    "effective_from": "2026-09-01T00:00:00Z", "reason": "=1+1"}),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");

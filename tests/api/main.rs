@@ -22,6 +22,7 @@ mod metrics;
 mod nvml;
 mod openapi;
 mod opencost;
+mod ownership;
 mod plans;
 mod recommendations;
 mod reports;

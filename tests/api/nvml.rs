@@ -349,11 +349,13 @@ async fn off_kubernetes_a_gpu_is_held_by_its_process_unit_or_the_static_map() {
     );
     let batches = replay(source, "2026-09-01T00:00:00Z", 1).await;
     ingest_all(&app, &batches).await;
-    let consumers: Vec<(Option<String>, Option<String>, String)> =
-        sqlx::query_as("select job_id, unix_user, team_id from consumer order by job_id")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let consumers: Vec<(Option<String>, Option<String>, String)> = sqlx::query_as(
+        "select distinct c.job_id, c.unix_user, u.team_id
+             from consumer c join usage_hourly u using (consumer_id) order by c.job_id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
     assert_eq!(
         consumers,
         vec![
@@ -458,11 +460,13 @@ async fn labels_from_the_api_server_name_the_team_and_dra_claims_are_kept() {
     );
     let batches = replay(source, "2026-09-01T00:00:00Z", 1).await;
     ingest_all(&app, &batches).await;
-    let rows: Vec<(String, String, Option<Value>)> =
-        sqlx::query_as("select pod, team_id, dra_claim from consumer order by pod")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let rows: Vec<(String, String, Option<Value>)> = sqlx::query_as(
+        "select distinct c.pod, u.team_id, c.dra_claim
+             from consumer c join usage_hourly u using (consumer_id) order by c.pod",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
     assert_eq!(rows[0].0, "detector-0");
     assert_eq!(rows[0].1, "nlp");
     assert_eq!(rows[0].2.as_ref().unwrap()["name"], "gpu-claim");

@@ -18,9 +18,24 @@ fn gpu(n: u32) -> String {
 /// Four H100s on one node, each a quarter used: a 3g.40gb, a 2g.20gb and two 1g.10gb, each on a
 /// card of its own, held for the last full hour.
 pub async fn quarter_used_cards(app: &TestApp) {
-    app.put_team("nlp", &["nlp"]).await;
     let end = Utc::now().duration_trunc(Duration::hours(1)).unwrap();
     let start = end - Duration::hours(1);
+    // nlp owns namespace nlp from that hour on at least, besides any it has (a change dated
+    // further back could reach months a caller has issued).
+    let mut owned: Vec<String> =
+        app.get(Some(&app.admin), "/v1/teams/nlp").await.body["namespaces"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+    if !owned.iter().any(|n| n == "nlp") {
+        owned.push("nlp".into());
+    }
+    let owned: Vec<&str> = owned.iter().map(String::as_str).collect();
+    app.put_team_from("nlp", &owned, &start.to_rfc3339()).await;
     let (s, e) = (start.to_rfc3339(), end.to_rfc3339());
     let cards = [
         ("3g.40gb", 9, 3, 4, 42_412_802_048_i64),

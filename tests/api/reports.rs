@@ -160,7 +160,11 @@ async fn usage_report_totals_equal_sums_computed_from_the_stored_windows() {
     simulated(&app, 5, 24, "2026-10-30T20:00:00Z", 6).await;
     // dcgm-exporter's labels too: null where a slice has none (not a MIG instance, no DRA claim).
     for (group_by, key) in [
-        ("team", "c.team_id"),
+        // A window's team as the owners' versions say at its start (none changes here).
+        (
+            "team",
+            "consumer_team_at(c.team_label, c.namespace, o.window_start)",
+        ),
         ("kind", "s.kind"),
         ("node", "g.node"),
         ("UUID", "g.gpu_uuid"),
@@ -379,12 +383,11 @@ async fn unattributed_usage_is_reported_and_moves_when_its_namespace_gets_a_team
 /// Every (team, slice, rate card, day) of a month, as the hourly rollups give it: written here
 /// against `usage_hourly` alone (the reference the day rollups must agree with).
 const FROM_HOURS: &str = "
-    select c.team_id, s.slice_uuid, r.rate_card_id, date_trunc('day', u.hour, 'UTC') as day,
+    select u.team_id, s.slice_uuid, r.rate_card_id, date_trunc('day', u.hour, 'UTC') as day,
            sum(u.window_count)::int8 as windows, sum(u.held_seconds) as held,
            sum(u.compute_known_seconds) as known, sum(u.compute_active_seconds) as active,
            sum(u.memory_byte_seconds) as memory
     from usage_hourly u
-    join consumer c using (consumer_id)
     join slice s using (slice_id)
     left join rate_card r on r.effective_from = (
         select max(effective_from) from rate_card where effective_from <= u.hour)

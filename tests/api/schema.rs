@@ -295,23 +295,25 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
             "{expected} not among {found:#?}"
         );
     }
-    // 0020 replaced the books' slice-days and sums with `book_slice`, and 0022 added the team's
-    // day rollup: the commands name the tables of now, which the older schema does not have, and
-    // not the two it had.
+    // 0020 replaced the books' slice-days and sums with `book_slice`, 0022 added the team's day
+    // rollup and 0023 replaced `team_namespace` with `namespace_owner`: the commands name the
+    // tables of now, which the older schema does not have, and not those it had.
     for expected in [
         "book_slice is not a table of the schema",
         "usage_month_days is not a table of the schema",
         "usage_team_daily is not a table of the schema",
+        "namespace_owner is not a table of the schema",
         "book_slice_day is neither a reference nor a distributed table",
         "book_slice_sums is neither a reference nor a distributed table",
+        "team_namespace is neither a reference nor a distributed table",
     ] {
         assert!(
             found.iter().any(|f| f == expected),
             "{expected} not among {found:#?}"
         );
     }
-    // Only what 0019, 0020 and 0022 changed: the other distributed tables were keyed by the GPU
-    // already.
+    // Only what 0019, 0020, 0022 and 0023 changed: the other distributed tables were keyed by
+    // the GPU already.
     for f in &found {
         assert!(
             [
@@ -321,6 +323,8 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
                 "book_slice",
                 "usage_month_days",
                 "usage_team_daily",
+                "namespace_owner",
+                "team_namespace",
             ]
             .iter()
             .any(|t| f.starts_with(t)),

@@ -318,13 +318,23 @@ impl TestApp {
             .await
     }
 
+    /// The team, owning `namespaces` from the beginning of data (2000-01-01): as if it always had,
+    /// whatever the test's windows' dates.
     pub async fn put_team(&self, team: &str, namespaces: &[&str]) -> Reply {
+        self.put_team_from(team, namespaces, "2000-01-01T00:00:00Z")
+            .await
+    }
+
+    /// The team, owning `namespaces` from `from` on (and those it leaves out, to no team).
+    pub async fn put_team_from(&self, team: &str, namespaces: &[&str], from: &str) -> Reply {
         let r = self
             .send_json(
                 "PUT",
                 Some(&self.admin),
                 &format!("/v1/teams/{team}"),
-                &json!({"namespaces": namespaces, "cost_center": format!("CC-{team}"), "gl_account": "6420"}),
+                &json!({"namespaces": namespaces, "cost_center": format!("CC-{team}"),
+                        "gl_account": "6420", "effective_from": from,
+                        "reason": "the test's teams"}),
             )
             .await;
         assert_eq!(r.status, StatusCode::OK, "{r:?}");

@@ -43,11 +43,13 @@ async fn a_team_label_wins_over_the_namespace_and_unknown_namespaces_stay_unattr
         ],
     );
     assert_eq!(app.ingest(&app.admin, &b).await.status, StatusCode::OK);
-    let teams: Vec<(String, String)> =
-        sqlx::query_as("select pod, team_id from consumer order by pod")
-            .fetch_all(&app.pool)
-            .await
-            .unwrap();
+    let teams: Vec<(String, String)> = sqlx::query_as(
+        "select distinct c.pod, u.team_id from consumer c join usage_hourly u using (consumer_id)
+         order by c.pod",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
     assert_eq!(
         teams,
         vec![
@@ -168,7 +170,7 @@ async fn a_put_with_only_a_cost_center_changes_only_the_cost_center() {
         app.ingest(&app.admin, &batch(&s, &e, windows)).await.status,
         StatusCode::OK
     );
-    let attributed = "select count(*) from consumer where team_id = 'nlp'";
+    let attributed = "select count(distinct consumer_id) from usage_hourly where team_id = 'nlp'";
     assert_eq!(app.count(attributed).await, 3);
     let r = app
         .send_json(
@@ -204,7 +206,10 @@ async fn a_put_with_only_a_cost_center_changes_only_the_cost_center() {
         )
         .await;
     assert_eq!(r.body["namespaces"], json!([]));
-    assert_eq!(r.body["reattributed_consumers"], 3);
+    assert_eq!(r.body["namespaces_removed"], json!(["nlp", "nlp-batch"]));
+    // From now on: what the consumers held before stays nlp's.
+    assert_eq!(r.body["reattributed_consumers"], 0);
+    assert_eq!(app.count(attributed).await, 3);
     // An array is not a team, though its items would line up with the fields.
     let r = app
         .send_json(
@@ -261,7 +266,7 @@ async fn two_teams_claiming_one_namespace_at_once_get_one_200_and_one_409_naming
             "{message}"
         );
         let owners: Vec<String> =
-            sqlx::query_scalar("select team_id from team_namespace where namespace = $1")
+            sqlx::query_scalar("select team_id from team_namespace_now where namespace = $1")
                 .bind(&ns)
                 .fetch_all(&app.pool)
                 .await

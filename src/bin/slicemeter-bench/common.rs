@@ -151,9 +151,9 @@ pub async fn group_by_floor(
 ) -> anyhow::Result<(usize, Duration)> {
     let floor = || async {
         sqlx::query(
-            "select c.team_id, sum(u.held_seconds * s.compute_share), sum(u.held_seconds * s.memory_share)
-             from usage_hourly u join slice s using (slice_id) join consumer c using (consumer_id)
-             where u.hour >= $1 and u.hour < $2 group by c.team_id",
+            "select u.team_id, sum(u.held_seconds * s.compute_share), sum(u.held_seconds * s.memory_share)
+             from usage_hourly u join slice s using (slice_id)
+             where u.hour >= $1 and u.hour < $2 group by u.team_id",
         )
         .bind(month.start())
         .bind(month.end())

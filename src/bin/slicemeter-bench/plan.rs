@@ -176,13 +176,14 @@ async fn write_fleet(
          select 'MIG-plan-' || g.gpu_id || '-' || l.slot, g.gpu_id, 'mig', l.profile, l.profile_id,
                 l.c, l.m, l.bytes, l.c / 7.0, l.m / 8.0, l.bytes, true
          from gpu g join layout l on l.layout = g.gpu_id % 4",
-        "insert into consumer (fingerprint, namespace, pod, container, team_id)
+        "insert into consumer (fingerprint, namespace, pod, container)
          select sha256(convert_to(s.slice_uuid, 'UTF8')), 'ns-' || (1 + s.slice_id % 8),
-                'w-' || s.slice_id, 'main', 'team-' || (1 + s.slice_id % 8)
+                'w-' || s.slice_id, 'main'
          from slice s",
         "insert into usage_hourly
          select h, s.slice_id, c.consumer_id, 3600,
-                3600 * p.peak * 0.8, p.peak, 3600 * p.busy, 3600, 60, s.gpu_id
+                3600 * p.peak * 0.8, p.peak, 3600 * p.busy, 3600, 60, s.gpu_id,
+                'team-' || (1 + s.slice_id % 8)
          from slice s
          join gpu g using (gpu_id)
          join layout l on l.layout = g.gpu_id % 4 and s.slice_uuid = 'MIG-plan-' || g.gpu_id || '-' || l.slot

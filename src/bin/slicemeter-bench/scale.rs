@@ -92,8 +92,8 @@ async fn write_month(
     let statements = [
         "insert into team (team_id, display_name, cost_center, gl_account)
          select 'team-' || t, 'Team ' || t, 'CC-' || t, '6420' from generate_series(1, 8) t",
-        "insert into team_namespace (namespace, team_id)
-         select 'ns-' || t, 'team-' || t from generate_series(1, 8) t",
+        "insert into namespace_owner (namespace, effective_from, team_id)
+         select 'ns-' || t, '2000-01-01Z', 'team-' || t from generate_series(1, 8) t",
         "insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
          select 'GPU-scale-' || g, 'node-' || (g / 8),
                 (array['NVIDIA H100 80GB HBM3', 'NVIDIA H200', 'NVIDIA A100-SXM4-80GB'])[1 + g % 3],
@@ -105,20 +105,21 @@ async fn write_month(
          select 'MIG-scale-' || g.gpu_id || '-' || k, g.gpu_id, 'mig', '1g.10gb', 19, 1, 1,
                 10468982784, 1.0 / 7, 0.125, 10468982784, true
          from gpu g, generate_series(0, 6) k",
-        "insert into consumer (fingerprint, namespace, pod, container, team_id)
+        "insert into consumer (fingerprint, namespace, pod, container)
          select sha256(convert_to(s.slice_uuid, 'UTF8')), 'ns-' || (1 + s.slice_id % 8),
-                s.slice_uuid, 'main', 'team-' || (1 + s.slice_id % 8)
+                s.slice_uuid, 'main'
          from slice s",
         "insert into usage_hourly
-         select h, s.slice_id, c.consumer_id, 3600, 3600 * 5e9, 5000000000, 1800, 3600, 1, s.gpu_id
+         select h, s.slice_id, c.consumer_id, 3600, 3600 * 5e9, 5000000000, 1800, 3600, 1, s.gpu_id,
+                'team-' || (1 + s.slice_id % 8)
          from slice s join consumer c on c.pod = s.slice_uuid,
               generate_series($1, $2 - interval '1 hour', interval '1 hour') h
          where (s.slice_id + extract(hour from h at time zone 'UTC')::int) % 5 <> 0",
         "insert into usage_daily
          select date_trunc('day', hour, 'UTC'), slice_id, consumer_id, sum(held_seconds),
                 sum(memory_byte_seconds), max(memory_peak_bytes), sum(compute_active_seconds),
-                sum(compute_known_seconds), sum(window_count), gpu_id
-         from usage_hourly group by 1, 2, 3, gpu_id",
+                sum(compute_known_seconds), sum(window_count), gpu_id, team_id
+         from usage_hourly group by 1, 2, 3, gpu_id, team_id",
         "select fill_team_day_rollups()",
         "insert into gpu_hourly
          select h, g.gpu_id, 3600

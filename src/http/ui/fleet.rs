@@ -13,6 +13,7 @@ use rust_decimal::Decimal;
 
 use super::charts::{self, Bar, GpuBar, Palette, Segment, Series, SliceMark};
 use super::format::{money, number, percent};
+use super::handovers;
 use super::layout::{
     MonthQuery, UiError, Viewer, currency_of, done_message, empty_state, f, invoice_table,
     month_form, page, state_text,
@@ -76,6 +77,7 @@ pub async fn fleet(
             let now = Utc::now();
             let range = over_time::CostRange::of(&q, now)?;
             let over = over_time::read(&state, range, None, now).await?;
+            let handovers = handovers::of_month(&state.pool, month).await?;
             html! {
                 (fleet_body(
                     month,
@@ -89,6 +91,7 @@ pub async fn fleet(
                     &palette,
                     done.as_deref(),
                 ))
+                (handovers::fleet_notice(month, &handovers))
                 (over_time::section(&format!("/ui/fleet?month={month}"), &over, &currency,
                     Some(&palette), None, None, now))
             }

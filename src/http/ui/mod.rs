@@ -7,6 +7,7 @@ mod charts;
 mod exports;
 mod fleet;
 mod format;
+mod handovers;
 mod invoices;
 mod layout;
 mod over_time;

@@ -12,6 +12,7 @@ use maud::{Markup, html};
 use rust_decimal::Decimal;
 
 use super::format::{money, number, percent};
+use super::handovers;
 use super::layout::{
     IDLE_EFFICIENCY, MonthQuery, UiError, Viewer, currency_of, empty_state, invoice_table,
     month_form, page,
@@ -210,6 +211,7 @@ pub async fn team(
         _ => None,
     };
     let invoices = invoices::list(&state.pool, None, Some(&team)).await?;
+    let handovers = handovers::of_month(&state.pool, month).await?;
     let current = month == Month::of(now);
     let charts = html! {
         (over_time::section(&format!("/ui/team/{team}?month={month}"), &over, &currency, None,
@@ -232,6 +234,7 @@ pub async fn team(
             &invoices,
             &q,
         ))
+        (handovers::team_notice(&team, month, &handovers))
         (right_sizing(recommendations.as_deref(), &currency))
     };
     Ok(page(
