@@ -14,17 +14,18 @@ use clap::{Args, Subcommand};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use crate::collector::import::prometheus::{Auth, Prometheus, QueryError, RawSeries};
-use crate::collector::import::{self, ChunkPlan, Covered};
+use crate::collector::import;
+use crate::collector::import::prometheus::{Auth, Prometheus};
 use crate::collector::shipper::{ShipError, Shipper};
 use crate::collector::source::dcgm::Refusals;
 use crate::collector::source::dcgm::read::{HolderLabels, ReadOptions};
 use crate::collector::source::nvml::Sharing;
-use crate::domain::batch::{Batch, Coverage};
 use crate::process;
 use dry_run::{RateCardView, Tally, print_dry_run};
+use reader::{Reader, Server, Timing};
 
 mod dry_run;
+mod reader;
 
 #[derive(Subcommand)]
 pub enum ImportCommand {
@@ -183,210 +184,6 @@ impl State {
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
     }
-}
-
-/// The slicemeter server, as the importer uses it.
-struct Server {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-    shipper: Shipper,
-}
-
-impl Server {
-    async fn get<T: for<'de> Deserialize<'de>>(
-        &self,
-        path: &str,
-        query: &[(&str, String)],
-    ) -> anyhow::Result<T> {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .query(query)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .with_context(|| format!("asking the server for {path}"))?;
-        let status = r.status();
-        if !status.is_success() {
-            bail!(
-                "the server answered {status} to {path}: {}",
-                r.text().await.unwrap_or_default()
-            );
-        }
-        Ok(r.json().await?)
-    }
-
-    async fn covered(&self, nodes: &[String], (from, to): (i64, i64)) -> anyhow::Result<Covered> {
-        let at = |ms: i64| {
-            DateTime::from_timestamp_millis(ms)
-                .expect("in range")
-                .to_rfc3339()
-        };
-        let mut out = Covered::new();
-        for node in nodes {
-            let c: Coverage = self
-                .get(
-                    "/v1/ingest/coverage",
-                    &[("node", node.clone()), ("from", at(from)), ("to", at(to))],
-                )
-                .await?;
-            let mut periods: Vec<(i64, i64)> = c
-                .gpus
-                .iter()
-                .flat_map(|g| g.periods.iter())
-                .map(|p| (p.start.timestamp_millis(), p.end.timestamp_millis()))
-                .collect();
-            periods.sort();
-            let mut merged: Vec<(i64, i64)> = Vec::new();
-            for (a, b) in periods {
-                match merged.last_mut() {
-                    Some(last) if last.1 >= a => last.1 = last.1.max(b),
-                    _ => merged.push((a, b)),
-                }
-            }
-            out.insert(node.clone(), merged);
-        }
-        Ok(out)
-    }
-}
-
-/// A chunk's series, asking again after a timeout or a server error (`retries` times).
-async fn read_chunk(
-    prometheus: &Prometheus,
-    from: i64,
-    to: i64,
-    retries: u32,
-) -> Result<Vec<RawSeries>, QueryError> {
-    let mut tries = 0;
-    loop {
-        match prometheus.raw(&import::selector(), from, to).await {
-            Err(e) if e.transient && tries < retries => {
-                tries += 1;
-                tracing::warn!(error = %e, "Asking Prometheus again.");
-                tokio::time::sleep(Duration::from_secs(2 << tries)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Where the reading side spent its time.
-#[derive(Debug, Default, Clone, Copy)]
-struct Timing {
-    querying: Duration,
-    reading: Duration,
-}
-
-/// One chunk read and made into batches, ready to send.
-struct Prepared {
-    chunk: (i64, i64),
-    month: String,
-    batches: Vec<Batch>,
-    series: usize,
-    refused: Vec<crate::collector::source::dcgm::Refusal>,
-}
-
-/// Reads chunks from Prometheus and makes them into batches, in order, ahead of the sending.
-struct Reader {
-    prometheus: Prometheus,
-    server: std::sync::Arc<Server>,
-    read: ReadOptions,
-    node_sharing: BTreeMap<String, Sharing>,
-    window_ms: i64,
-    /// The scrape interval, given or once read from the samples.
-    interval_ms: Option<i64>,
-    retries: u32,
-    timing: Timing,
-}
-
-impl Reader {
-    async fn run(
-        mut self,
-        chunks: Vec<(i64, i64)>,
-        out: tokio::sync::mpsc::Sender<anyhow::Result<Prepared>>,
-    ) -> anyhow::Result<Timing> {
-        for chunk in chunks {
-            let prepared = self.chunk(chunk).await;
-            let failed = prepared.is_err();
-            if out.send(prepared).await.is_err() || failed {
-                break;
-            }
-        }
-        Ok(self.timing)
-    }
-
-    async fn chunk(&mut self, (c0, c1): (i64, i64)) -> anyhow::Result<Prepared> {
-        let month = DateTime::from_timestamp_millis(c0)
-            .expect("in range")
-            .format("%Y-%m")
-            .to_string();
-        let started = std::time::Instant::now();
-        let series = read_chunk(&self.prometheus, c0, c1, self.retries).await?;
-        self.timing.querying += started.elapsed();
-        let i = match self.interval_ms.or_else(|| interval_of(&series)) {
-            Some(i) => i,
-            None => {
-                // No samples: nothing to send.
-                return Ok(Prepared {
-                    chunk: (c0, c1),
-                    month,
-                    batches: Vec::new(),
-                    series: 0,
-                    refused: Vec::new(),
-                });
-            }
-        };
-        if self.interval_ms.is_none() {
-            eprintln!("Prometheus scraped the exporters every {i} ms.");
-            self.interval_ms = Some(i);
-        }
-        if i <= 0 || self.window_ms % i != 0 {
-            bail!(
-                "the scrape interval ({i} ms) must divide --window ({} ms): give --scrape-interval or another --window",
-                self.window_ms
-            );
-        }
-        let plan = ChunkPlan {
-            interval_ms: i,
-            window_ms: self.window_ms,
-            read: self.read,
-            node_sharing: self.node_sharing.clone(),
-        };
-        let nodes = import::nodes_of(&series, &plan);
-        let covered = self.server.covered(&nodes, (c0, c1)).await?;
-        let started = std::time::Instant::now();
-        let chunk = tokio::task::spawn_blocking(move || {
-            import::chunk_batches(&series, (c0, c1), &plan, &covered)
-        })
-        .await?;
-        self.timing.reading += started.elapsed();
-        Ok(Prepared {
-            chunk: (c0, c1),
-            month,
-            batches: chunk.batches.into_values().flatten().collect(),
-            series: chunk.series,
-            refused: chunk.refused,
-        })
-    }
-}
-
-/// The scrape interval the samples show: the most common step between a series' samples.
-fn interval_of(series: &[RawSeries]) -> Option<i64> {
-    let mut steps: BTreeMap<i64, usize> = BTreeMap::new();
-    for s in series {
-        for w in s.samples.windows(2) {
-            // Prometheus aligns its scrapes to the millisecond; round to 10 ms all the same.
-            let step = ((w[1].0 - w[0].0) as f64 / 10.0).round() as i64 * 10;
-            if step > 0 {
-                *steps.entry(step).or_default() += 1;
-            }
-        }
-    }
-    steps
-        .into_iter()
-        .max_by_key(|&(step, n)| (n, -step))
-        .map(|(step, _)| step)
 }
 
 pub async fn run(command: ImportCommand) -> anyhow::Result<()> {

@@ -105,6 +105,10 @@ pub fn by_name(table_model: &str, profile: &str) -> Option<&'static MigProfile> 
     of_model(table_model).find(|p| p.profile == profile)
 }
 
+/// What a GPU name must contain for [`table_model`] to know it (case-insensitive): a reader that
+/// needs a GPU's memory series only for models outside the tables can ask for just those.
+pub const TABLE_MODEL_NEEDLES: [&str; 6] = ["H200", "H100", "A100", "A30", "B200", "RTX PRO 6000"];
+
 /// The table's model key for a GPU name as NVML reports it (`NVIDIA H100 80GB HBM3`), if the table
 /// knows the model. Unknown models still work everywhere; they only lack profile names.
 pub fn table_model(nvml_name: &str) -> Option<&'static str> {

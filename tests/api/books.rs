@@ -754,7 +754,7 @@ async fn the_sign_in_page_shows_only_messages_of_its_own() {
         r.body
             .as_str()
             .unwrap()
-            .contains("Collector tokens send data")
+            .contains("Collector and importer tokens send data")
     );
     let r = app.get(None, "/ui/signin").await;
     assert!(!r.body.as_str().unwrap().contains("class=\"error\""));

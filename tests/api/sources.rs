@@ -44,6 +44,7 @@ enum Dev {
 const H100: &str = "GPU-11111111-2222-3333-4444-555555555555";
 const A100: &str = "GPU-aaaaaaaa-2222-3333-4444-555555555555";
 const H200: &str = "GPU-22222222-2222-3333-4444-555555555555";
+const L40S: &str = "GPU-44444444-2222-3333-4444-555555555555";
 
 /// Node 1 (its exporter writes `Hostname`): an H100 cut with `nvidia-smi mig -cgi 9,19,19` and a
 /// whole A100. Node 2 (`hostname`, 4.6.0 and later): an H200 time-shared by two pods, with
@@ -179,6 +180,20 @@ fn page(node: usize, k: i64) -> String {
                             .filter(|h| h.device == Dev::A100)
                             .map(|h| pod(h, None, None))
                             .collect(),
+                    },
+                    instances: Vec::new(),
+                },
+                // A model outside NVIDIA's MIG tables, idle: its memory is read from its
+                // frame buffer's used and free figures.
+                ExporterGpu {
+                    index: 2,
+                    uuid: L40S.into(),
+                    model: "NVIDIA L40S".into(),
+                    device: ExporterDevice {
+                        fb_used_mib: 0,
+                        fb_free_mib: 46_068,
+                        engine_active: 0.0,
+                        holders: Vec::new(),
                     },
                     instances: Vec::new(),
                 },
@@ -581,6 +596,7 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
         [
             (H100.to_owned(), 36),
             (H200.to_owned(), 40),
+            (L40S.to_owned(), 36),
             (A100.to_owned(), 36)
         ]
     );
@@ -607,9 +623,10 @@ async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_s
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The H100 and A100 were present 36 s (the gap left out), the H200 40 s: 36 + 2 x 36 + 40.
+    // The H100, A100 and L40S were present 36 s (the gap left out), the H200 40 s: 36 x 1 + 36 x 2
+    // + 40 x 1 USD, and the L40S at the default 1 USD an hour, 0.01.
     assert!(
-        said.contains(&format!("{month}: 3 GPUs, ")) && said.contains("fleet cost 148.00 USD"),
+        said.contains(&format!("{month}: 4 GPUs, ")) && said.contains("fleet cost 148.01 USD"),
         "{said}"
     );
     assert_eq!(presence_rows(&backfill).await, 0, "a dry run sends nothing");
@@ -790,7 +807,7 @@ async fn a_prometheus_that_answers_badly_is_an_error_naming_the_query_and_nothin
         assert!(!out.status.success(), "{mode}: {stderr}");
         assert!(
             stderr.contains(
-                "Prometheus' answer to {__name__=~\"(?i)DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|DCGM_FI_DEV_FB_RESERVED|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_GPU_UTIL\"}[3600000ms] at 2026-10-01T00:59:59.999+00:00"
+                "Prometheus' answer to {__name__=~\"(?i)DCGM_FI_DEV_FB_USED|DCGM_FI_PROF_GR_ENGINE_ACTIVE|DCGM_FI_DEV_GPU_UTIL\"}[3600000ms] at 2026-10-01T00:59:59.999+00:00"
             ) && stderr.contains(says),
             "{mode}: {stderr}"
         );
