@@ -935,3 +935,79 @@ async fn a_series_from_promtool_blocks_is_held_to_its_last_sample_plus_one_inter
     );
     served.stop().await;
 }
+
+/// A Prometheus behind a proxy that wants a bearer token or basic auth.
+async fn guarded(headers: axum::http::HeaderMap) -> axum::response::Response {
+    let ok = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            // `reader:pa ss` in base64.
+            v == "Bearer s3cret" || v == "Basic cmVhZGVyOnBhIHNz"
+        });
+    if ok {
+        r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#.into_response()
+    } else {
+        (StatusCode::UNAUTHORIZED, "Unauthorized").into_response()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_query_api_is_read_with_a_bearer_token_or_basic_auth() {
+    let fake = axum::Router::new()
+        .route("/api/v1/query", axum::routing::get(guarded))
+        .route("/api/v1/labels", axum::routing::get(labels));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, fake).await });
+    let app = TestApp::spawn().await;
+    let served = app.serve(served_config()).await;
+    let importer = app.token(Role::Importer, None, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("password"), "pa ss\n").unwrap();
+    let password_file = dir.path().join("password");
+    let run = |more: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+            .args(["import", "prometheus", "--url", &format!("http://{addr}")])
+            .args(["--from", "2026-10-01", "--to", "2026-10-01T02:00:00Z"])
+            .args(["--server", &served.base, "--retries", "0"])
+            .arg("--state")
+            .arg(dir.path().join("state.json"))
+            .args(more)
+            .env("SLICEMETER_TOKEN", &importer)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("HTTP 401 Unauthorized: Unauthorized"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["--prometheus-token", "s3cret"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_file(dir.path().join("state.json")).unwrap();
+    let out = run(&[
+        "--prometheus-user",
+        "reader",
+        "--prometheus-password-file",
+        password_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 windows sent"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    served.stop().await;
+}

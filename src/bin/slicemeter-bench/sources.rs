@@ -44,6 +44,9 @@ pub struct SourcesBenchArgs {
     /// Prometheus' scrape interval in the blocks written.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub scrape_interval: Duration,
+    /// Time one query reads, and one node's batch reports on.
+    #[arg(long, default_value = "6h", value_parser = humantime::parse_duration)]
+    pub chunk: Duration,
     /// Scrapes of the page timed (the median is printed).
     #[arg(long, default_value_t = 7)]
     pub repeat: usize,
@@ -265,7 +268,11 @@ async fn import_month(args: &SourcesBenchArgs, pool: sqlx::PgPool) -> anyhow::Re
         prometheus_password_file: None,
         scrape_interval: Some(args.scrape_interval),
         window: Duration::from_secs(60),
-        chunk: Duration::from_secs(3600),
+        chunk: if args.smoke {
+            Duration::from_secs(3600)
+        } else {
+            args.chunk
+        },
         gpu_sharing: Sharing::None,
         node_sharing: Vec::new(),
         holder_labels: HolderLabelsArg::Plain,
@@ -284,8 +291,9 @@ async fn import_month(args: &SourcesBenchArgs, pool: sqlx::PgPool) -> anyhow::Re
     let mut line = String::new();
     let _ = write!(
         line,
-        "import prometheus: {gpus} GPUs x {hours} h at a {} s scrape interval: {windows} windows in {:.1} s, {:.0} windows/s",
+        "import prometheus: {gpus} GPUs x {hours} h at a {} s scrape interval, {} chunks: {windows} windows in {:.1} s, {:.0} windows/s",
         args.scrape_interval.as_secs(),
+        humantime::format_duration(args.chunk),
         took.as_secs_f64(),
         windows as f64 / took.as_secs_f64()
     );
