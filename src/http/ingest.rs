@@ -57,13 +57,17 @@ async fn post_ingest(
 #[into_params(parameter_in = Query)]
 pub struct CoverageParams {
     /// The node.
-    #[param(example = "gpu-node-01")]
+    #[param(
+        required = true,
+        example = "gpu-node-01",
+        pattern = r"^[A-Za-z0-9._-]{1,253}$"
+    )]
     node: Option<String>,
     /// Start, an RFC 3339 instant.
-    #[param(example = "2026-10-01T00:00:00Z")]
+    #[param(required = true, example = "2026-10-01T00:00:00Z", format = DateTime)]
     from: Option<String>,
-    /// End (excluded), an RFC 3339 instant; at most 31 days after `from`.
-    #[param(example = "2026-10-02T00:00:00Z")]
+    /// End (excluded), an RFC 3339 instant, after `from` by at most 31 days.
+    #[param(required = true, example = "2026-10-02T00:00:00Z", format = DateTime)]
     to: Option<String>,
 }
 
