@@ -6,6 +6,7 @@ pub mod access;
 pub mod batch;
 pub mod dcgm;
 pub mod fields;
+pub mod layout;
 pub mod ownership;
 pub mod profiles;
 pub mod scope;

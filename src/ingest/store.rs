@@ -18,6 +18,7 @@ use super::resent::StoredWindow;
 use super::rules::SliceUse;
 use super::validate::{ValidBatch, ValidConsumer};
 use crate::domain::batch::bounds;
+use crate::domain::layout::{self, Stranded};
 use crate::domain::ownership::{OwnerVersion, Ownership};
 use crate::domain::slice::Reservation;
 use crate::domain::team::TeamId;
@@ -508,6 +509,7 @@ pub async fn record_presence(
     let mut hours = Vec::new();
     let mut ids = Vec::new();
     let mut seconds = Vec::new();
+    let mut stranded: [Vec<Decimal>; 4] = Default::default();
     for (b, gpus) in batches {
         for &g in *gpus {
             gpu.push(g);
@@ -515,11 +517,30 @@ pub async fn record_presence(
             end.push(b.period_end);
             node.push(b.node.clone());
         }
+        // What each GPU's layout strands, from the slices the batch says it has.
+        let layouts: Vec<Stranded> = b
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let layout: Vec<&Reservation> = b
+                    .slices
+                    .iter()
+                    .filter(|s| s.gpu == i)
+                    .map(|s| &s.reservation)
+                    .collect();
+                layout::stranded(&g.geometry, &layout)
+            })
+            .collect();
         for (hour, s) in seconds_by_hour(b.period_start, b.period_end) {
-            for &g in *gpus {
+            for (&g, l) in gpus.iter().zip(&layouts) {
                 hours.push(hour);
                 ids.push(g);
                 seconds.push(s);
+                stranded[0].push(Decimal::from(l.compute_slices) * s);
+                stranded[1].push(Decimal::from(l.memory_slices) * s);
+                stranded[2].push(Decimal::from(l.compute_percent) * s);
+                stranded[3].push(Decimal::from(l.memory_bytes) * s);
             }
         }
     }
@@ -538,21 +559,49 @@ pub async fn record_presence(
     .await?;
     sqlx::query!(
         "with input as (
-             select hour, gpu_id, sum(s) as s
-             from unnest($1::timestamptz[], $2::int4[], $3::numeric[]) as t (hour, gpu_id, s)
+             select hour, gpu_id, sum(s) as s, sum(sc) as sc, sum(sm) as sm, sum(st) as st,
+                    sum(sb) as sb
+             from unnest($1::timestamptz[], $2::int4[], $3::numeric[], $4::numeric[],
+                         $5::numeric[], $6::numeric[], $7::numeric[])
+                  as t (hour, gpu_id, s, sc, sm, st, sb)
              group by 1, 2),
          hourly as (
-             insert into gpu_hourly (hour, gpu_id, present_seconds)
-             select hour, gpu_id, s from input
+             insert into gpu_hourly (hour, gpu_id, present_seconds, stranded_compute_slice_seconds,
+                                     stranded_memory_slice_seconds, stranded_thread_percent_seconds,
+                                     stranded_memory_byte_seconds)
+             select hour, gpu_id, s, sc, sm, st, sb from input
              on conflict (hour, gpu_id) do update
-                 set present_seconds = gpu_hourly.present_seconds + excluded.present_seconds)
-         insert into gpu_daily (day, gpu_id, present_seconds)
-         select date_trunc('day', hour, 'UTC'), gpu_id, sum(s) from input group by 1, 2
+                 set present_seconds = gpu_hourly.present_seconds + excluded.present_seconds,
+                     stranded_compute_slice_seconds = gpu_hourly.stranded_compute_slice_seconds
+                         + excluded.stranded_compute_slice_seconds,
+                     stranded_memory_slice_seconds = gpu_hourly.stranded_memory_slice_seconds
+                         + excluded.stranded_memory_slice_seconds,
+                     stranded_thread_percent_seconds = gpu_hourly.stranded_thread_percent_seconds
+                         + excluded.stranded_thread_percent_seconds,
+                     stranded_memory_byte_seconds = gpu_hourly.stranded_memory_byte_seconds
+                         + excluded.stranded_memory_byte_seconds)
+         insert into gpu_daily (day, gpu_id, present_seconds, stranded_compute_slice_seconds,
+                                stranded_memory_slice_seconds, stranded_thread_percent_seconds,
+                                stranded_memory_byte_seconds)
+         select date_trunc('day', hour, 'UTC'), gpu_id, sum(s), sum(sc), sum(sm), sum(st), sum(sb)
+         from input group by 1, 2
          on conflict (day, gpu_id) do update
-             set present_seconds = gpu_daily.present_seconds + excluded.present_seconds",
+             set present_seconds = gpu_daily.present_seconds + excluded.present_seconds,
+                 stranded_compute_slice_seconds = gpu_daily.stranded_compute_slice_seconds
+                     + excluded.stranded_compute_slice_seconds,
+                 stranded_memory_slice_seconds = gpu_daily.stranded_memory_slice_seconds
+                     + excluded.stranded_memory_slice_seconds,
+                 stranded_thread_percent_seconds = gpu_daily.stranded_thread_percent_seconds
+                     + excluded.stranded_thread_percent_seconds,
+                 stranded_memory_byte_seconds = gpu_daily.stranded_memory_byte_seconds
+                     + excluded.stranded_memory_byte_seconds",
         &hours,
         &ids,
-        &seconds
+        &seconds,
+        &stranded[0],
+        &stranded[1],
+        &stranded[2],
+        &stranded[3]
     )
     .execute(&mut *tx)
     .await?;

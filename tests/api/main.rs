@@ -29,6 +29,7 @@ mod reports;
 mod retention;
 mod schema;
 mod sources;
+mod stranded;
 mod support;
 mod teams;
 mod tokens;
