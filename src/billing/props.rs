@@ -601,11 +601,19 @@ fn check(f: &Fleet, late: &Fleet) -> Result<(), TestCaseError> {
         }
     }
     prop_assert_eq!(seen, r.lines.len());
-    // The identity, to the minor unit; unallocated never negative; the residual only rounding.
-    prop_assert_eq!(
-        c.fleet_cost,
-        c.team_charges + c.unattributed + c.unallocated + c.sharing_discount + c.rounding_residual
-    );
+    // Team charges and unattributed are the reference's lines, each rounded once (not the residual's
+    // own identity, which holds by definition); unallocated never negative; the residual only
+    // rounding (its bound below).
+    let rounded_lines = |paying: bool| {
+        r.lines
+            .iter()
+            .filter(|((team, _, _), _)| (team.as_str() == UNATTRIBUTED) != paying)
+            .fold(Q::zero(), |sum, (_, exact)| {
+                sum + round_half_even(exact, places)
+            })
+    };
+    prop_assert_eq!(qd(c.team_charges), rounded_lines(true));
+    prop_assert_eq!(qd(c.unattributed), rounded_lines(false));
     prop_assert!(r.unallocated >= Q::zero(), "reference unallocated < 0");
     prop_assert!(!c.unallocated.is_sign_negative() || c.unallocated.is_zero());
     prop_assert_eq!(&bill.negative, &None);

@@ -192,6 +192,8 @@ pub async fn run(command: ImportCommand) -> anyhow::Result<()> {
     }
 }
 
+// long: the import's steps in order (ask, read, integrate, ship), sharing the counters its summary
+// prints
 async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
     let window_ms = args.window.as_millis() as i64;
     let chunk_ms = args.chunk.as_millis() as i64;

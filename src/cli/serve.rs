@@ -99,7 +99,7 @@ pub struct ServeArgs {
     pub alerts: AlertArgs,
 }
 
-/// The alert worker (README, Alerts).
+/// The alert worker (docs/reports.md, Alerts).
 #[derive(Args)]
 pub struct AlertArgs {
     /// How often budgets are evaluated for alerts (0: no alert worker on this server).
