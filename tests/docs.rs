@@ -191,7 +191,11 @@ fn the_configuration_table_is_the_one_the_command_line_defines() {
         return;
     }
     if std::env::var_os("SLICEMETER_UPDATE_DOCS").is_some() {
-        std::fs::write(&path, format!("{before}{BEGIN}{want}{END}{after}")).unwrap();
+        // Written aside and renamed, so that the link test, reading the file at the same time,
+        // never sees half of it.
+        let aside = path.with_extension("md.new");
+        std::fs::write(&aside, format!("{before}{BEGIN}{want}{END}{after}")).unwrap();
+        std::fs::rename(&aside, &path).unwrap();
         return;
     }
     let old: BTreeSet<&str> = table.lines().collect();

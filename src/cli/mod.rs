@@ -128,11 +128,22 @@ fn config_rows(cmd: &clap::Command, path: &str, out: &mut String) {
         } else {
             format!("`{}`", defaults.join(","))
         };
-        let help = arg
+        let mut help = arg
             .get_long_help()
             .or(arg.get_help())
             .map(|h| cell(&h.to_string()))
             .unwrap_or_default();
+        let values: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| format!("`{}`", v.get_name()))
+            .collect();
+        if takes_value && !values.is_empty() {
+            help = format!("{help} (one of {})", values.join(", "))
+                .trim_start()
+                .to_owned();
+        }
         out.push_str(&format!(
             "| {path} | {flag} | {env} | {default} | {help} |\n"
         ));
