@@ -1,6 +1,10 @@
 //! The layout's rules, read from the source: which module may import which, no import circle
 //! between files, SQL only in the storage modules, the framework crates kept out of the pure model,
-//! a short `main.rs`, and no long file without a reason at its top to stay whole.
+//! a short `main.rs`, no long file (in `src/` or `tests/`) without a reason at its top to stay whole,
+//! and no long function without a reason at the function.
+//!
+//! The file stays whole: the lexer, the resolver and the rules they serve are one reading of the
+//! source, and each rule's test is a few lines on top of it.
 //!
 //! The source is lexed (comments, strings and char literals blanked), every `use` tree and every
 //! `crate::`/`super::`/`self::` path (or one through a name a `use` brought in) is resolved to the
@@ -704,6 +708,123 @@ fn sql_lives_only_in_store_files_the_db_module_and_the_bench_binary() {
     );
 }
 
+/// The longest a file may be without a reason at its top to stay whole.
+const LONG_FILE: usize = 600;
+/// The longest a function may be without a reason at the function.
+const LONG_FN: usize = 150;
+
+/// Every Rust file of `src/` and `tests/` (not the browser test's `node_modules`).
+fn src_and_test_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"),
+        &mut files,
+    );
+    files.retain(|f| !f.components().any(|c| c.as_os_str() == "node_modules"));
+    files.sort();
+    files
+}
+
+/// Each function with a body in `src`: its name, the line of its `fn` and its length in lines
+/// (from `fn` to its closing brace).
+fn functions(src: &str) -> Vec<(String, usize, usize)> {
+    let toks = lex(src).toks;
+    let mut out = Vec::new();
+    for i in 0..toks.len() {
+        let (Tok::Ident(kw), line) = &toks[i] else {
+            continue;
+        };
+        let Some((Tok::Ident(name), _)) = toks.get(i + 1) else {
+            continue;
+        };
+        if kw != "fn" {
+            continue;
+        }
+        // The body's opening brace, unless a `;` ends the signature first (a trait's declaration).
+        let Some(open) =
+            (i + 2..toks.len()).find(|&j| matches!(toks[j].0, Tok::Punct("{") | Tok::Punct(";")))
+        else {
+            continue;
+        };
+        if toks[open].0 == Tok::Punct(";") {
+            continue;
+        }
+        let mut depth = 0usize;
+        for (tok, end) in &toks[open..] {
+            match tok {
+                Tok::Punct("{") => depth += 1,
+                Tok::Punct("}") => {
+                    depth -= 1;
+                    if depth == 0 {
+                        out.push((name.clone(), *line, end - line + 1));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Whether the comments and attributes right above line `line` (1-based) give a reason for the
+/// function's length: a comment line `// long: <why>` (or `/// long: <why>`).
+fn says_why_it_is_long(src: &str, line: usize) -> bool {
+    let lines: Vec<&str> = src.lines().collect();
+    lines[..line - 1]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+        .any(|l| {
+            l.trim_start_matches('/')
+                .trim_start()
+                .strip_prefix("long:")
+                .is_some_and(|why| !why.trim().is_empty())
+        })
+}
+
+#[test]
+fn the_function_reader_measures_bodies_not_signatures_or_strings() {
+    let src = "trait T { fn f(&self); }\n\
+               // long: a reason\n\
+               #[test]\n\
+               fn g() {\n    let s = \"}\";\n    let p: fn(u8) -> u8 = h;\n}\n\
+               fn h(x: u8) -> u8 { x }\n";
+    assert_eq!(
+        functions(src),
+        vec![("g".to_owned(), 4, 4), ("h".to_owned(), 8, 1)]
+    );
+    assert!(says_why_it_is_long(src, 4));
+    assert!(!says_why_it_is_long(src, 8));
+}
+
+#[test]
+fn long_functions_say_why_at_the_function() {
+    let mut bad = Vec::new();
+    let mut seen = 0;
+    for f in src_and_test_files() {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (name, line, len) in functions(&text) {
+            seen += 1;
+            if len > LONG_FN && !says_why_it_is_long(&text, line) {
+                bad.push(format!("{}:{line} fn {name} ({len} lines)", rel(&f)));
+            }
+        }
+    }
+    assert!(
+        seen > 500,
+        "only {seen} functions found: the reader reads nothing"
+    );
+    assert!(
+        bad.is_empty(),
+        "functions over {LONG_FN} lines without a `// long: <why>` comment right above them \
+         (split them, or say why they stay whole):\n{}",
+        bad.join("\n")
+    );
+}
+
 #[test]
 fn main_only_parses_and_dispatches_and_long_files_say_why_they_stay_whole() {
     let main = std::fs::read_to_string(src().join("main.rs")).unwrap();
@@ -712,12 +833,15 @@ fn main_only_parses_and_dispatches_and_long_files_say_why_they_stay_whole() {
         "src/main.rs has {} lines",
         main.lines().count()
     );
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    let files = src_and_test_files();
+    assert!(
+        files.iter().any(|f| rel(f) == "tests/api/billing.rs"),
+        "the tests' files are not read"
+    );
     let mut bad = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).unwrap();
-        if text.lines().count() > 600 {
+        if text.lines().count() > LONG_FILE {
             let header: String = text
                 .lines()
                 .take_while(|l| l.starts_with("//!"))
@@ -730,7 +854,8 @@ fn main_only_parses_and_dispatches_and_long_files_say_why_they_stay_whole() {
     }
     assert!(
         bad.is_empty(),
-        "files over 600 lines without a reason at the top to stay whole: {bad:?}"
+        "files over {LONG_FILE} lines without a reason at the top to stay whole \
+         (`//! ... stays whole ...`): {bad:?}"
     );
 }
 

@@ -86,6 +86,7 @@ fn stop(mut demo: Demo) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+// long: one demo process from its start to Ctrl-C, checked at each stage
 async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
     let dir = tempfile::tempdir().unwrap();
     // As root the cluster belongs to an unprivileged user, who must reach it through this folder.

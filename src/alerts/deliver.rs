@@ -4,7 +4,7 @@
 //! **Webhook**: `POST` of the alert as JSON (`payload`), with `Slicemeter-Alert-Id` and
 //! `Slicemeter-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" under the signing
 //! key>`. A receiver recomputes the HMAC over the raw body, compares in constant time, and refuses a
-//! `t` more than five minutes old (README, Alerts). **Slack**: `POST {"text": ...}`, as incoming
+//! `t` more than five minutes old (docs/reports.md, Alerts). **Slack**: `POST {"text": ...}`, as incoming
 //! webhooks take. **Email**: a plain-text message over SMTP. A send that fails (an error, a status
 //! other than 2xx) is retried after `AlertConfig::backoff`, `max_attempts` times in all.
 

@@ -39,6 +39,7 @@ pub struct CollectArgs {
     /// node in a mounted Secret).
     #[arg(long, env = "SLICEMETER_TOKEN_FILE", conflicts_with = "token")]
     pub token_file: Option<String>,
+    /// Where the readings come from.
     #[arg(long, value_enum, default_value = "sim")]
     pub source: SourceKind,
     /// The node's name: with --source sim which simulated node to be (default its first,
@@ -97,6 +98,7 @@ pub struct CollectArgs {
     /// spool and ship it, then exit (load and fault tests).
     #[arg(long, requires = "replay_to")]
     pub replay_from: Option<DateTime<Utc>>,
+    /// The end of the replay (excluded).
     #[arg(long, requires = "replay_from")]
     pub replay_to: Option<DateTime<Utc>>,
     /// Time one batch reports on in a replay.

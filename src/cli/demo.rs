@@ -136,7 +136,7 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
     .await?;
 
     // A signing key for webhook alerts, kept in the folder (mode 0600) so that a receiver can
-    // verify what the demo sends (README, Alerts).
+    // verify what the demo sends (docs/reports.md, Alerts).
     let key_file = demo_dir.join("alert-signing-key");
     let signing_key: String = {
         use rand::Rng;
@@ -213,7 +213,7 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         url_file.display()
     );
     println!(
-        "webhook alerts are signed with the key in {} (README, Alerts)",
+        "webhook alerts are signed with the key in {} (docs/reports.md, Alerts)",
         key_file.display()
     );
     println!("dashboard: {base}/ui/ (sign in with the token above)");

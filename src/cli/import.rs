@@ -64,6 +64,7 @@ pub struct PrometheusArgs {
         required_unless_present = "token_file"
     )]
     pub token: Option<String>,
+    /// Read that token from this file instead.
     #[arg(long, env = "SLICEMETER_TOKEN_FILE", conflicts_with = "token")]
     pub token_file: Option<PathBuf>,
     /// A bearer token for the query API.
@@ -78,8 +79,10 @@ pub struct PrometheusArgs {
     /// SLICEMETER_PROMETHEUS_PASSWORD).
     #[arg(long, env = "SLICEMETER_PROMETHEUS_USER")]
     pub prometheus_user: Option<String>,
+    /// That user's password (a secret, never shown).
     #[arg(long, env = "SLICEMETER_PROMETHEUS_PASSWORD", hide_env_values = true)]
     pub prometheus_password: Option<String>,
+    /// Read that password from this file instead.
     #[arg(
         long,
         env = "SLICEMETER_PROMETHEUS_PASSWORD_FILE",
@@ -192,6 +195,8 @@ pub async fn run(command: ImportCommand) -> anyhow::Result<()> {
     }
 }
 
+// long: the import's steps in order (ask, read, integrate, ship), sharing the counters its summary
+// prints
 async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
     let window_ms = args.window.as_millis() as i64;
     let chunk_ms = args.chunk.as_millis() as i64;

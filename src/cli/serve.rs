@@ -22,13 +22,13 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "SLICEMETER_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
-    /// Largest request body, compressed or not, in bytes.
+    /// Largest request body, compressed or not, in bytes (413 above).
     #[arg(long, env = "SLICEMETER_BODY_LIMIT", default_value_t = 16 << 20)]
     pub body_limit: usize,
     /// How far in the future a batch's period may end.
     #[arg(long, env = "SLICEMETER_MAX_FUTURE_SKEW", default_value = "5m", value_parser = humantime::parse_duration)]
     pub max_future_skew: Duration,
-    /// Longest period one batch may report on.
+    /// Longest period one batch may report on (at most 7 days: the contract's bounds assume it).
     #[arg(long, env = "SLICEMETER_MAX_PERIOD", default_value = "24h", value_parser = humantime::parse_duration)]
     pub max_period: Duration,
     /// Most windows in one batch.
@@ -64,10 +64,11 @@ pub struct ServeArgs {
     pub kept_max_age: Duration,
     /// How long the team page waits for right-sizing's evidence when none is kept (the first page
     /// after a start); past it, the page comes without the percentiles, says they are being read,
-    /// and the read goes on behind it.
+    /// and the read goes on behind it. 0s: never wait.
     #[arg(long, env = "SLICEMETER_EVIDENCE_WAIT", default_value = "3s", value_parser = humantime::parse_duration)]
     pub evidence_wait: Duration,
-    /// Requests running longer are answered 503.
+    /// Requests running longer are answered 503; PostgreSQL stops each of their statements at nine
+    /// tenths of it.
     #[arg(long, env = "SLICEMETER_REQUEST_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     pub request_timeout: Duration,
     /// Connections in the database pool.
@@ -82,7 +83,8 @@ pub struct ServeArgs {
     /// How long after a month ends its invoices wait for late data before they can be issued.
     #[arg(long, env = "SLICEMETER_ISSUE_GRACE", default_value = "1d", value_parser = humantime::parse_duration)]
     pub issue_grace: Duration,
-    /// A connection that has not sent a whole header block in this long is closed.
+    /// A connection that has not sent a whole header block in this long is closed (idle keep-alive
+    /// connections too).
     #[arg(long, env = "SLICEMETER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub header_read_timeout: Duration,
     /// A connection on which no byte has moved for this long is closed (more than --request-timeout).
@@ -99,7 +101,7 @@ pub struct ServeArgs {
     pub alerts: AlertArgs,
 }
 
-/// The alert worker (README, Alerts).
+/// The alert worker (docs/reports.md, Alerts).
 #[derive(Args)]
 pub struct AlertArgs {
     /// How often budgets are evaluated for alerts (0: no alert worker on this server).
@@ -121,7 +123,7 @@ pub struct AlertArgs {
     pub alert_signing_key_file: Option<std::path::PathBuf>,
     /// The SMTP server email alerts go through: `smtp://host:25` (plain),
     /// `smtp://user:pass@host:587?tls=required` (STARTTLS), `smtps://user:pass@host:465`.
-    /// Without it, budgets cannot have email channels.
+    /// Without it, budgets cannot have email channels. A secret, never shown.
     #[arg(long, env = "SLICEMETER_SMTP_URL", hide_env_values = true)]
     pub smtp_url: Option<String>,
     /// The sender of email alerts.

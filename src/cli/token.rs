@@ -18,6 +18,7 @@ pub enum TokenCommand {
     Create {
         #[command(flatten)]
         db: DbArgs,
+        /// What the token may do.
         #[arg(long, value_enum)]
         role: Role,
         /// The team of a team_lead token.
@@ -37,6 +38,7 @@ pub enum TokenCommand {
     Revoke {
         #[command(flatten)]
         db: DbArgs,
+        /// The token's id (the number after `smt_`).
         id: i64,
     },
     /// List tokens (never their secrets).

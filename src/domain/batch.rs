@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// The contract's bounds (README, Reliability): every figure a collector sends is bounded by the
+/// The contract's bounds (docs/ingest.md, Bounds at ingest): every figure a collector sends is bounded by the
 /// card, and every bound is chosen so that no sum over a month, anywhere, can overflow an exact
 /// decimal (`rust_decimal`'s 96-bit mantissa, about 7.9e28).
 pub mod bounds {

@@ -49,6 +49,8 @@ pub struct BatchIds<'a> {
 }
 
 /// The windows of `b` to store, given the windows `stored` for the period of the GPUs `resent`.
+// long: the rules for a re-sent period against the stored windows, in the order of the contract's
+// table, sharing the indexes built at the start
 pub fn check<'b>(
     b: &'b ValidBatch,
     ids: BatchIds<'_>,

@@ -192,6 +192,8 @@ fn preview(s: &str) -> String {
 }
 
 /// Checks a batch against the contract at `now`. Errors name every bad record and field.
+// long: the contract's rules one after another, in the order DESIGN.md lists them, each naming its
+// field; every rule reads the tables of GPUs, slices and windows built as it goes
 pub fn validate(
     batch: Batch,
     now: DateTime<Utc>,

@@ -287,6 +287,8 @@ pub fn plan(
     })
 }
 
+// long: one model's plan in order (today's layout, right-sizing, packing, moves, steps), each step
+// reading the tables of the one before
 fn plan_model(
     model: &str,
     cards: Vec<CardToday>,

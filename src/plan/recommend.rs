@@ -151,6 +151,8 @@ pub struct SharedAlternative {
 }
 
 /// What the evidence says, priced by `card` (the rate card in force), for `target`.
+// long: right-sizing's rules in the order docs/planning.md lists them, each reading the needs
+// computed before it
 pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -> Recommendation {
     let kind = e.kind;
     let confidence = match e.days {

@@ -190,6 +190,8 @@ pub async fn focus(
 }
 
 /// The rows of the plan, after the header `w` has sent.
+// long: each kind of FOCUS row (slice-days, idle spread, corrections, the platform's) in the order
+// the export promises, sharing the running totals that round each invoice line
 async fn write_focus(
     pool: &PgPool,
     plan: FocusPlan,

@@ -26,7 +26,7 @@ pub struct FleetGauges {
     pub node_lags: Vec<(String, f64)>,
 }
 
-/// Every gauge this module writes, with its labels: the README's metrics table lists the same.
+/// Every gauge this module writes, with its labels: docs/operations.md's metrics table lists the same.
 pub const GAUGES: [(&str, &str); 6] = [
     ("slicemeter_team_month_to_date_cost", "team, currency"),
     ("slicemeter_team_month_to_date_gpu_equivalent_hours", "team"),
@@ -174,7 +174,7 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
         }
-        // Every family written is one the README lists.
+        // Every family written is one docs/operations.md lists.
         for l in text.lines().filter(|l| l.starts_with("# TYPE ")) {
             let name = l.split_whitespace().nth(2).unwrap();
             assert!(GAUGES.iter().any(|(g, _)| *g == name), "{name}");

@@ -21,6 +21,8 @@ use crate::domain::time::{Month, whole_days};
 /// in force), reserved or not, and what else `group_by` asks for (node, the consumer's namespace,
 /// workload, pod, container, label values): the terms DESIGN.md's share formula is linear in,
 /// weighted by each slice's compute and memory share. `reports::usage` applies the weights and prices.
+// long: one query for every `group_by`: its SQL text and its binds are assembled side by side so
+// that they cannot disagree
 pub async fn usage_sums(
     pool: &PgPool,
     from: DateTime<Utc>,

@@ -129,7 +129,7 @@ fn alert_config(smtp_url: &str) -> AlertConfig {
     }
 }
 
-/// Checks a webhook call's signature as a receiver would (README, Alerts): HMAC-SHA256 of
+/// Checks a webhook call's signature as a receiver would (docs/reports.md, Alerts): HMAC-SHA256 of
 /// `<t>.<raw body>` under the key, hex, in `Slicemeter-Signature: t=<t>,v1=<hex>`.
 fn verify(headers: &HeaderMap, body: &[u8]) {
     let sig = headers["slicemeter-signature"].to_str().unwrap();
@@ -176,6 +176,8 @@ async fn wait_for(app: &TestApp, what: &str, done: impl Fn(&Value) -> bool) -> V
 }
 
 #[tokio::test]
+// long: one scenario across two servers and a restart: each step needs the state the one before
+// left
 async fn each_threshold_reaches_each_channel_once_across_a_restart_and_with_two_servers() {
     let (base, hook, slack) = receiver().await;
     let (smtp_url, mail) = smtp_server().await;

@@ -1,6 +1,8 @@
 //! The authorization matrix: every route of the OpenAPI document called as every kind of caller,
 //! with the status each must get, and no team's data in another team lead's answers. A route the
 //! document has and the matrix lacks (or the other way round) fails the test.
+//!
+//! The file stays whole: the matrix and the callers it is checked against are one table.
 
 use std::collections::BTreeSet;
 
@@ -97,6 +99,7 @@ async fn run_as_admin(app: &TestApp, period: &str) -> Reply {
 }
 
 #[tokio::test]
+// long: the matrix is one table, a row per route and caller, read whole
 async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_another() {
     let app = TestApp::spawn().await;
     rate_card(&app, "2026-09-01T00:00:00Z", "4.00").await;

@@ -1,4 +1,7 @@
 //! FOCUS and ERP exports, reconciled against the monthly report and the invoices.
+//!
+//! The file stays whole: each export is reconciled against the same report and invoices, with
+//! shared helpers.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;

@@ -2,6 +2,8 @@
 //! GPUs, figures no card can hold, two holders at once, overlapping re-sends, text and timestamps
 //! that used to crash the handler. Each case: the exact status, the field named, and the stored data
 //! unchanged.
+//!
+//! The file stays whole: the hostile cases are one catalogue, each a few lines on shared builders.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};

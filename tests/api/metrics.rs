@@ -1,4 +1,4 @@
-//! Prometheus metrics as the README lists them: a served server and a running `slicemeter collect`
+//! Prometheus metrics as docs/operations.md lists them: a served server and a running `slicemeter collect`
 //! process scraped over loopback, and the Grafana dashboard checked against the same list.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +13,7 @@ use slicemeter::sim::SimFleet;
 
 use crate::support::*;
 
-/// One row of the README's metrics table.
+/// One row of docs/operations.md's metrics table.
 #[derive(Debug)]
 struct Documented {
     name: String,
@@ -23,15 +23,16 @@ struct Documented {
     process: String,
 }
 
-/// The README's metrics table, between its `metrics: begin` and `metrics: end` markers.
+/// docs/operations.md's metrics table, between its `metrics: begin` and `metrics: end` markers.
 fn documented() -> Vec<Documented> {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
     let table = readme
         .split("<!-- metrics: begin -->")
         .nth(1)
         .and_then(|rest| rest.split("<!-- metrics: end -->").next())
-        .expect("the README's metrics table");
+        .expect("docs/operations.md's metrics table");
     let tick = |s: &str| s.trim().trim_matches('`').to_owned();
     let rows: Vec<Documented> = table
         .lines()
@@ -291,7 +292,7 @@ fn the_grafana_dashboard_charts_exactly_the_documented_metrics() {
                 .unwrap_or(n);
             assert!(
                 documented.contains_key(base),
-                "{e:?} names {n}, which the README does not list"
+                "{e:?} names {n}, which docs/operations.md does not list"
             );
             charted.insert(base.to_owned());
         }

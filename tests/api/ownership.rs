@@ -2,6 +2,8 @@
 //! unlabelled pods' usage goes to the owner at each moment (a window that straddles a change split
 //! at the instant), and invoices, reports, exports, the OpenCost API and the pages follow it; a
 //! change dated inside an issued month is refused and the issued books do not move.
+//!
+//! The file stays whole: one ownership timeline, followed through every reader of it.
 
 use axum::http::StatusCode;
 use rust_decimal::Decimal;

@@ -1,4 +1,7 @@
 //! `GET /v1/reports/usage` against rollups built by real ingest, checked against the raw windows.
+//!
+//! The file stays whole: every test compares the report with the raw windows through the same
+//! helpers.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -412,6 +415,7 @@ type DayRow = (
 );
 
 #[tokio::test]
+// long: one month read every way the report can read it, each compared with the hourly rollups
 async fn a_month_read_from_day_rollups_is_the_month_of_the_hourly_ones_even_across_a_price_change_at_six()
  {
     let app = TestApp::spawn().await;

@@ -1,12 +1,12 @@
 //! The schema keeps the rules a Citus cluster needs (issue 12, item 7), checked from the catalog of a
 //! migrated database against the `create_reference_table` / `create_distributed_table` commands the
-//! README gives, so that neither can drift from the other. Citus itself is not packaged here.
+//! manual gives (docs/operations.md), so that neither can drift from the other. Citus itself is not packaged here.
 
 use crate::support::{apply_migrations, empty_pool, fresh_pool};
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// How the README spreads one table over a cluster.
+/// How docs/operations.md spreads one table over a cluster.
 #[derive(Debug, Clone, PartialEq)]
 enum Placement {
     Reference,
@@ -16,14 +16,15 @@ enum Placement {
     },
 }
 
-/// The tables the README's commands name, in their order.
+/// The tables docs/operations.md's commands name, in their order.
 fn readme_commands() -> Vec<(String, Placement)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .expect("docs/operations.md");
     let section = readme
         .split("\n## Past one PostgreSQL (Citus)\n")
         .nth(1)
-        .expect("the README has a section \"Past one PostgreSQL (Citus)\"");
+        .expect("docs/operations.md has a section \"Past one PostgreSQL (Citus)\"");
     let block = section
         .split("```sql\n")
         .nth(1)

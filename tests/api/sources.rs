@@ -1,6 +1,8 @@
 //! The sources a fleet already runs: NVIDIA's dcgm-exporter read live by `collect --source dcgm`,
 //! and the same pages scraped by a real Prometheus (Debian's package, on loopback) and back-filled
 //! by `import prometheus`. One timeline of two nodes, billed three ways, to the cent.
+//!
+//! The file stays whole: one timeline of two nodes and the fakes that serve it, billed three ways.
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -436,6 +438,7 @@ fn import_with(
 /// Prometheus that scraped them bills the same, to the cent, and what the timeline says; importing
 /// after live collection, or twice, stores nothing more; the scrape gap is neither held nor present.
 #[tokio::test(flavor = "multi_thread")]
+// long: one timeline billed three ways, each way's figures compared with the others' at the end
 async fn live_collection_and_a_prometheus_back_fill_of_the_same_pages_bill_the_same_to_the_cent() {
     let clock = Arc::new(Mutex::new(Clock::default()));
     let exporters = axum::Router::new()

@@ -36,7 +36,7 @@ pub struct IngestBenchArgs {
     #[arg(long, default_value_t = 24)]
     pub min_batches_per_node: u32,
     /// Times one batch reports on, each measured: 60 s is what a live collector sends, 15 min long
-    /// enough to reach 0.3 of `COPY` on a 2-core machine (README, Performance), 1 h a back-fill.
+    /// enough to reach 0.3 of `COPY` on a 2-core machine (docs/benchmarks.md, ingest), 1 h a back-fill.
     #[arg(long, value_delimiter = ',', default_value = "60s,15m,1h", value_parser = humantime::parse_duration)]
     pub batch_period: Vec<Duration>,
     /// Nodes sending at once (batches in flight, each from another node), each measured.

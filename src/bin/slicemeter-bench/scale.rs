@@ -153,6 +153,7 @@ fn line(what: &str, time: Duration, floor: Duration, detail: &str) {
     );
 }
 
+// long: the benchmark's steps in the order its report prints them, on one loaded month
 async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let month = Month::of(Utc::now()).minus(1);
     let (gpus, days) = if args.smoke {

@@ -101,6 +101,7 @@ pub async fn fleet(
 }
 
 #[allow(clippy::too_many_arguments)]
+// long: the fleet page's markup, in the order the page shows it
 fn fleet_body(
     month: Month,
     map: &MapView,
