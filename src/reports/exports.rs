@@ -6,6 +6,9 @@
 //! capacity spread to teams; correction lines of the month's invoices; and the platform's rows
 //! (unallocated capacity and sharing discount per model and day, and the rounding residual). The rows
 //! that are not corrections sum to the month's fleet cost, to the cent.
+//!
+//! The file stays whole: the FOCUS stream's kinds of rows are written in one pass, and what each
+//! carries to the next (the allocated sums, the rounding targets) is read beside it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invo
 use crate::billing::period::{LineKind, PeriodBill};
 use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
 use crate::billing::service::Error as BillingError;
+use crate::domain::exact::Exact;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 
@@ -267,7 +271,7 @@ async fn write_focus(
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
     let mut rows = store::slice_days(&mut tx, month, frozen, team.as_ref());
-    let mut pending: Option<(LineGroup, Row, Decimal)> = None;
+    let mut pending: Option<(LineGroup, Row, Exact)> = None;
     let mut rounder = CarryRounder::new();
     loop {
         let next = rows.next().await.transpose()?;
@@ -303,7 +307,7 @@ async fn write_focus(
                 .entry((model.clone(), card, row.charge_start))
                 .or_default();
             e.0 += row.list_cost;
-            e.1 += row.list_cost - exact;
+            e.1 += row.list_cost - exact.to_decimal();
         }
         pending = Some((group, row, exact));
     }
@@ -330,13 +334,16 @@ async fn write_focus(
                 description: l.description(),
                 charge_start: month.start(),
                 charge_end: month.end(),
+                // A share of several models' idle hours has no hourly price: one share, priced
+                // at what it comes to.
                 billed: l.amount,
-                list_cost: l.exact_amount,
-                list_unit_price: None,
-                contracted_cost: l.exact_amount,
-                contracted_unit_price: None,
+                list_cost: l.amount,
+                list_unit_price: Some(l.amount),
+                contracted_cost: l.amount,
+                contracted_unit_price: Some(l.amount),
                 consumed_hours: None,
-                pricing_hours: None,
+                pricing_hours: Some(Decimal::ONE),
+                pricing_unit: focus::SHARE_UNIT,
                 resource_id: None,
                 resource_name: None,
                 resource_type: None,
@@ -382,6 +389,28 @@ async fn write_focus(
         {
             let corrected = l.corrects_period.unwrap_or(month);
             let sku = sku_id(l.gpu_model.as_deref(), l.slice_kind, l.profile.as_deref());
+            // The hours corrected at the list and contracted prices of the line's rate card; a
+            // correction of an idle-capacity share is one share at what it comes to.
+            let hourly = l
+                .gpu_model
+                .as_deref()
+                .zip(l.rate_card.and_then(|c| cards.get(&c)))
+                .map(|(m, c)| c.hourly_cost(m).0);
+            let (list_unit_price, contracted_unit_price, pricing_hours, pricing_unit) =
+                match (hourly, l.unit_price) {
+                    (Some(h), Some(u)) => (
+                        Some(h),
+                        Some(u),
+                        Some(l.gpu_equivalent_hours),
+                        focus::PRICING_UNIT,
+                    ),
+                    _ => (
+                        Some(l.amount),
+                        Some(l.amount),
+                        Some(Decimal::ONE),
+                        focus::SHARE_UNIT,
+                    ),
+                };
             let row = Row {
                 category: Category::Usage,
                 correction: true,
@@ -390,11 +419,12 @@ async fn write_focus(
                 charge_end: corrected.end(),
                 billed: l.amount,
                 list_cost: l.amount,
-                list_unit_price: None,
+                list_unit_price,
                 contracted_cost: l.amount,
-                contracted_unit_price: l.unit_price,
+                contracted_unit_price,
                 consumed_hours: Some(l.slice_hours),
-                pricing_hours: Some(l.gpu_equivalent_hours),
+                pricing_hours,
+                pricing_unit,
                 // The line's slices, not one resource: no resource, so no type (ResourceType-C-004-C).
                 resource_id: None,
                 resource_name: None,

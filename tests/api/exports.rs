@@ -14,13 +14,13 @@ use slicemeter::sim::SimFleet;
 use crate::billing::{d, dec, draft_of, issue, rate_card, run, worked_example};
 use crate::support::*;
 
-struct Csv {
-    headers: Vec<String>,
-    rows: Vec<Vec<String>>,
+pub struct Csv {
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
 }
 
 impl Csv {
-    fn parse(text: &str) -> Csv {
+    pub fn parse(text: &str) -> Csv {
         let mut r = csv::Reader::from_reader(text.as_bytes());
         let headers = r.headers().unwrap().iter().map(str::to_owned).collect();
         let rows = r
@@ -30,14 +30,14 @@ impl Csv {
         Csv { headers, rows }
     }
 
-    fn col(&self, name: &str) -> usize {
+    pub fn col(&self, name: &str) -> usize {
         self.headers
             .iter()
             .position(|h| h == name)
             .unwrap_or_else(|| panic!("no column {name}"))
     }
 
-    fn sum(&self, name: &str, filter: impl Fn(&Vec<String>) -> bool) -> Decimal {
+    pub fn sum(&self, name: &str, filter: impl Fn(&Vec<String>) -> bool) -> Decimal {
         let c = self.col(name);
         self.rows
             .iter()
@@ -269,11 +269,13 @@ async fn a_simulated_month_passes_the_finops_foundation_focus_validator() {
 pub enum Validator {
     V1_0,
     V1_2,
+    V1_3,
 }
 
 /// Runs the FinOps Foundation's validator on `csv`. Its wrappers are the project's shared checks
 /// beside the repository (`../shared/scripts`); SLICEMETER_FOCUS_VALIDATE names the 1.0 one for a
-/// checkout elsewhere, the 1.2 one (`focus-validate-1.2`) sitting beside it.
+/// checkout elsewhere, the 1.2 and 1.3 ones (`focus-validate-1.2`, `focus-validate-1.3`) sitting
+/// beside it.
 pub fn focus_validate(version: Validator, csv: &str, criteria: Option<&str>) {
     let (passed, text) = focus_validator(version, csv, criteria);
     assert!(
@@ -297,6 +299,14 @@ pub fn focus_validator(version: Validator, csv: &str, criteria: Option<&str>) ->
             format!("{v10}-1.2"),
             "focus-validate-1.2: all checks passed",
         ),
+        Validator::V1_3 => (
+            format!("{v10}-1.3"),
+            "focus-validate-1.3: all checks passed",
+        ),
+    };
+    let criteria_var = match version {
+        Validator::V1_3 => "SLICEMETER_FOCUS13_CRITERIA",
+        _ => "SLICEMETER_FOCUS12_CRITERIA",
     };
     assert!(
         std::path::Path::new(&script).exists(),
@@ -308,8 +318,8 @@ pub fn focus_validator(version: Validator, csv: &str, criteria: Option<&str>) ->
     let mut command = std::process::Command::new(&script);
     command.arg(&file);
     match criteria {
-        Some(c) => command.env("SLICEMETER_FOCUS12_CRITERIA", c),
-        None => command.env_remove("SLICEMETER_FOCUS12_CRITERIA"),
+        Some(c) => command.env(criteria_var, c),
+        None => command.env_remove(criteria_var),
     };
     let out = command.output().unwrap();
     let text =
@@ -935,9 +945,9 @@ async fn focus_1_3_allocated_rows_sum_to_the_team_charges_and_unallocated_rows_t
             assert_eq!(r[method], "", "{r:?}");
         }
     }
-    // 1.3 is 1.2 and seven columns more; 1.2 stays the default.
+    // 1.3 is 1.2 and eight columns more; 1.2 stays the default.
     let (_, v12) = focus(&app, &app.admin, "2026-09").await;
-    assert_eq!(csv.headers.len(), v12.headers.len() + 7);
+    assert_eq!(csv.headers.len(), v12.headers.len() + 8);
     assert!(!v12.headers.iter().any(|h| h.starts_with("Allocated")));
     assert_eq!(
         csv.sum("BilledCost", |_| true),
