@@ -33,7 +33,7 @@ use crate::billing::period::{LineKind, PeriodBill};
 use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
 use crate::billing::service::Error as BillingError;
 use crate::domain::exact::Exact;
-use crate::domain::team::TeamId;
+use crate::domain::team::{TeamId, UNATTRIBUTED};
 use crate::domain::time::Month;
 
 /// Who the exports name as issuer and where the platform's journal credit goes.
@@ -86,6 +86,9 @@ struct FocusPlan {
     frozen: bool,
     cards: BTreeMap<i64, RateCard>,
     invoices: Vec<Invoice>,
+    /// Each team's voided invoice of the month, by number: its charges were issued on it (and
+    /// reversed by a credit note) until a new invoice bills them.
+    voided: BTreeMap<TeamId, String>,
     config: Arc<ExportConfig>,
     version: Version,
 }
@@ -103,9 +106,14 @@ impl FocusPlan {
         let inputs = service::month(pool, cache, month).await?;
         let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
         let mut documents = Vec::new();
+        let mut voided = BTreeMap::new();
         for i in invoices::list(pool, Some(month), team.as_ref()).await? {
             if i.kind == InvoiceKind::Invoice && i.status != InvoiceStatus::Void {
                 documents.extend(invoices::get(pool, i.id).await?);
+            } else if i.kind == InvoiceKind::Invoice
+                && let Some(n) = i.number.clone()
+            {
+                voided.insert(i.team.clone(), n);
             }
         }
         Ok(FocusPlan {
@@ -115,6 +123,7 @@ impl FocusPlan {
             frozen,
             cards,
             invoices: documents,
+            voided,
             config,
             version,
         })
@@ -206,6 +215,7 @@ async fn write_focus(
         frozen,
         cards,
         invoices,
+        voided,
         config,
         version,
     } = plan;
@@ -218,10 +228,24 @@ async fn write_focus(
         w.finish().await;
         return Ok(());
     };
-    let number_of: BTreeMap<&str, &str> = invoices
+    // A team's live invoice, or the voided one its charges were issued on until billed again.
+    let mut number_of: BTreeMap<&str, &str> = voided
         .iter()
-        .filter_map(|i| i.number.as_deref().map(|n| (i.team.as_str(), n)))
+        .map(|(t, n)| (t.as_str(), n.as_str()))
         .collect();
+    number_of.extend(
+        invoices
+            .iter()
+            .filter_map(|i| i.number.as_deref().map(|n| (i.team.as_str(), n))),
+    );
+    // Once the month is invoiced, the platform's rows (consumers no team claims, unallocated
+    // capacity, the sharing discount, rounding) name the document that settles the platform's side
+    // of it, the journal's clearing document: every row of an invoiced month is on a document.
+    let clearing = erp::clearing_document(month);
+    let platform_document = (!number_of.is_empty()).then_some(clearing.as_str());
+    if let Some(c) = platform_document {
+        number_of.insert(UNATTRIBUTED, c);
+    }
     let issuer = &config.issuer;
 
     // The amount of each usage line, which its rows must sum to.
@@ -404,10 +428,15 @@ async fn write_focus(
                         Some(l.gpu_equivalent_hours),
                         focus::PRICING_UNIT,
                     ),
+                    // A price is never negative: a share taken back is minus one share.
                     _ => (
-                        Some(l.amount),
-                        Some(l.amount),
-                        Some(Decimal::ONE),
+                        Some(l.amount.abs()),
+                        Some(l.amount.abs()),
+                        Some(if l.amount.is_sign_negative() {
+                            -Decimal::ONE
+                        } else {
+                            Decimal::ONE
+                        }),
                         focus::SHARE_UNIT,
                     ),
                 };
@@ -515,6 +544,7 @@ async fn write_focus(
                 } else {
                     r.next(exact, &currency)
                 };
+                row.invoice_number = platform_document.map(str::to_owned);
                 if !w
                     .write(&row.record(month, &currency, issuer, version))
                     .await
@@ -537,6 +567,7 @@ async fn write_focus(
                 issuer,
             );
             row.category = Category::Adjustment;
+            row.invoice_number = platform_document.map(str::to_owned);
             row.charge_end = month.end();
             row.billed = c.rounding_residual;
             row.description =

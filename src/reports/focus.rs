@@ -23,7 +23,9 @@ use crate::domain::time::Month;
 
 mod columns;
 
-pub use columns::{COLUMNS, FOCUS12_CRITERIA, FOCUS13_CRITERIA, PRICING_UNIT, SHARE_UNIT, Version};
+pub use columns::{
+    COLUMNS, FOCUS12_CRITERIA, FOCUS13_CRITERIA, MINOR_UNIT, PRICING_UNIT, SHARE_UNIT, Version,
+};
 
 /// Who issues and provides the charges: the GPU platform team running slicemeter.
 #[derive(Debug, Clone)]
@@ -527,9 +529,9 @@ pub fn usage_row(
         physical_share: share,
         isolation_factor: Some(card.factors.of(d.kind)),
         rate_card: Some(card.id),
+        // Consumers no team claims: the platform's document, if the caller names one for them.
         invoice_number: invoice_numbers
             .get(d.team.as_str())
-            .filter(|_| !unattributed)
             .map(|n| (*n).to_owned()),
         sku_meter: "GPU share held",
         allocation: Some(allocation),
@@ -568,9 +570,14 @@ pub fn platform_row(
         format!("{model}/{what}")
     };
     // Unallocated capacity and the sharing discount are GPU-hours at the model's hourly cost; the
-    // rounding residual is an adjustment with no price.
+    // rounding residual is minor units at one minor unit each (it may be negative, a price not).
     let (hourly, _) = card.hourly_cost(model);
-    let priced = what != "rounding" && !hourly.is_zero();
+    let (unit_price, unit) = if what == "rounding" {
+        (Decimal::new(1, card.currency.minor_units), MINOR_UNIT)
+    } else {
+        (hourly, PRICING_UNIT)
+    };
+    let priced = !unit_price.is_zero();
     Row {
         category: Category::Usage,
         correction: false,
@@ -579,21 +586,17 @@ pub fn platform_row(
         charge_end: (day + Duration::days(1)).min(month.end()),
         billed: Decimal::ZERO,
         list_cost: exact,
-        list_unit_price: priced.then_some(hourly),
+        list_unit_price: priced.then_some(unit_price),
         contracted_cost: exact,
-        contracted_unit_price: priced.then_some(hourly),
+        contracted_unit_price: priced.then_some(unit_price),
         consumed_hours: None,
-        pricing_hours: priced.then(|| exact / hourly),
-        pricing_unit: PRICING_UNIT,
+        pricing_hours: priced.then(|| exact / unit_price),
+        pricing_unit: unit,
         // Capacity, not a resource: no resource, so no resource type either (ResourceType-C-004-C).
         resource_id: None,
         resource_name: None,
         resource_type: None,
-        sku_price_id: if priced {
-            format!("{sku}/v{}", card.id)
-        } else {
-            String::new()
-        },
+        sku_price_id: format!("{sku}/v{}", card.id),
         sku_id: sku,
         sub_account_id: PLATFORM_ACCOUNT.into(),
         sub_account_name: issuer.name.clone(),

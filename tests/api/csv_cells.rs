@@ -25,8 +25,8 @@ async fn bidirectional_controls_never_reach_the_workloads_csv() {
     let r = app.ingest(&app.admin, &b).await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     let cookie = crate::fleet::ui_session(&app, &app.admin).await;
-    let csv = crate::fleet::ui_page(&app, &cookie, "/ui/team/search/workloads.csv?month=2026-09")
-        .await;
+    let csv =
+        crate::fleet::ui_page(&app, &cookie, "/ui/team/search/workloads.csv?month=2026-09").await;
     let mut rows = csv::Reader::from_reader(csv.as_bytes());
     let cells: Vec<String> = rows
         .records()
@@ -36,8 +36,10 @@ async fn bidirectional_controls_never_reach_the_workloads_csv() {
         cells.iter().any(|c| c.starts_with("reporttxt.exe")),
         "{csv}"
     );
-    for bidi in ['\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}',
-                 '\u{2068}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}'] {
+    for bidi in [
+        '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{202E}', '\u{2066}', '\u{2067}',
+        '\u{2068}', '\u{2069}', '\u{200E}', '\u{200F}', '\u{061C}',
+    ] {
         assert!(!csv.contains(bidi), "U+{:04X} in {csv}", u32::from(bidi));
     }
 }

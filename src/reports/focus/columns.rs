@@ -211,3 +211,6 @@ pub const PRICING_UNIT: &str = "GPU-Hours";
 /// `PricingUnit` of a row priced whole, one to a row: a team's share of a month's idle capacity
 /// spread over several GPU models has no one hourly price.
 pub const SHARE_UNIT: &str = "Shares";
+
+/// `PricingUnit` of the rounding residual: the currency's minor unit (a cent), at one minor unit.
+pub const MINOR_UNIT: &str = "Minor Units";
