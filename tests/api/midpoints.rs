@@ -70,3 +70,45 @@ async fn the_month_s_figures_round_once_half_to_even() {
     assert_eq!(dec(&c["unallocated"]), dec(&json!("351.48")));
     assert_eq!(dec(&c["rounding_residual"]), dec(&json!("0.00")));
 }
+
+#[tokio::test]
+async fn unallocated_capacity_of_exactly_0_095_is_0_10() {
+    let app = TestApp::spawn().await;
+    app.put_team("search", &["search"]).await;
+    let r = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/rate-cards",
+            &json!({"effective_from": "2026-09-01T00:00:00Z", "currency": "USD",
+                    "default_hourly_cost": "3.00", "weights": {"compute": "1", "memory": "0"},
+                    "prices": {"NVIDIA H100 80GB HBM3": "0.035"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    // The GPU present 3 h, a seventh of it held 2 h: 0.105 - 0.01 = 0.095 unallocated exactly.
+    let windows = (0..2)
+        .map(|h| {
+            window(
+                MIG_1G_A,
+                &format!("2026-09-01T0{h}:00:00Z"),
+                &format!("2026-09-01T0{}:00:00Z", h + 1),
+                "search",
+                "ranker-0",
+                3600.0,
+            )
+        })
+        .collect();
+    let b = batch("2026-09-01T00:00:00Z", "2026-09-01T03:00:00Z", windows);
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    run(&app, "2026-09").await;
+    let report = app
+        .get(Some(&app.admin), "/v1/reports/monthly/2026-09")
+        .await;
+    let c = &report.body["conservation"];
+    assert_eq!(dec(&c["fleet_cost"]), dec(&json!("0.10")));
+    assert_eq!(dec(&c["team_charges"]), dec(&json!("0.01")));
+    assert_eq!(dec(&c["unallocated"]), dec(&json!("0.10")));
+    assert_eq!(dec(&c["rounding_residual"]), dec(&json!("-0.01")));
+}
