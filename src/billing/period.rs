@@ -27,6 +27,7 @@ use utoipa::ToSchema;
 
 use super::pricing::{Charge, PresenceAggregate, UsageAggregate, fleet_cost, price};
 use super::rate_card::{Currency, IdlePolicy, PriceSource, RateCard};
+use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
@@ -348,14 +349,19 @@ pub fn bill(
         ));
     }
     let currency = currencies.first().map(|c| (*c).clone());
-    let round = |d: Decimal| currency.as_ref().map_or(d, |c| c.round(d));
+    // The one rounding of each figure: exact in, half to even at the minor unit out.
+    let round = |x: &Exact| {
+        currency
+            .as_ref()
+            .map_or_else(|| x.to_decimal(), |c| c.round(x.clone()))
+    };
 
     let charges: Vec<Charge> = usage
         .iter()
         .map(|(u, c)| price(u, &cards[&c.expect("checked above")]))
         .collect();
 
-    let mut fleet_by_card: BTreeMap<i64, Decimal> = BTreeMap::new();
+    let mut fleet_by_card: BTreeMap<i64, Exact> = BTreeMap::new();
     let mut default_priced = Vec::new();
     for (p, c) in presence {
         let card = &cards[&c.expect("checked above")];
@@ -386,8 +392,8 @@ pub fn bill(
             slice_hours: c.slice_hours,
             gpu_equivalent_hours: c.gpu_equivalent_hours,
             unit_price: Some(c.unit_price),
-            exact_amount: c.amount,
-            amount: round(c.amount),
+            exact_amount: c.amount.to_decimal(),
+            amount: round(&c.amount),
             windows: c.windows,
             corrects: None,
             billed_before: None,
@@ -395,23 +401,23 @@ pub fn bill(
     }
 
     // Unallocated capacity per rate card version; spread over teams where its policy says so.
-    let mut unallocated = Decimal::ZERO;
-    let mut discount = Decimal::ZERO;
-    for (&card_id, &fleet) in &fleet_by_card {
+    let mut unallocated = Exact::zero();
+    let mut discount = Exact::zero();
+    for (&card_id, fleet) in &fleet_by_card {
         let of_card: Vec<&Charge> = charges.iter().filter(|c| c.rate_card == card_id).collect();
-        let allocated: Decimal = of_card.iter().map(|c| c.allocated).sum();
-        discount += of_card.iter().map(|c| c.discount()).sum::<Decimal>();
-        let idle = fleet - allocated;
-        let charged: Decimal = of_card.iter().map(|c| c.amount).sum();
-        if cards[&card_id].idle_policy == IdlePolicy::Spread && charged > Decimal::ZERO {
-            let mut by_team: BTreeMap<&TeamId, Decimal> = BTreeMap::new();
+        let allocated: Exact = of_card.iter().map(|c| &c.allocated).sum();
+        discount += of_card.iter().map(|c| c.discount()).sum::<Exact>();
+        let idle = fleet - &allocated;
+        let charged: Exact = of_card.iter().map(|c| &c.amount).sum();
+        if cards[&card_id].idle_policy == IdlePolicy::Spread && charged > Exact::zero() {
+            let mut by_team: BTreeMap<&TeamId, Exact> = BTreeMap::new();
             for c in &of_card {
-                *by_team.entry(&c.team).or_default() += c.amount;
+                *by_team.entry(&c.team).or_default() += &c.amount;
             }
-            let mut spread_total = Decimal::ZERO;
+            let mut spread_total = Exact::zero();
             for (team, amount) in by_team {
-                let part = idle * amount / charged;
-                spread_total += part;
+                let part = &idle * &amount / &charged;
+                spread_total += &part;
                 lines.entry(team.clone()).or_default().push(Line {
                     key: LineKey {
                         kind: LineKind::IdleSpread,
@@ -424,8 +430,8 @@ pub fn bill(
                     slice_hours: Decimal::ZERO,
                     gpu_equivalent_hours: Decimal::ZERO,
                     unit_price: None,
-                    exact_amount: part,
-                    amount: round(part),
+                    exact_amount: part.to_decimal(),
+                    amount: round(&part),
                     windows: 0,
                     corrects: None,
                     billed_before: None,
@@ -440,7 +446,7 @@ pub fn bill(
     // card with no presence would still be accounted: fleet cost 0, unallocated negative.
     for c in &charges {
         if !fleet_by_card.contains_key(&c.rate_card) {
-            unallocated -= c.allocated;
+            unallocated = unallocated - &c.allocated;
             discount += c.discount();
         }
     }
@@ -448,7 +454,7 @@ pub fn bill(
     for team_lines in lines.values_mut() {
         team_lines.sort_by(|a, b| a.key.cmp(&b.key));
     }
-    let fleet_cost = round(fleet_by_card.values().copied().sum());
+    let fleet_cost = round(&fleet_by_card.values().sum());
     let sum_of = |paying: bool| -> Decimal {
         lines
             .iter()
@@ -466,8 +472,8 @@ pub fn bill(
         }
         d
     };
-    let unallocated = unsigned(round(unallocated));
-    let sharing_discount = unsigned(round(discount));
+    let unallocated = unsigned(round(&unallocated));
+    let sharing_discount = unsigned(round(&discount));
     let negative = [
         ("unallocated capacity", unallocated),
         ("the sharing discount", sharing_discount),
@@ -507,7 +513,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::billing::rate_card::IsolationFactors;
     use crate::domain::slice::{GpuGeometry, Reservation, ShareWeights};
-    use crate::domain::usage::OccupancySums;
+    use crate::domain::usage::{ExactSums, OccupancySums};
 
     const H100_MODEL: &str = "NVIDIA H100 80GB HBM3";
     const H100: GpuGeometry = GpuGeometry {
@@ -554,6 +560,7 @@ pub(crate) mod tests {
                 profile: Some(profile.into()),
                 rate_card: card,
                 slices: 1,
+                exact: ExactSums::of_share(&seconds.into(), &Exact::zero(), &Exact::zero(), &share),
                 sums: OccupancySums {
                     held_seconds: seconds,
                     held_compute: seconds * share.compute,
@@ -625,6 +632,73 @@ pub(crate) mod tests {
                 .iter()
                 .any(|l| l.key.kind == LineKind::IdleSpread)
         );
+    }
+
+    /// A card that prices a 1g MIG slice (a seventh of the GPU, compute only) at `cost` an hour
+    /// and `factor` of it: shares of 1/7 that no decimal holds.
+    fn seventh_card(cost: Decimal, factor: Decimal, policy: IdlePolicy) -> BTreeMap<i64, RateCard> {
+        let mut c = card(1, cost, policy);
+        c.weights = ShareWeights::new(Decimal::ONE, Decimal::ZERO).unwrap();
+        c.factors.mig = factor;
+        BTreeMap::from([(1, c)])
+    }
+
+    #[test]
+    fn a_line_on_a_half_cent_rounds_to_the_even_cent() {
+        // 7 h x 1/7 = 1 GPU-hour at 29.29 x 0.5: exactly 14.645, billed 14.64.
+        let cards = seventh_card(dec!(29.29), dec!(0.5), IdlePolicy::Platform);
+        let usage = [mig_held("nlp", "1g.10gb", 1, 1, dec!(25200), 1)];
+        let b = bill(&usage, &[present(dec!(25200), 1)], &cards, None).unwrap();
+        assert_eq!(b.team_total("nlp"), dec!(14.64));
+        // 315 h x 1/7 = 45 GPU-hours at 30.81 x 0.5: exactly 693.225, billed 693.22.
+        let cards = seventh_card(dec!(30.81), dec!(0.5), IdlePolicy::Platform);
+        let usage = [mig_held("nlp", "1g.10gb", 1, 1, dec!(1134000), 1)];
+        let b = bill(&usage, &[present(dec!(1134000), 1)], &cards, None).unwrap();
+        assert_eq!(b.team_total("nlp"), dec!(693.22));
+    }
+
+    #[test]
+    fn the_sharing_discount_on_a_half_cent_rounds_to_the_even_cent() {
+        // 1 GPU-hour at 2.93, half of it discounted: exactly 1.465 each side.
+        let cards = seventh_card(dec!(2.93), dec!(0.5), IdlePolicy::Platform);
+        let usage = [mig_held("nlp", "1g.10gb", 1, 1, dec!(25200), 1)];
+        let b = bill(&usage, &[present(dec!(25200), 1)], &cards, None).unwrap();
+        assert_eq!(b.team_total("nlp"), dec!(1.46));
+        assert_eq!(b.conservation.sharing_discount, dec!(1.46));
+        assert_eq!(b.conservation.unallocated, dec!(17.58));
+        assert_eq!(b.conservation.fleet_cost, dec!(20.51));
+    }
+
+    #[test]
+    fn unallocated_capacity_on_a_half_cent_rounds_to_the_even_cent() {
+        // 8 h of a GPU at 2.93 (23.44); a seventh of it held 3.5 h (1.465): 21.975 unallocated.
+        let cards = seventh_card(dec!(2.93), dec!(1), IdlePolicy::Platform);
+        let usage = [mig_held("nlp", "1g.10gb", 1, 1, dec!(12600), 1)];
+        let b = bill(&usage, &[present(dec!(28800), 1)], &cards, None).unwrap();
+        assert_eq!(b.conservation.unallocated, dec!(21.98));
+        assert_eq!(b.team_total("nlp"), dec!(1.46));
+    }
+
+    #[test]
+    fn a_spread_share_on_a_half_cent_rounds_to_the_even_cent() {
+        // 9 h of a GPU at 2.93 (26.37); two teams each hold a seventh of it 7 h (2.93 each), so
+        // each carries half of the 20.51 unallocated: exactly 10.255, billed 10.26.
+        let cards = seventh_card(dec!(2.93), dec!(1), IdlePolicy::Spread);
+        let usage = [
+            mig_held("nlp", "1g.10gb", 1, 1, dec!(25200), 1),
+            mig_held("search", "1g.10gb", 1, 1, dec!(25200), 1),
+        ];
+        let b = bill(&usage, &[present(dec!(32400), 1)], &cards, None).unwrap();
+        for team in ["nlp", "search"] {
+            let spread: Vec<Decimal> = b.lines[team]
+                .iter()
+                .filter(|l| l.key.kind == LineKind::IdleSpread)
+                .map(|l| l.amount)
+                .collect();
+            assert_eq!(spread, vec![dec!(10.26)], "{team}");
+        }
+        assert_eq!(b.conservation.unallocated, dec!(0.00));
+        assert_eq!(b.conservation.rounding_residual, dec!(-0.01));
     }
 
     #[test]
@@ -778,6 +852,9 @@ pub(crate) mod tests {
                             Decimal::ONE
                         };
                         let active = held * Decimal::from(busy) / dec!(100) * scale;
+                        let memory_byte_seconds =
+                            Exact::from(held * Decimal::from(mem) / dec!(100) * scale)
+                                * Exact::from(share.memory_reserved_bytes as i64);
                         usage.push((
                             UsageAggregate {
                                 team: TeamId::parse(
@@ -793,6 +870,12 @@ pub(crate) mod tests {
                                 profile: None,
                                 rate_card: card_id,
                                 slices: 1,
+                                exact: ExactSums::of_share(
+                                    &held.into(),
+                                    &active.into(),
+                                    &memory_byte_seconds,
+                                    &share,
+                                ),
                                 sums: OccupancySums {
                                     held_seconds: held,
                                     held_compute: held * share.compute,
@@ -842,9 +925,9 @@ pub(crate) mod tests {
             prop_assert!(c.rounding_residual.abs() <= currency.half_unit() * Decimal::from(rounded as u64),
                 "residual {} over {} rounded figures", c.rounding_residual, rounded);
             // Exact before rounding: charges + discount + unallocated = fleet.
-            let exact_lines: Decimal = bill.lines.values().flatten().map(|l| l.exact_amount).sum();
-            let fleet_exact: Decimal = presence.iter().map(|(p, c)| fleet_cost(p, &cards[&c.unwrap()]).0).sum();
-            let discount_exact: Decimal = bill.charges.iter().map(|ch| ch.discount()).sum();
+            let exact_lines: Exact = bill.lines.values().flatten().map(|l| Exact::from(l.exact_amount)).sum();
+            let fleet_exact: Exact = presence.iter().map(|(p, c)| fleet_cost(p, &cards[&c.unwrap()]).0).sum();
+            let discount_exact: Exact = bill.charges.iter().map(|ch| ch.discount()).sum();
             let unallocated_exact = fleet_exact - exact_lines - discount_exact;
             prop_assert!((currency.round(unallocated_exact) - c.unallocated).abs() <= currency.half_unit() * Decimal::TWO);
         }

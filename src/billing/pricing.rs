@@ -5,14 +5,16 @@
 //! ```
 //!
 //! Reserved kinds pay `share(s)` for every held second; a time-sliced replica pays its measured share.
-//! Amounts stay exact here; [`super::period`] rounds them once, per invoice line.
+//! Amounts stay exact here, as fractions ([`Exact`]); [`super::period`] rounds them once, per
+//! invoice line.
 
 use rust_decimal::Decimal;
 
 use super::rate_card::{PriceSource, RateCard};
+use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
-use crate::domain::usage::OccupancySums;
+use crate::domain::usage::{ExactSums, OccupancySums};
 
 /// Occupancy of one (team, GPU model, slice kind, profile) group during the hours one rate card
 /// version was in force.
@@ -27,6 +29,8 @@ pub struct UsageAggregate {
     /// Distinct slices behind the sums.
     pub slices: i64,
     pub sums: OccupancySums,
+    /// The share-weighted sums that set the price, exact.
+    pub exact: ExactSums,
 }
 
 /// The price of one [`UsageAggregate`], exact.
@@ -47,27 +51,29 @@ pub struct Charge {
     pub used_gpu_equivalent_hours: Option<Decimal>,
     /// Price of one GPU-equivalent hour: the model's hourly cost x the kind's isolation factor.
     pub unit_price: Decimal,
-    /// `gpu_equivalent_hours x unit_price`, exact.
-    pub amount: Decimal,
+    /// GPU-equivalent hours x unit price, exact.
+    pub amount: Exact,
     /// What the blocked share costs at factor 1: the part of the fleet cost this group takes.
-    pub allocated: Decimal,
+    pub allocated: Exact,
 }
 
 impl Charge {
     /// The sharing discount: the `(1 - factor)` part the platform carries.
-    pub fn discount(&self) -> Decimal {
-        self.allocated - self.amount
+    pub fn discount(&self) -> Exact {
+        &self.allocated - &self.amount
     }
 
     /// Used over held GPU-equivalent hours, if known.
     pub fn efficiency(&self) -> Option<Decimal> {
         let used = self.used_gpu_equivalent_hours?;
-        (self.gpu_equivalent_hours > Decimal::ZERO).then(|| used / self.gpu_equivalent_hours)
+        // At most 1: the busy part and the whole are reckoned apart, and may differ in their last digit.
+        (self.gpu_equivalent_hours > Decimal::ZERO)
+            .then(|| (used / self.gpu_equivalent_hours).min(Decimal::ONE))
     }
 
     /// What the idle part of the blocked capacity cost, if known.
     pub fn idle_cost(&self) -> Option<Decimal> {
-        Some(self.amount * (Decimal::ONE - self.efficiency().unwrap_or(Decimal::ONE)))
+        Some(self.amount.to_decimal() * (Decimal::ONE - self.efficiency().unwrap_or(Decimal::ONE)))
             .filter(|_| self.used_gpu_equivalent_hours.is_some())
     }
 }
@@ -78,8 +84,15 @@ const HOUR: Decimal = Decimal::from_parts(3600, 0, 0, false, 0);
 pub fn price(u: &UsageAggregate, card: &RateCard) -> Charge {
     let w = &card.weights;
     let reserved = u.kind.is_reserved();
-    let held_eq = u.sums.held_equivalent(reserved, w) / HOUR;
-    let used_eq = u.sums.used_equivalent(reserved, w).map(|s| s / HOUR);
+    let held_eq = u.exact.held_equivalent(reserved, w) / HOUR;
+    let gpu_equivalent_hours = held_eq.to_decimal();
+    // What a time-sliced replica blocks is what it used; a reserved slice's busy part is shown,
+    // not priced.
+    let used_eq = if reserved {
+        u.sums.used_equivalent(true, w).map(|s| s / HOUR)
+    } else {
+        Some(gpu_equivalent_hours)
+    };
     let (hourly_cost, price_source) = card.hourly_cost(&u.model);
     let unit_price = hourly_cost * card.factors.of(u.kind);
     Charge {
@@ -92,10 +105,10 @@ pub fn price(u: &UsageAggregate, card: &RateCard) -> Charge {
         slices: u.slices,
         windows: u.sums.windows,
         slice_hours: u.sums.held_seconds / HOUR,
-        gpu_equivalent_hours: held_eq,
+        gpu_equivalent_hours,
         used_gpu_equivalent_hours: used_eq,
         unit_price,
-        amount: held_eq * unit_price,
+        amount: &held_eq * unit_price,
         allocated: held_eq * hourly_cost,
     }
 }
@@ -108,10 +121,10 @@ pub struct PresenceAggregate {
     pub present_seconds: Decimal,
 }
 
-/// What those GPU-seconds cost: the fleet cost that every charge is a part of.
-pub fn fleet_cost(p: &PresenceAggregate, card: &RateCard) -> (Decimal, PriceSource) {
+/// What those GPU-seconds cost, exact: the fleet cost that every charge is a part of.
+pub fn fleet_cost(p: &PresenceAggregate, card: &RateCard) -> (Exact, PriceSource) {
     let (hourly_cost, source) = card.hourly_cost(&p.model);
-    (hourly_cost * p.present_seconds / HOUR, source)
+    (Exact::from(p.present_seconds) * hourly_cost / HOUR, source)
 }
 
 #[cfg(test)]
@@ -171,6 +184,7 @@ pub(crate) mod tests {
             },
             rate_card: 1,
             slices: 1,
+            exact: ExactSums::of_share(&held.into(), &Exact::zero(), &Exact::zero(), &share),
             sums: OccupancySums {
                 held_seconds: held,
                 held_compute: held * share.compute,
@@ -196,9 +210,9 @@ pub(crate) mod tests {
 
     /// The charge for 720 held hours, rounded to cents for the table below.
     fn month(r: &Reservation, gpu: &GpuGeometry, model: &str) -> Decimal {
-        card()
-            .currency
-            .round(price(&held(r, gpu, model, 720), &card()).amount)
+        price(&held(r, gpu, model, 720), &card())
+            .amount
+            .round(card().currency.minor_units)
     }
 
     #[test]
@@ -284,6 +298,17 @@ pub(crate) mod tests {
             profile: None,
             rate_card: 1,
             slices: 1,
+            exact: ExactSums::of_share(
+                &held.into(),
+                &(held / dec!(5)).into(),
+                &memory_bytes_seconds.into(),
+                &crate::domain::slice::PhysicalShare {
+                    kind: SliceKind::Timeslice,
+                    compute: Decimal::ONE,
+                    memory: Decimal::ONE,
+                    memory_reserved_bytes: H100.memory_bytes,
+                },
+            ),
             sums: OccupancySums {
                 held_seconds: held,
                 held_compute: held,
@@ -304,19 +329,16 @@ pub(crate) mod tests {
             (share * dec!(720)).round_dp(9)
         );
         assert_eq!(c.unit_price, dec!(3.0000));
-        assert_eq!(card().currency.round(c.amount), dec!(432.96));
+        assert_eq!(c.amount.round(2), dec!(432.96));
         assert_eq!(c.efficiency(), Some(Decimal::ONE));
-        assert_eq!(
-            c.discount().round_dp(6),
-            (c.allocated / dec!(4)).round_dp(6)
-        );
+        assert_eq!(c.discount(), &c.allocated / dec!(4));
     }
 
     #[test]
     fn an_unknown_model_is_priced_at_the_default_and_says_so() {
         let c = price(&held(&Reservation::Whole, &H100, "Tesla T4", 10), &card());
         assert_eq!(c.price_source, PriceSource::Default);
-        assert_eq!(c.amount, dec!(30.00));
+        assert_eq!(c.amount, Exact::from(dec!(30.00)));
         let listed = price(
             &held(&Reservation::Whole, &H100, "NVIDIA H100 80GB HBM3", 10),
             &card(),
@@ -333,7 +355,7 @@ pub(crate) mod tests {
         };
         assert_eq!(
             fleet_cost(&p, &card()),
-            (dec!(2880.00), PriceSource::Listed)
+            (Exact::from(2880), PriceSource::Listed)
         );
     }
 }

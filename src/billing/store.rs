@@ -8,14 +8,18 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
 use super::period::Books;
 use super::pricing::{PresenceAggregate, UsageAggregate};
-use crate::domain::slice::SliceKind;
+use crate::domain::exact::Exact;
+use crate::domain::slice::{PhysicalShare, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::domain::usage::OccupancySums;
+use crate::domain::usage::{ExactSums, OccupancySums};
+
+const GIB: Decimal = Decimal::from_parts(1 << 30, 0, 0, false, 0);
 
 /// Serializes runs, issues and credits of `month`: taken first, before anything is read.
 pub async fn lock_period(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
@@ -188,61 +192,92 @@ pub async fn usage_aggregates(
                from period_team_lines($1) d
                where not $2),
            per_team as (select * from per_group p where $3::text is null or p.team_id = $3)
+           -- Per share, additions only: the shares are applied in Rust as fractions
+           -- (`ExactSums`), exact, and the sums come as text because they may be longer than a
+           -- Decimal holds.
            select p.team_id as "team!: TeamId", p.model as "model!", p.kind as "kind!", p.profile,
-                  p.rate_card_id as "rate_card?",
+                  p.rate_card_id as "rate_card?", p.compute_share as "compute_share!",
+                  p.memory_share as "memory_share!",
+                  p.memory_reserved_bytes as "memory_reserved_bytes!",
                   sum(p.slices)::int8 as "slices!",
                   sum(p.windows)::int8 as "windows!",
                   min(p.first_hour) as "first_hour!",
-                  round(sum(p.held), 12) as "held_seconds!",
-                  round(sum(p.held * p.compute_share), 12) as "held_compute!",
-                  round(sum(p.held * p.memory_share), 12) as "held_memory!",
-                  round(sum(p.known), 12) as "known_seconds!",
-                  round(sum(p.known * p.compute_share), 12) as "known_compute!",
-                  round(sum(p.active), 12) as "active_seconds!",
-                  round(sum(p.active * p.compute_share), 12) as "active_compute!",
-                  round(sum(p.memory) / 1073741824, 6) as "memory_gib_seconds!",
-                  -- Divided at 24 decimals, so that a line's figure does not depend on whether its
-                  -- terms are slices or groups of them (a divisor of scale 0 leaves 16 digits).
-                  round(sum(p.memory * p.memory_share / p.memory_reserved_bytes::numeric(48, 24)), 12)
-                      as "memory_used!"
+                  sum(p.held)::text as "held!",
+                  sum(p.known)::text as "known!",
+                  sum(p.active)::text as "active!",
+                  sum(p.memory)::text as "memory!"
            from per_team p
-           group by 1, 2, 3, 4, 5
-           order by 1, 2, 3, 4, 5"#,
+           group by 1, 2, 3, 4, 5, 6, 7, 8
+           order by 1, 2, 3, 4, 5, 6, 7, 8"#,
         month.first_day(),
         from_book,
         team.map(TeamId::as_str)
     )
     .fetch_all(&mut *conn)
     .await?;
+    let exact = |s: &str| {
+        Exact::parse(s).ok_or_else(|| sqlx::Error::Decode(format!("{s:?} is not a sum").into()))
+    };
     let mut uncovered: Option<DateTime<Utc>> = None;
-    let mut out = Vec::with_capacity(rows.len());
+    let mut out: Vec<(UsageAggregate, Option<i64>)> = Vec::with_capacity(rows.len());
     for r in rows {
         if r.rate_card.is_none() {
             uncovered = Some(uncovered.map_or(r.first_hour, |u| u.min(r.first_hour)));
         }
-        out.push((
-            UsageAggregate {
-                team: r.team,
-                model: r.model,
-                kind: SliceKind::from_str(&r.kind).map_err(|e| sqlx::Error::Decode(e.into()))?,
-                profile: r.profile,
-                rate_card: r.rate_card.unwrap_or_default(),
-                slices: r.slices,
-                sums: OccupancySums {
-                    held_seconds: r.held_seconds,
-                    held_compute: r.held_compute,
-                    held_memory: r.held_memory,
-                    known_seconds: r.known_seconds,
-                    known_compute: r.known_compute,
-                    active_seconds: r.active_seconds,
-                    active_compute: r.active_compute,
-                    memory_gib_seconds: r.memory_gib_seconds,
-                    memory_used: r.memory_used,
-                    windows: r.windows,
+        let kind = SliceKind::from_str(&r.kind).map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let share = PhysicalShare {
+            kind,
+            compute: r.compute_share,
+            memory: r.memory_share,
+            memory_reserved_bytes: u64::try_from(r.memory_reserved_bytes).unwrap_or_default(),
+        };
+        let (held, known, active, memory) = (
+            exact(&r.held)?,
+            exact(&r.known)?,
+            exact(&r.active)?,
+            exact(&r.memory)?,
+        );
+        let part = ExactSums::of_share(&held, &active, &memory, &share);
+        let known_compute = &known * Exact::share(share.compute);
+        let sums = OccupancySums {
+            held_seconds: held.to_decimal(),
+            held_compute: part.held_compute.to_decimal(),
+            held_memory: part.held_memory.to_decimal(),
+            known_seconds: known.to_decimal(),
+            known_compute: known_compute.to_decimal(),
+            active_seconds: active.to_decimal(),
+            active_compute: part.active_compute.to_decimal(),
+            memory_gib_seconds: (memory / GIB).round(6),
+            memory_used: part.memory_used.to_decimal(),
+            windows: r.windows,
+        };
+        let rate_card = r.rate_card.unwrap_or_default();
+        match out.last_mut() {
+            Some((u, _))
+                if u.team == r.team
+                    && u.model == r.model
+                    && u.kind == kind
+                    && u.profile == r.profile
+                    && u.rate_card == rate_card =>
+            {
+                u.slices += r.slices;
+                u.sums.add(&sums);
+                u.exact.add(&part);
+            }
+            _ => out.push((
+                UsageAggregate {
+                    team: r.team,
+                    model: r.model,
+                    kind,
+                    profile: r.profile,
+                    rate_card,
+                    slices: r.slices,
+                    sums,
+                    exact: part,
                 },
-            },
-            r.rate_card,
-        ));
+                r.rate_card,
+            )),
+        }
     }
     Ok((out, uncovered))
 }

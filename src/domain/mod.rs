@@ -5,6 +5,7 @@
 pub mod access;
 pub mod batch;
 pub mod dcgm;
+pub mod exact;
 pub mod fields;
 pub mod layout;
 pub mod ownership;

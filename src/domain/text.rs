@@ -37,11 +37,31 @@ pub fn check_optional(s: &str, max: usize) -> Result<(), TextError> {
 /// `=`, `+`, `-`, `@`, a tab or a carriage return is a formula to Excel, LibreOffice and Google
 /// Sheets; OWASP's rule is to prefix it with a single quote, which the spreadsheet shows as text.
 /// Numbers are never passed through here: `-12.50` stays a number.
+///
+/// Unicode's bidirectional controls (embeddings, overrides and isolates, U+202A-U+202E and
+/// U+2066-U+2069, the marks U+200E, U+200F and U+061C) are dropped first: a pod named with a
+/// right-to-left override would show reversed in the cell, and nothing in a name needs them.
 pub fn spreadsheet_safe(cell: &str) -> std::borrow::Cow<'_, str> {
+    let cell: std::borrow::Cow<'_, str> = if cell.chars().any(is_bidi_control) {
+        cell.chars()
+            .filter(|c| !is_bidi_control(*c))
+            .collect::<String>()
+            .into()
+    } else {
+        cell.into()
+    };
     match cell.chars().next() {
         Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}").into(),
-        _ => cell.into(),
+        _ => cell,
     }
+}
+
+/// A Unicode bidirectional formatting character: it reorders the text around it on screen.
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}'
+    )
 }
 
 /// A name that is not one of a type's names (a status, a kind) read from outside.
@@ -104,6 +124,21 @@ mod tests {
             ("nlp", "nlp"),
             ("", ""),
             ("a=b", "a=b"),
+        ] {
+            assert_eq!(spreadsheet_safe(cell), safe, "{cell:?}");
+        }
+    }
+
+    #[test]
+    fn bidirectional_controls_are_dropped_before_the_formula_guard() {
+        for (cell, safe) in [
+            ("train-\u{202E}gpj.exe", "train-gpj.exe"),
+            ("\u{202E}=1+1", "'=1+1"),
+            (
+                "a\u{2066}b\u{2069}c\u{200E}d\u{200F}e\u{061C}f\u{202A}",
+                "abcdef",
+            ),
+            ("שלום", "שלום"),
         ] {
             assert_eq!(spreadsheet_safe(cell), safe, "{cell:?}");
         }

@@ -6,6 +6,7 @@
 
 use rust_decimal::Decimal;
 
+use super::exact::Exact;
 use super::slice::{PhysicalShare, ShareWeights};
 
 /// Below this fraction of its known seconds busy (1 %), a slice did no real work: right-sizing
@@ -126,6 +127,80 @@ impl OccupancySums {
             Decimal::ZERO
         };
         Some(w.weigh(compute, self.memory_used))
+    }
+}
+
+/// The share-weighted sums that price a line, exact: [`OccupancySums`]'s `held_compute`,
+/// `held_memory`, `active_compute` and `memory_used` with each share taken as its fraction
+/// ([`Exact::share`]), so that a share of 1/7 prices to the fraction and not to its 28-digit decimal.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExactSums {
+    pub held_compute: Exact,
+    pub held_memory: Exact,
+    pub active_compute: Exact,
+    pub memory_used: Exact,
+}
+
+impl ExactSums {
+    /// Figures of slices that share one physical share: held and active seconds and memory
+    /// byte-seconds, summed.
+    pub fn of_share(
+        held: &Exact,
+        active: &Exact,
+        memory_byte_seconds: &Exact,
+        share: &PhysicalShare,
+    ) -> ExactSums {
+        let compute = Exact::share(share.compute);
+        let memory = Exact::share(share.memory);
+        let reserved = Exact::from(i64::try_from(share.memory_reserved_bytes).unwrap_or(i64::MAX));
+        ExactSums {
+            held_compute: held * &compute,
+            held_memory: held * &memory,
+            active_compute: active * &compute,
+            memory_used: if reserved.is_zero() {
+                Exact::zero()
+            } else {
+                memory_byte_seconds * &memory / &reserved
+            },
+        }
+    }
+
+    /// One slice's figures with its shares applied, exactly.
+    pub fn of_slice(s: &SliceSeconds, share: &PhysicalShare) -> ExactSums {
+        Self::of_share(
+            &s.held_seconds.into(),
+            &s.active_seconds.into(),
+            &s.memory_byte_seconds.into(),
+            share,
+        )
+    }
+
+    /// Sums whose shares were applied before they got here (in SQL, at a fixed number of places):
+    /// exact as their decimals say.
+    pub fn as_written(s: &OccupancySums) -> ExactSums {
+        ExactSums {
+            held_compute: s.held_compute.into(),
+            held_memory: s.held_memory.into(),
+            active_compute: s.active_compute.into(),
+            memory_used: s.memory_used.into(),
+        }
+    }
+
+    pub fn add(&mut self, o: &ExactSums) {
+        self.held_compute += &o.held_compute;
+        self.held_memory += &o.held_memory;
+        self.active_compute += &o.active_compute;
+        self.memory_used += &o.memory_used;
+    }
+
+    /// [`OccupancySums::held_equivalent`], exact.
+    pub fn held_equivalent(&self, reserved: bool, w: &ShareWeights) -> Exact {
+        let (compute, memory) = if reserved {
+            (&self.held_compute, &self.held_memory)
+        } else {
+            (&self.active_compute, &self.memory_used)
+        };
+        compute * w.compute + memory * w.memory
     }
 }
 

@@ -25,13 +25,15 @@ impl FromRequestParts<AppState> for Principal {
             })?
             .to_str()
             .map_err(|_| ApiError::unauthorized("the Authorization header is not text"))?;
+        // The scheme is case-insensitive (RFC 7235 section 2.1): `BEARER` is `Bearer`.
         let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
+            .trim_start()
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .ok_or_else(|| {
                 ApiError::unauthorized("the Authorization header must be Bearer <token>")
-            })?
-            .trim();
+            })?;
         match tokens::authenticate(&state.pool, token, Utc::now()).await? {
             Ok(principal) => Ok(principal),
             Err(why) => {

@@ -144,6 +144,13 @@ pub enum JournalError {
     MixedCurrencies(Month),
 }
 
+/// The platform's document of `month` in the journal: it books the platform's side of the month's
+/// invoices, and FOCUS rows on the platform's account name it as their `InvoiceId` once the month
+/// is invoiced.
+pub fn clearing_document(month: Month) -> String {
+    format!("CLEARING-{month}")
+}
+
 /// The journal of a period: a debit (or, for a credit note, a credit) per document on the team's cost
 /// center, and one balancing line per currency on the platform's. Every team without a cost center or
 /// GL account is an error, none is exported with a blank.
@@ -195,7 +202,7 @@ pub fn journal(
         lines.push(JournalLine {
             posting_date,
             period: month,
-            document: format!("CLEARING-{month}"),
+            document: clearing_document(month),
             line: lines.len() + 1,
             cost_center: platform.cost_center.clone(),
             gl_account: platform.gl_account.clone(),

@@ -6,6 +6,9 @@
 //! capacity spread to teams; correction lines of the month's invoices; and the platform's rows
 //! (unallocated capacity and sharing discount per model and day, and the rounding residual). The rows
 //! that are not corrections sum to the month's fleet cost, to the cent.
+//!
+//! The file stays whole: the FOCUS stream's kinds of rows are written in one pass, and what each
+//! carries to the next (the allocated sums, the rounding targets) is read beside it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,7 +32,8 @@ use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invo
 use crate::billing::period::{LineKind, PeriodBill};
 use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
 use crate::billing::service::Error as BillingError;
-use crate::domain::team::TeamId;
+use crate::domain::exact::Exact;
+use crate::domain::team::{TeamId, UNATTRIBUTED};
 use crate::domain::time::Month;
 
 /// Who the exports name as issuer and where the platform's journal credit goes.
@@ -82,6 +86,9 @@ struct FocusPlan {
     frozen: bool,
     cards: BTreeMap<i64, RateCard>,
     invoices: Vec<Invoice>,
+    /// Each team's voided invoice of the month, by number: its charges were issued on it (and
+    /// reversed by a credit note) until a new invoice bills them.
+    voided: BTreeMap<TeamId, String>,
     config: Arc<ExportConfig>,
     version: Version,
 }
@@ -99,9 +106,14 @@ impl FocusPlan {
         let inputs = service::month(pool, cache, month).await?;
         let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
         let mut documents = Vec::new();
+        let mut voided = BTreeMap::new();
         for i in invoices::list(pool, Some(month), team.as_ref()).await? {
             if i.kind == InvoiceKind::Invoice && i.status != InvoiceStatus::Void {
                 documents.extend(invoices::get(pool, i.id).await?);
+            } else if i.kind == InvoiceKind::Invoice
+                && let Some(n) = i.number.clone()
+            {
+                voided.insert(i.team.clone(), n);
             }
         }
         Ok(FocusPlan {
@@ -111,6 +123,7 @@ impl FocusPlan {
             frozen,
             cards,
             invoices: documents,
+            voided,
             config,
             version,
         })
@@ -204,6 +217,7 @@ async fn write_focus(
         frozen,
         cards,
         invoices,
+        voided,
         config,
         version,
     } = plan;
@@ -216,10 +230,24 @@ async fn write_focus(
         w.finish().await;
         return Ok(());
     };
-    let number_of: BTreeMap<&str, &str> = invoices
+    // A team's live invoice, or the voided one its charges were issued on until billed again.
+    let mut number_of: BTreeMap<&str, &str> = voided
         .iter()
-        .filter_map(|i| i.number.as_deref().map(|n| (i.team.as_str(), n)))
+        .map(|(t, n)| (t.as_str(), n.as_str()))
         .collect();
+    number_of.extend(
+        invoices
+            .iter()
+            .filter_map(|i| i.number.as_deref().map(|n| (i.team.as_str(), n))),
+    );
+    // Once the month is invoiced, the platform's rows (consumers no team claims, unallocated
+    // capacity, the sharing discount, rounding) name the document that settles the platform's side
+    // of it, the journal's clearing document: every row of an invoiced month is on a document.
+    let clearing = erp::clearing_document(month);
+    let platform_document = (!number_of.is_empty()).then_some(clearing.as_str());
+    if let Some(c) = platform_document {
+        number_of.insert(UNATTRIBUTED, c);
+    }
     let issuer = &config.issuer;
 
     // The amount of each usage line, which its rows must sum to.
@@ -269,7 +297,7 @@ async fn write_focus(
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
     let mut rows = store::slice_days(&mut tx, month, frozen, team.as_ref());
-    let mut pending: Option<(LineGroup, Row, Decimal)> = None;
+    let mut pending: Option<(LineGroup, Row, Exact)> = None;
     let mut rounder = CarryRounder::new();
     loop {
         let next = rows.next().await.transpose()?;
@@ -305,7 +333,7 @@ async fn write_focus(
                 .entry((model.clone(), card, row.charge_start))
                 .or_default();
             e.0 += row.list_cost;
-            e.1 += row.list_cost - exact;
+            e.1 += row.list_cost - exact.to_decimal();
         }
         pending = Some((group, row, exact));
     }
@@ -332,13 +360,16 @@ async fn write_focus(
                 description: l.description(),
                 charge_start: month.start(),
                 charge_end: month.end(),
+                // A share of several models' idle hours has no hourly price: one share, priced
+                // at what it comes to.
                 billed: l.amount,
-                list_cost: l.exact_amount,
-                list_unit_price: None,
-                contracted_cost: l.exact_amount,
-                contracted_unit_price: None,
+                list_cost: l.amount,
+                list_unit_price: Some(l.amount),
+                contracted_cost: l.amount,
+                contracted_unit_price: Some(l.amount),
                 consumed_hours: None,
-                pricing_hours: None,
+                pricing_hours: Some(Decimal::ONE),
+                pricing_unit: focus::SHARE_UNIT,
                 resource_id: None,
                 resource_name: None,
                 resource_type: None,
@@ -384,6 +415,33 @@ async fn write_focus(
         {
             let corrected = l.corrects_period.unwrap_or(month);
             let sku = sku_id(l.gpu_model.as_deref(), l.slice_kind, l.profile.as_deref());
+            // The hours corrected at the list and contracted prices of the line's rate card; a
+            // correction of an idle-capacity share is one share at what it comes to.
+            let hourly = l
+                .gpu_model
+                .as_deref()
+                .zip(l.rate_card.and_then(|c| cards.get(&c)))
+                .map(|(m, c)| c.hourly_cost(m).0);
+            let (list_unit_price, contracted_unit_price, pricing_hours, pricing_unit) =
+                match (hourly, l.unit_price) {
+                    (Some(h), Some(u)) => (
+                        Some(h),
+                        Some(u),
+                        Some(l.gpu_equivalent_hours),
+                        focus::PRICING_UNIT,
+                    ),
+                    // A price is never negative: a share taken back is minus one share.
+                    _ => (
+                        Some(l.amount.abs()),
+                        Some(l.amount.abs()),
+                        Some(if l.amount.is_sign_negative() {
+                            -Decimal::ONE
+                        } else {
+                            Decimal::ONE
+                        }),
+                        focus::SHARE_UNIT,
+                    ),
+                };
             let row = Row {
                 category: Category::Usage,
                 correction: true,
@@ -392,11 +450,12 @@ async fn write_focus(
                 charge_end: corrected.end(),
                 billed: l.amount,
                 list_cost: l.amount,
-                list_unit_price: None,
+                list_unit_price,
                 contracted_cost: l.amount,
-                contracted_unit_price: l.unit_price,
+                contracted_unit_price,
                 consumed_hours: Some(l.slice_hours),
-                pricing_hours: Some(l.gpu_equivalent_hours),
+                pricing_hours,
+                pricing_unit,
                 // The line's slices, not one resource: no resource, so no type (ResourceType-C-004-C).
                 resource_id: None,
                 resource_name: None,
@@ -487,6 +546,7 @@ async fn write_focus(
                 } else {
                     r.next(exact, &currency)
                 };
+                row.invoice_number = platform_document.map(str::to_owned);
                 if !w
                     .write(&row.record(month, &currency, issuer, version))
                     .await
@@ -509,6 +569,7 @@ async fn write_focus(
                 issuer,
             );
             row.category = Category::Adjustment;
+            row.invoice_number = platform_document.map(str::to_owned);
             row.charge_end = month.end();
             row.billed = c.rounding_residual;
             row.description =

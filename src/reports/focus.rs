@@ -2,15 +2,20 @@
 //! column the version's specification defines, in alphabetical order, then slicemeter's own `x_`
 //! columns; and the rows of a slice-day, of the platform's capacity and of rounding. Pure: figures
 //! in, rows and CSV records out; `exports` streams them.
+//!
+//! The file stays whole: a row's cells and the rows that fill them (a slice-day's, the platform's)
+//! are one mapping onto the FOCUS columns, checked together against the validator's rules.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 use rust_decimal::Decimal;
+use rust_decimal::RoundingStrategy::MidpointNearestEven;
 use rust_decimal::prelude::ToPrimitive;
 
 use super::slices::{SliceDay, Unpriced};
 use crate::billing::rate_card::{Currency, RateCard};
+use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
@@ -18,7 +23,9 @@ use crate::domain::time::Month;
 
 mod columns;
 
-pub use columns::{COLUMNS, FOCUS12_CRITERIA, PRICING_UNIT, Version};
+pub use columns::{
+    COLUMNS, FOCUS12_CRITERIA, FOCUS13_CRITERIA, MINOR_UNIT, PRICING_UNIT, SHARE_UNIT, Version,
+};
 
 /// Who issues and provides the charges: the GPU platform team running slicemeter.
 #[derive(Debug, Clone)]
@@ -65,8 +72,10 @@ pub struct Row {
     pub contracted_unit_price: Option<Decimal>,
     /// Slice-hours.
     pub consumed_hours: Option<Decimal>,
-    /// GPU-equivalent hours.
+    /// `PricingQuantity`: GPU-equivalent hours, or what [`Row::pricing_unit`] counts.
     pub pricing_hours: Option<Decimal>,
+    /// `PricingUnit` of the quantity: [`PRICING_UNIT`], or [`SHARE_UNIT`] for a share priced whole.
+    pub pricing_unit: &'static str,
     pub resource_id: Option<String>,
     pub resource_name: Option<String>,
     pub resource_type: Option<String>,
@@ -181,6 +190,23 @@ impl Row {
         let t = |v: &str| spreadsheet_safe(v).into_owned();
         let opt = |v: &Option<String>| t(v.as_deref().unwrap_or_default());
         let dec6 = |v: Option<Decimal>| v.map(|d| fixed(d, 6)).unwrap_or_default();
+        // Unit prices as the rate card has them (six places at least), the quantity at six, and
+        // each cost their product, exact: ListCost = ListUnitPrice x PricingQuantity to the last
+        // digit, as FOCUS requires and a finance tool checks. BilledCost alone is in minor units.
+        let quantity = self
+            .pricing_hours
+            .map(|q| q.round_dp_with_strategy(6, MidpointNearestEven));
+        let price = |p: Option<Decimal>| {
+            p.map(|p| fixed(p, p.normalize().scale().max(6)))
+                .unwrap_or_default()
+        };
+        let cost = |p: Option<Decimal>, otherwise: Decimal| match (p, quantity) {
+            (Some(p), Some(q)) => {
+                let c = p * q;
+                fixed(c, c.normalize().scale().max(money))
+            }
+            _ => fixed(otherwise, money),
+        };
         let tags = serde_json::to_string(&self.tags).expect("tags serialise");
         let platform = self.sub_account_id == PLATFORM_ACCOUNT;
         let a = self
@@ -237,24 +263,26 @@ impl Row {
                 ""
             }
             .to_owned(),
-            fixed(self.contracted_cost, money),
-            dec6(self.contracted_unit_price),
+            // ContractApplied: no contract commitments.
+            String::new(),
+            cost(self.contracted_unit_price, self.contracted_cost),
+            price(self.contracted_unit_price),
             fixed(self.billed, money),
             // The GPUs are the platform's own: it hosts what it provides.
             t(&issuer.name),
             opt(&self.invoice_number),
             t(&issuer.name),
-            fixed(self.list_cost, money),
-            dec6(self.list_unit_price),
+            cost(self.list_unit_price, self.list_cost),
+            price(self.list_unit_price),
             "Standard".to_owned(),
             // Priced in the currency it is billed in.
             currency.code.clone(),
-            dec6(self.contracted_unit_price),
+            price(self.contracted_unit_price),
             fixed(self.billed, money),
-            dec6(self.list_unit_price),
-            dec6(self.pricing_hours),
+            price(self.list_unit_price),
+            dec6(quantity),
             if self.pricing_hours.is_some() {
-                PRICING_UNIT
+                self.pricing_unit
             } else {
                 ""
             }
@@ -352,29 +380,29 @@ pub fn resource_type(kind: SliceKind) -> &'static str {
 /// and only the running total is kept, whatever the number of rows.
 #[derive(Debug)]
 pub struct CarryRounder {
-    exact: Decimal,
+    exact: Exact,
     emitted: Decimal,
 }
 
 impl CarryRounder {
     pub fn new() -> Self {
         CarryRounder {
-            exact: Decimal::ZERO,
+            exact: Exact::zero(),
             emitted: Decimal::ZERO,
         }
     }
 
     /// The rounded amount of the next row.
-    pub fn next(&mut self, exact: Decimal, currency: &Currency) -> Decimal {
-        self.exact += exact;
-        let amount = currency.round(self.exact) - self.emitted;
+    pub fn next(&mut self, exact: impl Into<Exact>, currency: &Currency) -> Decimal {
+        self.exact += exact.into();
+        let amount = currency.round(self.exact.clone()) - self.emitted;
         self.emitted += amount;
         amount
     }
 
     /// The last row of a group: whatever makes the group sum to `target`.
-    pub fn last(&mut self, exact: Decimal, target: Decimal) -> Decimal {
-        self.exact += exact;
+    pub fn last(&mut self, exact: impl Into<Exact>, target: Decimal) -> Decimal {
+        self.exact += exact.into();
         let amount = target - self.emitted;
         self.emitted = target;
         amount
@@ -406,7 +434,7 @@ pub fn usage_row(
     cards: &BTreeMap<i64, RateCard>,
     invoice_numbers: &BTreeMap<&str, &str>,
     issuer: &Issuer,
-) -> Result<(LineGroup, Row, Decimal), Unpriced> {
+) -> Result<(LineGroup, Row, Exact), Unpriced> {
     let card = d.card(cards)?;
     let charge = d.charge(cards)?;
     let share = d
@@ -480,12 +508,13 @@ pub fn usage_row(
         charge_start: d.day,
         charge_end: d.day + Duration::days(1),
         billed: Decimal::ZERO,
-        list_cost: charge.allocated,
+        list_cost: charge.allocated.to_decimal(),
         list_unit_price: Some(hourly),
-        contracted_cost: charge.amount,
+        contracted_cost: charge.amount.to_decimal(),
         contracted_unit_price: Some(charge.unit_price),
         consumed_hours: Some(charge.slice_hours),
         pricing_hours: Some(charge.gpu_equivalent_hours),
+        pricing_unit: PRICING_UNIT,
         resource_id: Some(d.slice_uuid.clone()),
         resource_name: Some(format!("{} {}", d.node, d.slice_uuid)),
         resource_type: Some(resource_type(d.kind).to_owned()),
@@ -500,9 +529,9 @@ pub fn usage_row(
         physical_share: share,
         isolation_factor: Some(card.factors.of(d.kind)),
         rate_card: Some(card.id),
+        // Consumers no team claims: the platform's document, if the caller names one for them.
         invoice_number: invoice_numbers
             .get(d.team.as_str())
-            .filter(|_| !unattributed)
             .map(|n| (*n).to_owned()),
         sku_meter: "GPU share held",
         allocation: Some(allocation),
@@ -540,6 +569,15 @@ pub fn platform_row(
     } else {
         format!("{model}/{what}")
     };
+    // Unallocated capacity and the sharing discount are GPU-hours at the model's hourly cost; the
+    // rounding residual is minor units at one minor unit each (it may be negative, a price not).
+    let (hourly, _) = card.hourly_cost(model);
+    let (unit_price, unit) = if what == "rounding" {
+        (Decimal::new(1, card.currency.minor_units), MINOR_UNIT)
+    } else {
+        (hourly, PRICING_UNIT)
+    };
+    let priced = !unit_price.is_zero();
     Row {
         category: Category::Usage,
         correction: false,
@@ -548,11 +586,12 @@ pub fn platform_row(
         charge_end: (day + Duration::days(1)).min(month.end()),
         billed: Decimal::ZERO,
         list_cost: exact,
-        list_unit_price: None,
+        list_unit_price: priced.then_some(unit_price),
         contracted_cost: exact,
-        contracted_unit_price: None,
+        contracted_unit_price: priced.then_some(unit_price),
         consumed_hours: None,
-        pricing_hours: None,
+        pricing_hours: priced.then(|| exact / unit_price),
+        pricing_unit: unit,
         // Capacity, not a resource: no resource, so no resource type either (ResourceType-C-004-C).
         resource_id: None,
         resource_name: None,

@@ -12,6 +12,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::billing::rate_card::Currency;
+use crate::domain::exact::Exact;
 use crate::domain::team::TeamId;
 
 /// Whole UTC days before today that the pace is measured over.
@@ -86,10 +87,10 @@ pub fn forecast(
         .filter(|p| p.bucket >= first)
         .map(|p| p.cost)
         .sum();
-    let projected = |per_second: Decimal| currency.round(spent + per_second * seconds_left);
+    // Exact until rounded once: a pace of so much a day is a fraction of it a second.
+    let projected = |per_second: Exact| currency.round(per_second * seconds_left + spent);
     let forecast = if measured_hours > Decimal::ZERO {
-        // One division, last, so that a constant pace projects exactly.
-        currency.round(spent + total * seconds_left / (measured_hours * Decimal::from(3600)))
+        projected(Exact::from(total) / (measured_hours * Decimal::from(3600)))
     } else {
         currency.round(spent)
     };
@@ -110,7 +111,10 @@ pub fn forecast(
     days.sort();
     let day_seconds = Decimal::from(86_400);
     let (low, high) = match (percentile(&days, 10), percentile(&days, 90)) {
-        (Some(p10), Some(p90)) => (projected(p10 / day_seconds), projected(p90 / day_seconds)),
+        (Some(p10), Some(p90)) => (
+            projected(Exact::from(p10) / day_seconds),
+            projected(Exact::from(p90) / day_seconds),
+        ),
         _ => (forecast, forecast),
     };
     TeamForecast {

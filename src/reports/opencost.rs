@@ -16,6 +16,7 @@ use serde_json::{Map, Value};
 use super::focus::CarryRounder;
 use super::usage::{Dimension, GroupBy, Step, UsageFigures, UsageReport};
 use crate::billing::rate_card::Currency;
+use crate::domain::exact::Exact;
 use crate::domain::time::{Month, floor_hour, start_of};
 
 /// The cluster every allocation is in: OpenCost's default `CLUSTER_ID`.
@@ -422,7 +423,7 @@ fn set(
         let mut r = CarryRounder::new();
         let n = rows.len();
         for (i, (_, fig)) in rows.iter().enumerate() {
-            let exact = total * cost(fig) / allocated;
+            let exact = Exact::from(total) * cost(fig) / allocated;
             shares[i] = if i + 1 == n {
                 r.last(exact, total)
             } else {

@@ -345,7 +345,7 @@ pub async fn period_forecast(
         let mut by_bucket = BTreeMap::new();
         for s in sums.iter().filter(|s| inside(s)) {
             if let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) {
-                *by_bucket.entry(s.bucket).or_default() += s.charge(card);
+                *by_bucket.entry(s.bucket).or_default() += s.charge(card).to_decimal();
             }
         }
         by_bucket
@@ -388,7 +388,7 @@ fn priced_days(
         let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
             continue;
         };
-        *days.entry((s.team.clone(), s.bucket)).or_default() += s.charge(card);
+        *days.entry((s.team.clone(), s.bucket)).or_default() += s.charge(card).to_decimal();
     }
     days
 }
@@ -469,7 +469,7 @@ pub async fn idle_slices(
         e.1.known_seconds += s.sums.known_seconds;
         e.1.active_seconds += s.sums.active_seconds;
         if let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) {
-            e.2 += s.charge(card);
+            e.2 += s.charge(card).to_decimal();
         }
     }
     Ok(by_slice

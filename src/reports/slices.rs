@@ -14,7 +14,7 @@ use crate::billing::rate_card::RateCard;
 use crate::domain::dcgm::Device;
 use crate::domain::slice::{PhysicalShare, SliceKind};
 use crate::domain::team::TeamId;
-use crate::domain::usage::{OccupancySums, SliceSeconds};
+use crate::domain::usage::{ExactSums, OccupancySums, SliceSeconds};
 
 /// One slice's occupancy on one day, for one team, under one rate card version (`None`: no version
 /// was in force).
@@ -74,18 +74,19 @@ impl SliceDay {
         }
     }
 
+    fn seconds(&self) -> SliceSeconds {
+        SliceSeconds {
+            held_seconds: self.held_seconds,
+            known_seconds: self.known_seconds,
+            active_seconds: self.active_seconds,
+            memory_byte_seconds: self.memory_byte_seconds,
+            windows: self.windows,
+        }
+    }
+
     /// Its sums, its shares applied.
     pub fn sums(&self) -> OccupancySums {
-        OccupancySums::of_slice(
-            &SliceSeconds {
-                held_seconds: self.held_seconds,
-                known_seconds: self.known_seconds,
-                active_seconds: self.active_seconds,
-                memory_byte_seconds: self.memory_byte_seconds,
-                windows: self.windows,
-            },
-            &self.share(),
-        )
+        OccupancySums::of_slice(&self.seconds(), &self.share())
     }
 
     /// Whether `other` is more of the same slice's day, for the same team under the same rate card
@@ -126,6 +127,7 @@ impl SliceDay {
                 rate_card: card.id,
                 slices: 1,
                 sums: self.sums(),
+                exact: ExactSums::of_slice(&self.seconds(), &self.share()),
             },
             card,
         ))

@@ -23,10 +23,11 @@ use crate::billing::pricing::{UsageAggregate, price};
 use crate::billing::rate_card::{Currency, RateCard};
 use crate::domain::batch::DraClaim;
 use crate::domain::dcgm::Device;
+use crate::domain::exact::Exact;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::domain::usage::OccupancySums;
+use crate::domain::usage::{ExactSums, OccupancySums};
 
 /// Rollup sums of one bucket, invoice line (team, model, kind, profile, rate card) and whatever
 /// else the report groups by.
@@ -62,7 +63,7 @@ type Key = Vec<Option<String>>;
 
 impl UsageSums {
     /// What these sums cost under `card`, exact: billing's price of one slice's usage.
-    pub fn charge(&self, card: &RateCard) -> Decimal {
+    pub fn charge(&self, card: &RateCard) -> Exact {
         price(
             &UsageAggregate {
                 team: self.team.clone(),
@@ -72,6 +73,7 @@ impl UsageSums {
                 rate_card: card.id,
                 slices: 1,
                 sums: self.sums,
+                exact: ExactSums::as_written(&self.sums),
             },
             card,
         )
@@ -294,7 +296,7 @@ fn priced(
 ) -> Priced {
     let mut rows: BTreeMap<(DateTime<Utc>, Key), Acc> = BTreeMap::new();
     // Each month's invoice line, and its exact amount per row.
-    let mut lines: BTreeMap<MonthLine, BTreeMap<(DateTime<Utc>, Key), Decimal>> = BTreeMap::new();
+    let mut lines: BTreeMap<MonthLine, BTreeMap<(DateTime<Utc>, Key), Exact>> = BTreeMap::new();
     let mut currencies = BTreeSet::new();
     let mut unpriced = None;
     for s in sums {
@@ -319,22 +321,22 @@ fn priced(
     }
     for (line, pieces) in &lines {
         let currency = &cards[&line.5].currency;
-        let exact: Decimal = pieces.values().sum();
+        let exact: Exact = pieces.values().sum();
         let month = line.0;
         let target = invoiced
             .0
             .get(line)
             .copied()
             .filter(|_| month.start() >= from && month.end() <= to)
-            .unwrap_or_else(|| currency.round(exact));
+            .unwrap_or_else(|| currency.round(exact.clone()));
         let mut rounder = CarryRounder::new();
         let n = pieces.len();
         for (i, (row, piece)) in pieces.iter().enumerate() {
             // Scaled so that the pieces add up to the target, whatever it is.
             let scaled = if exact.is_zero() {
-                Decimal::ZERO
+                Exact::zero()
             } else {
-                *piece * target / exact
+                piece * target / &exact
             };
             let amount = if i + 1 == n {
                 rounder.last(scaled, target)

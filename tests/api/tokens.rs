@@ -183,3 +183,32 @@ async fn a_bad_token_request_names_each_bad_field_and_only_an_admin_may_make_one
         StatusCode::UNAUTHORIZED
     );
 }
+
+/// RFC 7235: the authentication scheme is case-insensitive, so `BEARER` and `bearer` are `Bearer`;
+/// another scheme, or none, is refused with what to send.
+#[tokio::test]
+async fn the_bearer_scheme_is_accepted_in_any_case() {
+    let app = TestApp::spawn().await;
+    let with = |value: String| {
+        Request::get("/v1/teams")
+            .header(header::AUTHORIZATION, value)
+            .body(Body::empty())
+            .unwrap()
+    };
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let r = app.request(with(format!("{scheme} {}", app.admin))).await;
+        assert_eq!(r.status, StatusCode::OK, "{scheme}: {r:?}");
+    }
+    for value in [
+        format!("Basic {}", app.admin),
+        app.admin.clone(),
+        format!("Bearer{}", app.admin),
+    ] {
+        let r = app.request(with(value.clone())).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{value}: {r:?}");
+        assert_eq!(
+            r.body["error"]["message"], "the Authorization header must be Bearer <token>",
+            "{r:?}"
+        );
+    }
+}

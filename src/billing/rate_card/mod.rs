@@ -13,6 +13,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::exact::Exact;
 use crate::domain::fields::FieldError;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::time::{floor_hour, month_of, next_month, start_of};
@@ -138,11 +139,8 @@ impl Currency {
     }
 
     /// Rounds once, to the minor unit, half to even (banker's rounding).
-    pub fn round(&self, amount: Decimal) -> Decimal {
-        amount.round_dp_with_strategy(
-            self.minor_units,
-            rust_decimal::RoundingStrategy::MidpointNearestEven,
-        )
+    pub fn round(&self, amount: impl Into<Exact>) -> Decimal {
+        amount.into().round(self.minor_units)
     }
 
     /// Half a minor unit: the most one rounding can move an amount.

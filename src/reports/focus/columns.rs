@@ -60,7 +60,7 @@ impl Version {
 }
 
 /// Every column a row has: FOCUS 1.3's, in its order, then slicemeter's own `x_` columns.
-pub const COLUMNS: [&str; 71] = [
+pub const COLUMNS: [&str; 72] = [
     "AllocatedMethodDetails",
     "AllocatedMethodId",
     "AllocatedResourceId",
@@ -91,6 +91,7 @@ pub const COLUMNS: [&str; 71] = [
     "CommitmentDiscountUnit",
     "ConsumedQuantity",
     "ConsumedUnit",
+    "ContractApplied",
     "ContractedCost",
     "ContractedUnitPrice",
     "EffectiveCost",
@@ -134,14 +135,16 @@ pub const COLUMNS: [&str; 71] = [
     "x_InvoiceNumber",
 ];
 
-/// The columns FOCUS 1.3 added to 1.2's: split cost allocation, and the providers' new names
+/// The columns FOCUS 1.3 added to 1.2's: split cost allocation, the contract a charge applies to
+/// (`ContractApplied`: null, slicemeter has no contract commitments), and the providers' new names
 /// (`ProviderName` and `PublisherName`, deprecated in 1.3, are kept beside them).
-const ADDED_IN_1_3: [&str; 7] = [
+const ADDED_IN_1_3: [&str; 8] = [
     "AllocatedMethodDetails",
     "AllocatedMethodId",
     "AllocatedResourceId",
     "AllocatedResourceName",
     "AllocatedTags",
+    "ContractApplied",
     "HostProviderName",
     "ServiceProviderName",
 ];
@@ -184,6 +187,30 @@ pub const FOCUS12_CRITERIA: [&str; 10] = [
     "BILLING_BASED_ON_PROVISIONED_RESOURCES_SUPPORTED",
 ];
 
+/// The FOCUS 1.3 applicability criteria the export meets (`SLICEMETER_FOCUS13_CRITERIA`): 1.2's,
+/// and split cost allocation (the `Allocated*` columns). Not declared: contract commitments, and
+/// what 1.2's list leaves out.
+pub const FOCUS13_CRITERIA: [&str; 11] = [
+    "ACCOUNT_NAMING_SUPPORTED",
+    "SUB_ACCOUNT_SUPPORTED",
+    "MULTIPLE_SUB_ACCOUNT_TYPES_SUPPORTED",
+    "USAGE_MEASUREMENT_SUPPORTED",
+    "UNIT_PRICING_SUPPORTED",
+    "NEGOTIATED_PRICING_SUPPORTED",
+    "PUBLIC_PRICE_LIST_SUPPORTED",
+    "TAGGING_SUPPORTED",
+    "RESOURCE_TYPE_ASSIGNMENT_SUPPORTED",
+    "BILLING_BASED_ON_PROVISIONED_RESOURCES_SUPPORTED",
+    "DATA_GENERATOR_SPLIT_COST_ALLOCATION_SUPPORTED",
+];
+
 /// `PricingUnit` in FOCUS's UnitFormat (`<unit>-<plural time unit>`): one GPU-equivalent hour is an
 /// hour of a whole GPU's blocked capacity.
 pub const PRICING_UNIT: &str = "GPU-Hours";
+
+/// `PricingUnit` of a row priced whole, one to a row: a team's share of a month's idle capacity
+/// spread over several GPU models has no one hourly price.
+pub const SHARE_UNIT: &str = "Shares";
+
+/// `PricingUnit` of the rounding residual: the currency's minor unit (a cent), at one minor unit.
+pub const MINOR_UNIT: &str = "Minor Units";

@@ -13,7 +13,7 @@ fn carried_rounding_sums_to_the_target_and_stays_within_a_cent_of_each_row() {
         dec!(1.005),
         dec!(2.4449),
     ];
-    let target = usd.round(exact.iter().sum());
+    let target = usd.round(exact.iter().sum::<Decimal>());
     let mut r = CarryRounder::new();
     let mut rows = Vec::new();
     for (i, e) in exact.iter().enumerate() {
@@ -43,8 +43,8 @@ fn decimals_are_written_with_a_fixed_scale() {
         "2026-10-01T00:00:00Z"
     );
     assert_eq!(Version::V1_0.columns().len(), 50);
-    // FOCUS 1.3 adds five split cost allocation columns and the two providers.
-    assert_eq!(Version::V1_3.columns().len(), 71);
+    // FOCUS 1.3 adds five split cost allocation columns, ContractApplied and the two providers.
+    assert_eq!(Version::V1_3.columns().len(), 72);
     // FOCUS 1.2's 57 columns and slicemeter's 7.
     assert_eq!(Version::V1_2.columns().len(), 64);
     assert_eq!(
