@@ -347,11 +347,11 @@ fn attributed(h: &Held) -> Vec<(String, Decimal, Decimal, Decimal, i64)> {
         .collect()
 }
 
+/// A line's key in the aggregates: team, model, kind, profile and the rate card in force.
+type GroupKey = (String, String, SliceKind, Option<String>, i64);
+
 fn aggregates(f: &Fleet) -> Aggregates {
-    let mut groups: BTreeMap<
-        (String, String, SliceKind, Option<String>, i64),
-        (OccupancySums, ExactSums),
-    > = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, (OccupancySums, ExactSums)> = BTreeMap::new();
     for h in &f.held {
         let share = h.reservation.physical_share(&h.gpu);
         let profile = match &h.reservation {
