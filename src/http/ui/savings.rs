@@ -79,11 +79,18 @@ pub fn step(r: &Recommendation) -> Option<Step<'_>> {
         (Action::Resize, Some(p), alt) => (
             format!("Move to {p}"),
             delta,
-            alt.map(|a| (mps(a), a.monthly_delta)),
+            // MPS as the other way only where it saves against today's slice too.
+            alt.filter(|a| a.monthly_delta > Decimal::ZERO)
+                .map(|a| (mps(a), a.monthly_delta)),
         ),
         (Action::Keep, _, Some(a)) => (capitalised(&mps(a)), Some(a.monthly_delta), None),
         _ => return None,
     };
+    // Under 7 days only a saving is worth a lead's time: a short job that ran hot a day is no
+    // case for a larger slice yet.
+    if provisional && !monthly.is_some_and(|m| m > Decimal::ZERO) {
+        return None;
+    }
     let what = if provisional {
         format!("{what} if it stays so")
     } else {

@@ -321,7 +321,7 @@ fn team_body(
                 "; it is billed once, as corrections on the next open period's invoice."
             }
         }
-        div class="cards" {
+        div class="cards secondary" {
             div class="card" {
                 div class="label" { "GPU-equivalent hours" }
                 div class="value" data-field="gpu_equivalent_hours" { (number(row.map(|r| r.gpu_equivalent_hours).unwrap_or_default(), 2)) }
