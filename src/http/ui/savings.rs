@@ -88,7 +88,7 @@ pub fn step(r: &Recommendation) -> Option<Step<'_>> {
     };
     // Under 7 days only a saving is worth a lead's time: a short job that ran hot a day is no
     // case for a larger slice yet.
-    if provisional && !monthly.is_some_and(|m| m > Decimal::ZERO) {
+    if provisional && monthly.is_none_or(|m| m <= Decimal::ZERO) {
         return None;
     }
     let what = if provisional {
