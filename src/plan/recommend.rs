@@ -11,6 +11,7 @@
 //! figures scale the held hours of that span to 730 hours.
 
 use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -117,6 +118,9 @@ pub struct Recommendation {
     pub memory_reserved_bytes: i64,
     /// p95 of the hours' compute-active fraction of the slice; none where not measured.
     pub compute_p95: Option<f64>,
+    /// Compute-active seconds over the measured seconds of the days of data: how busy the slice
+    /// was on average; none where not measured.
+    pub compute_busy: Option<f64>,
     /// In compute slices: p95 x the slice's compute slices / target utilisation.
     pub compute_need_slices: Option<f64>,
     /// Today's monthly charge for these slices (held hours of the data, scaled to 730 a month),
@@ -130,6 +134,22 @@ pub struct Recommendation {
     pub reason: String,
     /// Sharing the card under MPS instead, where the target allows less isolation than MIG's
     /// (`default`, `dev`) and that costs less than the recommended slice.
+    pub shared_alternative: Option<SharedAlternative>,
+    /// `wait`: what the days of data so far advise, to be confirmed once there are 7.
+    pub so_far: Option<SoFar>,
+}
+
+/// What a workload with fewer than 7 days of data would be advised on the days it has: the
+/// same rules, not yet a recommendation.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SoFar {
+    /// `keep`, `resize` or `give_back`.
+    pub action: Action,
+    /// The profile to move to (`resize`).
+    pub recommended_profile: Option<String>,
+    /// What it would save a month (negative: cost more); none without a rate card in force.
+    pub monthly_delta: Option<Decimal>,
+    /// Sharing the card under MPS instead, as for a recommendation.
     pub shared_alternative: Option<SharedAlternative>,
 }
 
@@ -177,12 +197,6 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
             None,
             "a time-sliced replica reserves nothing: it pays for the compute and memory it uses"
                 .into(),
-        )
-    } else if e.days < MIN_DAYS {
-        (
-            Action::Wait,
-            None,
-            format!("{} days of data; a recommendation needs {MIN_DAYS}", e.days),
         )
     } else if idle {
         (
@@ -247,6 +261,19 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         }
     };
 
+    // Under 7 days the advice waits; what the days so far point to is said beside it.
+    let (action, judged, recommended, reason) = if kind != SliceKind::Timeslice && e.days < MIN_DAYS
+    {
+        (
+            Action::Wait,
+            Some((action, recommended)),
+            None,
+            format!("{} days of data; a recommendation needs {MIN_DAYS}", e.days),
+        )
+    } else {
+        (action, None, recommended, reason)
+    };
+
     // The lines, as an invoice would round them, over the held hours scaled to a month.
     let monthly_hours = (e.span_seconds > 0).then(|| {
         e.held_seconds * Decimal::from(AVERAGE_MONTH_HOURS) / Decimal::from(e.span_seconds)
@@ -258,41 +285,58 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
     };
     let monthly_today =
         priced.map(|(c, h)| line(c, c.weights.weigh(e.compute_share, e.memory_share), kind, h));
-    let monthly_recommended = priced.and_then(|(c, h)| match action {
-        Action::GiveBack => Some(Decimal::ZERO),
-        Action::Resize => {
-            recommended.map(|p| line(c, profile_share(p, &c.weights), SliceKind::Mig, h))
-        }
-        Action::Keep => monthly_today,
-        Action::Wait | Action::PayPerUse => None,
-    });
-    let shared_alternative = priced
-        .zip(compute_need)
-        .filter(|_| matches!(target, TargetProfile::Default | TargetProfile::Dev))
-        .filter(|_| matches!(action, Action::Keep | Action::Resize))
-        .and_then(|((c, h), need)| {
-            let threads = (need / f64::from(e.gpu_compute_slices.max(1)) * 100.0)
-                .ceil()
-                .clamp(1.0, 100.0) as u8;
-            let gib = 1i64 << 30;
-            let pinned = (memory_need + gib - 1) / gib * gib;
-            if pinned >= e.gpu_memory_bytes {
-                return None;
+    let monthly_of = |action: Action, recommended: Option<&MigProfile>| {
+        priced.and_then(|(c, h)| match action {
+            Action::GiveBack => Some(Decimal::ZERO),
+            Action::Resize => {
+                recommended.map(|p| line(c, profile_share(p, &c.weights), SliceKind::Mig, h))
             }
-            let share = c.weights.weigh(
-                Decimal::from(threads) / Decimal::ONE_HUNDRED,
-                Decimal::from(pinned) / Decimal::from(e.gpu_memory_bytes),
-            );
-            let monthly = line(c, share, SliceKind::Mps, h);
-            let today = monthly_today?;
-            (monthly < monthly_recommended.unwrap_or(today)).then(|| SharedAlternative {
-                kind: SliceKind::Mps,
-                active_thread_percentage: threads,
-                pinned_memory_bytes: pinned,
-                monthly,
-                monthly_delta: today - monthly,
+            Action::Keep => monthly_today,
+            Action::Wait | Action::PayPerUse => None,
+        })
+    };
+    // Sharing the card under MPS, sized to the need, where it costs less than what `action`
+    // leaves the workload paying.
+    let shared_of = |action: Action, recommended: Option<Decimal>| {
+        priced
+            .zip(compute_need)
+            .filter(|_| matches!(target, TargetProfile::Default | TargetProfile::Dev))
+            .filter(|_| matches!(action, Action::Keep | Action::Resize))
+            .and_then(|((c, h), need)| {
+                let threads = (need / f64::from(e.gpu_compute_slices.max(1)) * 100.0)
+                    .ceil()
+                    .clamp(1.0, 100.0) as u8;
+                let gib = 1i64 << 30;
+                let pinned = (memory_need + gib - 1) / gib * gib;
+                if pinned >= e.gpu_memory_bytes {
+                    return None;
+                }
+                let share = c.weights.weigh(
+                    Decimal::from(threads) / Decimal::ONE_HUNDRED,
+                    Decimal::from(pinned) / Decimal::from(e.gpu_memory_bytes),
+                );
+                let monthly = line(c, share, SliceKind::Mps, h);
+                let today = monthly_today?;
+                (monthly < recommended.unwrap_or(today)).then(|| SharedAlternative {
+                    kind: SliceKind::Mps,
+                    active_thread_percentage: threads,
+                    pinned_memory_bytes: pinned,
+                    monthly,
+                    monthly_delta: today - monthly,
+                })
             })
-        });
+    };
+    let monthly_recommended = monthly_of(action, recommended);
+    let shared_alternative = shared_of(action, monthly_recommended);
+    let so_far = judged.map(|(action, p)| {
+        let recommended = monthly_of(action, p);
+        SoFar {
+            action,
+            recommended_profile: p.map(|p| p.profile.clone()),
+            monthly_delta: monthly_today.zip(recommended).map(|(a, b)| a - b),
+            shared_alternative: shared_of(action, recommended),
+        }
+    });
     Recommendation {
         team: e.team.clone(),
         namespace: e.namespace.clone(),
@@ -311,12 +355,16 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         memory_need_bytes: memory_need,
         memory_reserved_bytes: e.memory_reserved_bytes,
         compute_p95: e.compute_p95,
+        compute_busy: (e.known_seconds > Decimal::ZERO)
+            .then(|| (e.active_seconds / e.known_seconds).to_f64())
+            .flatten(),
         compute_need_slices: compute_need,
         monthly_delta: monthly_today.zip(monthly_recommended).map(|(a, b)| a - b),
         monthly_today,
         monthly_recommended,
         reason,
         shared_alternative,
+        so_far,
     }
 }
 
@@ -458,6 +506,40 @@ mod tests {
         let big = held(SliceKind::Whole, None, 7, 8, 70, 0.9);
         assert_eq!(
             recommend(&big, Some(&card()), TargetProfile::Default).shared_alternative,
+            None
+        );
+    }
+
+    #[test]
+    fn under_seven_days_the_advice_waits_and_says_what_the_days_so_far_advise() {
+        // A whole H100 held 5 days at 1.9 % busy and 10 GiB: 11.5 GiB needed, a 1g.20gb.
+        let mut e = held(SliceKind::Whole, None, 7, 8, 10, 0.019);
+        let five = Decimal::from(5 * 86_400);
+        (e.span_seconds, e.days, e.held_seconds, e.known_seconds) = (5 * 86_400, 5, five, five);
+        e.active_seconds = five * dec!(0.019);
+        let r = recommend(&e, Some(&card()), TargetProfile::Default);
+        assert_eq!(r.action, Action::Wait);
+        assert_eq!(
+            (r.recommended_profile.clone(), r.monthly_delta),
+            (None, None)
+        );
+        assert_eq!(r.compute_busy, Some(0.019));
+        let so_far = r.so_far.expect("what 5 days advise");
+        assert_eq!(so_far.action, Action::Resize);
+        assert_eq!(so_far.recommended_profile.as_deref(), Some("1g.20gb"));
+        // 4.00 x 730 = 2920.00 today; 4.00 x (1/7 + 2/8)/2 x 730 = 573.57.
+        assert_eq!(so_far.monthly_delta, Some(dec!(2346.43)));
+        assert!(so_far.shared_alternative.is_some(), "{so_far:?}");
+        // Held with no compute: give it back, if it stays so.
+        e.active_seconds = Decimal::ZERO;
+        let idle = recommend(&e, Some(&card()), TargetProfile::Default);
+        let so_far = idle.so_far.expect("what 5 days advise");
+        assert_eq!(so_far.action, Action::GiveBack);
+        assert_eq!(so_far.monthly_delta, Some(dec!(2920.00)));
+        // With 7 days a recommendation has no "so far".
+        e.days = 7;
+        assert_eq!(
+            recommend(&e, Some(&card()), TargetProfile::Default).so_far,
             None
         );
     }

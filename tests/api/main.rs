@@ -34,5 +34,6 @@ mod schema;
 mod sources;
 mod stranded;
 mod support;
+mod team_page;
 mod teams;
 mod tokens;

@@ -315,8 +315,15 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   const usage = await api(LEAD_TOKEN, `/v1/reports/usage?from=${MONTH}-01&to=${next.toISOString().slice(0, 10)}` +
     '&group_by=namespace,workload,gpu_model,kind,profile&step=month');
   const workloadRows = page.locator('table[data-table="workloads"] tbody tr');
-  assert.equal(await workloadRows.count(), usage.totals.length, 'a table row per workload and slice');
   const cents = (xs) => xs.reduce((s, x) => s + Math.round(Number(x) * 100), 0);
+  // The first page: the 20 costliest, as the usage API has them; the rest a click away.
+  const byCost = usage.totals.map((t) => Math.round(Number(t.cost || 0) * 100)).sort((a, b) => b - a);
+  assert.ok(usage.totals.length > 20, `the fixture has more than a page of workloads: ${usage.totals.length}`);
+  assert.equal(await workloadRows.count(), 20, 'the top 20 workloads');
+  const topCosts = await page.locator('table[data-table="workloads"] [data-field="cost"]').allTextContents();
+  assert.deepEqual(topCosts.map((t) => Math.round(Number(amount(t)) * 100)), byCost.slice(0, 20), 'the costliest first');
+  await Promise.all([page.waitForURL(/page=all/), page.click('[data-field="show-all"]')]);
+  assert.equal(await workloadRows.count(), usage.totals.length, 'a table row per workload and slice');
   const tableCosts = await page.locator('table[data-table="workloads"] [data-field="cost"]').allTextContents();
   assert.equal(cents(tableCosts.map(amount)), cents(usage.totals.map((t) => t.cost)), 'the table adds up to the usage API');
   // Cost and efficiency are in view at 1280 px, without scrolling the table.
@@ -331,6 +338,7 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
     assert.equal((await row.locator('[data-field="efficiency"]').textContent()).trim(), 'pay-per-use');
     assert.match(await row.textContent(), /none reserved/);
   }
+  await page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
   // Right-sizing: the lead's oversized workload, with the API's saving, in its summary and inline.
   const recs = await api(LEAD_TOKEN, '/v1/recommendations');
   const embedder = recs.find((r) => r.workload === 'embedder' && r.action === 'resize');
@@ -450,12 +458,76 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   await leaks('another team\'s invoice');
   await context.close();
 
+  // A lead's first screen on a laptop: the month's cost and, beside it, the top saving with its
+  // amount, the API's figure for that workload; every step a month, none larger than the first.
+  {
+    const laptop = await newSession({ width: 1366, height: 900 });
+    await signIn(laptop.page, LEAD_TOKEN);
+    const p = laptop.page;
+    await p.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
+    const inFirstScreen = async (selector) => {
+      const box = await p.locator(selector).first().boundingBox();
+      assert.ok(box && box.y >= 0 && box.y + box.height <= 900 && box.x + box.width <= 1366,
+        `${selector} is in the first screen at 1366x900: ${JSON.stringify(box)}`);
+    };
+    await inFirstScreen('[data-field="cost"]');
+    await inFirstScreen('[data-field="top-saving-amount"]');
+    sameDecimal(amount(await p.textContent('[data-field="cost"]')), own.teams[0].cost, 'first-screen cost');
+    const top = Number(amount(await p.textContent('[data-field="top-saving-amount"]')));
+    const figures = (r) => [r.monthly_delta, r.shared_alternative?.monthly_delta, r.so_far?.monthly_delta,
+      r.so_far?.shared_alternative?.monthly_delta].filter((x) => x != null).map(Number);
+    const topWorkload = (await p.textContent('[data-field="top-saving"]')).match(/ for (\S+), /)[1];
+    const topRec = recs.filter((r) => r.workload === topWorkload);
+    assert.ok(topRec.some((r) => figures(r).some((f) => Math.abs(f - top) < 0.005)),
+      `the top saving ${top} is the API's figure for ${topWorkload}`);
+    const steps = (await p.locator('table[data-table="right-sizing"] [data-field="saving"]').allTextContents())
+      .filter((t) => /\d/.test(t) && !t.includes('more')).map((t) => Number(amount(t)));
+    assert.equal(steps[0], top, 'the first step is the top saving');
+    assert.ok(steps.every((x) => x <= top), `no step saves more than the first: ${steps}`);
+    // One message: nothing says a workload needs nothing; each highlighted (idle) row that has a
+    // step says the step's words.
+    const text = await p.evaluate(() => document.body.innerText);
+    assert.ok(!/holds what it needs|needs nothing|consider giving/i.test(text), 'no contradicting message');
+    if (await p.locator('[data-field="show-all"]').count()) {
+      await Promise.all([p.waitForURL(/page=all/), p.click('[data-field="show-all"]')]);
+    }
+    for (const row of await p.locator('table[data-table="workloads"] tr.idle').all()) {
+      const w = await row.getAttribute('data-workload');
+      const advice = (await row.locator('[data-field="saving"]').textContent()).trim();
+      const step = p.locator(`table[data-table="right-sizing"] tr[data-workload="${w}"] [data-field="do"] strong`);
+      if (await step.count() === 1) {
+        assert.ok(advice.startsWith((await step.textContent()).trim()), `${w}: the table says ${advice}`);
+      }
+    }
+    // No column cut and no sideways scroll at 1366 px: every table fits its box.
+    for (const table of ['right-sizing', 'workloads']) {
+      const cut = await p.evaluate((t) => {
+        const el = document.querySelector(`table[data-table="${t}"]`);
+        return el ? el.parentElement.scrollWidth - el.parentElement.clientWidth : 0;
+      }, table);
+      assert.ok(cut <= 0, `the ${table} table is ${cut} px wider than its box at 1366 px`);
+    }
+    const wide = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(wide <= 0, `the page scrolls ${wide} px sideways at 1366 px`);
+    await p.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
+    await p.screenshot({ path: `${SCREENSHOTS}/team-first-screen.png` });
+    await laptop.context.close();
+  }
+
   // A phone.
   const phone = await newSession({ width: 390, height: 844 });
   await signIn(phone.page, LEAD_TOKEN);
-  await phone.page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
+  await phone.page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}&page=all`);
   const overflow = await phone.page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(overflow <= 0, `the page is ${overflow} px wider than a phone (tables scroll inside their box)`);
+  assert.ok(overflow <= 0, `the page is ${overflow} px wider than a phone`);
+  for (const table of ['right-sizing', 'workloads']) {
+    const cut = await phone.page.evaluate((t) => {
+      const el = document.querySelector(`table[data-table="${t}"]`);
+      return el ? el.parentElement.scrollWidth - el.parentElement.clientWidth : 0;
+    }, table);
+    assert.ok(cut <= 0, `the ${table} table is ${cut} px wider than a phone`);
+  }
+  await phone.page.goto(`${BASE_URL}/ui/team/${LEAD_TEAM}?month=${MONTH}`);
   await phone.page.screenshot({ path: `${SCREENSHOTS}/team-phone.png`, fullPage: true });
   await phone.context.close();
 }

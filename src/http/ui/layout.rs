@@ -38,6 +38,8 @@ pub enum UiError {
     NotFound,
     /// A form the server would not carry out, and why (the server's own words).
     Refused(String),
+    /// A link with a parameter the page cannot take: the parameter and why, shown with 400.
+    Invalid(String),
     Api(ApiError),
 }
 
@@ -70,6 +72,11 @@ impl IntoResponse for UiError {
                 "There is nothing here for this sign-in.".to_owned(),
             ),
             UiError::Refused(why) => (StatusCode::CONFLICT, "Not done", why),
+            UiError::Invalid(why) => (
+                StatusCode::BAD_REQUEST,
+                "Not a page this link can show",
+                why,
+            ),
             UiError::Api(e) => {
                 let response = e.into_response();
                 let status = response.status();
@@ -183,6 +190,8 @@ pub struct MonthQuery {
     pub month: Option<String>,
     pub sort: Option<String>,
     pub dir: Option<String>,
+    /// The team page's workload table: a page of its rows (1, 2, ...), or `all`.
+    pub page: Option<String>,
     /// What a form just did (`drafted`, `issued`, `issued_all`): the page says it in its own words.
     pub done: Option<String>,
     /// The invoice a form acted on.
@@ -204,7 +213,7 @@ impl MonthQuery {
             None => Ok(Month::of(Utc::now()).minus(1)),
             Some(m) => m
                 .parse()
-                .map_err(|e: String| UiError::Api(ApiError::bad_request(e))),
+                .map_err(|e: String| UiError::Invalid(format!("month: {e}"))),
         }
     }
 }

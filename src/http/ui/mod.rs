@@ -12,6 +12,7 @@ mod invoices;
 mod layout;
 mod over_time;
 mod plan;
+mod savings;
 mod signin;
 mod team;
 mod tokens;

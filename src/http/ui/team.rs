@@ -1,5 +1,6 @@
-//! The team page (a team lead's own; finance and admins any team's): what the team paid month by
-//! month, what it holds against what it uses slice by slice, and its invoices. Per-slice figures are
+//! The team page (a team lead's own; finance and admins any team's): what the team paid this
+//! month and, beside it, what it can save and how (`savings`, right-sizing's one list); then what
+//! it paid month by month, what it holds against what it uses slice by slice, and its invoices. Per-slice figures are
 //! the FOCUS export's read model (`reports::slices`), priced by billing's own function.
 
 use std::time::Duration;
@@ -14,11 +15,11 @@ use rust_decimal::Decimal;
 use super::format::{money, number, percent};
 use super::handovers;
 use super::layout::{
-    IDLE_EFFICIENCY, MonthQuery, UiError, Viewer, currency_of, empty_state, invoice_table,
-    month_form, page,
+    MonthQuery, UiError, Viewer, currency_of, empty_state, invoice_table, month_form, page,
 };
 use super::over_time;
-use super::workloads::{self, WorkloadLine};
+use super::savings::{self, RIGHT_SIZING_DAYS};
+use super::workloads::{self, TableOrder, WorkloadLine};
 use crate::billing::invoice::{Invoice, store as invoices};
 use crate::billing::rate_card::{Currency, store as rate_cards};
 use crate::budgets;
@@ -30,7 +31,7 @@ use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::plan::{
     self,
-    recommend::{Action, Recommendation, TargetProfile},
+    recommend::{Recommendation, TargetProfile},
 };
 use crate::reports::forecast::TeamForecast;
 use crate::reports::monthly::MonthlyReport;
@@ -135,16 +136,14 @@ pub async fn workloads_csv(
 ) -> Result<Response, UiError> {
     let (team, _) = visible_team(&state, &viewer, &team).await?;
     let month = q.month()?;
+    // Every row, whatever page the table showed.
+    let order = TableOrder::of(&q)?;
     let TeamMonth {
         currency,
         workloads: mut lines,
         ..
     } = team_month(&state, &team, month, None).await?;
-    workloads::sort(
-        &mut lines,
-        q.sort.as_deref().unwrap_or("cost"),
-        q.dir.as_deref() != Some("asc"),
-    );
+    workloads::sort(&mut lines, order.sort, order.desc);
     let body = workloads::to_csv(&lines, &currency).map_err(ApiError::internal)?;
     Ok((
         [
@@ -167,6 +166,7 @@ pub async fn team(
 ) -> Result<Response, UiError> {
     let (team, info) = visible_team(&state, &viewer, &team).await?;
     let month = q.month()?;
+    let order = TableOrder::of(&q)?;
     let TeamMonth {
         report,
         currency,
@@ -219,23 +219,23 @@ pub async fn team(
         @if let Some(b) = burn { (b) }
     };
 
+    let main = team_body(
+        &info.display_name,
+        &team,
+        month,
+        &report,
+        &currency,
+        charts,
+        forecast.as_ref().filter(|_| current),
+        budget.as_ref().filter(|_| current),
+        workloads,
+        recommendations.as_deref(),
+        &invoices,
+        order,
+    )?;
     let body = html! {
-        (team_body(
-            &info.display_name,
-            &team,
-            month,
-            &report,
-            &currency,
-            charts,
-            forecast.as_ref().filter(|_| current),
-            budget.as_ref().filter(|_| current),
-            workloads,
-            recommendations.is_none(),
-            &invoices,
-            &q,
-        ))
+        (main)
         (handovers::team_notice(&team, month, &handovers))
-        (right_sizing(recommendations.as_deref(), &currency))
     };
     Ok(page(
         &format!("{} {month}", info.display_name),
@@ -245,6 +245,8 @@ pub async fn team(
     .into_response())
 }
 
+/// The page, leading with action: the month's cost and what the team can save beside it, the
+/// steps to take, then cost over time, the workloads (a page of them) and the invoices.
 #[allow(clippy::too_many_arguments)]
 fn team_body(
     name: &str,
@@ -256,38 +258,25 @@ fn team_body(
     forecast: Option<&TeamForecast>,
     budget: Option<&BudgetStanding>,
     mut workloads: Vec<WorkloadLine>,
-    evidence_pending: bool,
+    recommendations: Option<&[Recommendation]>,
     invoices: &[Invoice],
-    q: &MonthQuery,
-) -> Markup {
+    order: TableOrder,
+) -> Result<Markup, UiError> {
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
     let row = report.teams.first();
     let current = month == Month::of(Utc::now());
-    let sort = q.sort.as_deref().unwrap_or("cost");
-    let desc = q.dir.as_deref() != Some("asc");
-    workloads::sort(&mut workloads, sort, desc);
-    let idle: Vec<&WorkloadLine> = workloads.iter().filter(|w| w.is_idle()).collect();
-    let idle_cost: Decimal = idle.iter().filter_map(|w| w.idle_cost).sum();
-    html! {
+    workloads::sort(&mut workloads, order.sort, order.desc);
+    let shown = order.rows(&workloads)?;
+    let base = format!("/ui/team/{team}?month={month}");
+    Ok(html! {
         h1 { (name) " · " (month) }
         (month_form(&format!("/ui/team/{team}"), month))
-        div class="cards" {
+        div class="cards lead" {
             div class="card" {
                 div class="label" { "Cost " @if current { "so far this month" } @else { "in " (month) } }
                 div class="value" data-field="cost" { (m(row.map(|r| r.cost).unwrap_or_default())) }
             }
-            div class="card" {
-                div class="label" { "GPU-equivalent hours" }
-                div class="value" data-field="gpu_equivalent_hours" { (number(row.map(|r| r.gpu_equivalent_hours).unwrap_or_default(), 2)) }
-            }
-            div class="card" {
-                div class="label" { "Efficiency (used / held)" }
-                div class="value" data-field="efficiency" { (percent(row.and_then(|r| r.efficiency))) }
-            }
-            div class="card" {
-                div class="label" { "Cost of held-but-idle capacity" }
-                div class="value" data-field="idle_cost" { (row.and_then(|r| r.idle_cost).map_or("unknown".to_owned(), m)) }
-            }
+            (savings::card(recommendations, currency))
             @if let Some(f) = forecast {
                 div class="card" {
                     div class="label" { "Forecast at month end" }
@@ -325,10 +314,25 @@ fn team_body(
                 }
             }
         }
+        (savings::section(recommendations, currency))
         @for p in &report.pending_corrections {
             p class="notice" data-field="pending" {
                 "Data that arrived after " (month) " was issued adds " strong { (m(p.amount)) }
                 "; it is billed once, as corrections on the next open period's invoice."
+            }
+        }
+        div class="cards secondary" {
+            div class="card" {
+                div class="label" { "GPU-equivalent hours" }
+                div class="value" data-field="gpu_equivalent_hours" { (number(row.map(|r| r.gpu_equivalent_hours).unwrap_or_default(), 2)) }
+            }
+            div class="card" {
+                div class="label" { "Efficiency (used / held)" }
+                div class="value" data-field="efficiency" { (percent(row.and_then(|r| r.efficiency))) }
+            }
+            div class="card" {
+                div class="label" { "Cost of held-but-idle capacity" }
+                div class="value" data-field="idle_cost" { (row.and_then(|r| r.idle_cost).map_or("unknown".to_owned(), m)) }
             }
         }
         (charts)
@@ -337,23 +341,17 @@ fn team_body(
             @if workloads.is_empty() {
                 (empty_state())
             } @else {
-                @if !idle.is_empty() {
-                    p class="notice" data-field="idle-summary" {
-                        strong { (idle.len()) " workload slice" @if idle.len() != 1 { "s" } }
-                        " held but idle (under " (percent(Some(IDLE_EFFICIENCY))) " efficiency) cost "
-                        strong { (m(idle_cost)) } " of idle capacity: consider giving them back or a smaller slice."
-                    }
-                }
-                @if evidence_pending {
+                @if recommendations.is_none() {
                     p class="notice" data-field="evidence-pending" {
                         "Memory p99 and compute p95 are being read (percentiles over every hour of the month); "
                         "reload in a minute to see them."
                     }
                 }
-                p { a href=(format!("/ui/team/{team}/workloads.csv?month={month}&sort={sort}&dir={}", if desc { "desc" } else { "asc" }))
-                      download { "Download this table (CSV)" } }
+                p { a href=(format!("/ui/team/{team}/workloads.csv?month={month}&sort={}&dir={}", order.sort, order.dir()))
+                      download { "Download this table (CSV)" } " (all " (workloads.len()) " rows)" }
+                (workloads::pager(workloads.len(), &order, &base))
                 div class="scroll" {
-                    (workloads::table(&workloads, currency, &format!("/ui/team/{team}?month={month}"), sort, desc))
+                    (workloads::table(shown, currency, &base, order.sort, order.desc))
                 }
             }
         }
@@ -361,94 +359,5 @@ fn team_body(
             h2 id="invoices-h" { "Invoices" }
             (invoice_table(invoices, currency, false))
         }
-    }
-}
-
-/// The days of data right-sizing judges by on the team page.
-const RIGHT_SIZING_DAYS: u32 = 14;
-
-/// The team's workloads that could hold less (`/v1/recommendations`), each with what it saves a
-/// month: the largest saving first; or, while their evidence is being read (`None`), that it is.
-fn right_sizing(recs: Option<&[Recommendation]>, currency: &Currency) -> Markup {
-    let Some(recs) = recs else {
-        return html! {
-            section aria-labelledby="right-sizing-h" {
-                h2 id="right-sizing-h" { "Right-sizing, from the last " (RIGHT_SIZING_DAYS) " days" }
-                p class="notice" data-field="right-sizing-pending" {
-                    "Right-sizing's evidence is being read (percentiles over every hour of the last "
-                    (RIGHT_SIZING_DAYS) " days); reload in a minute to see what could hold less."
-                }
-            }
-        };
-    };
-    let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
-    let mut act: Vec<&Recommendation> = recs
-        .iter()
-        .filter(|r| matches!(r.action, Action::Resize | Action::GiveBack))
-        .collect();
-    act.sort_by_key(|r| std::cmp::Reverse(r.monthly_delta));
-    let waiting = recs.iter().filter(|r| r.action == Action::Wait).count();
-    let saving: Decimal = act
-        .iter()
-        .filter_map(|r| r.monthly_delta)
-        .filter(|d| *d > Decimal::ZERO)
-        .sum();
-    let gib = |b: i64| number(Decimal::from(b) / Decimal::from(1u64 << 30), 1);
-    html! {
-        section aria-labelledby="right-sizing-h" {
-            h2 id="right-sizing-h" { "Right-sizing, from the last " (RIGHT_SIZING_DAYS) " days" }
-            @if act.is_empty() {
-                p { "Every workload holds what it needs"
-                    @if waiting > 0 { " (" (waiting) " with under 7 days of data, not judged yet)" }
-                    "." }
-            } @else {
-                p class="notice" data-field="right-sizing-summary" {
-                    strong { (act.len()) " workload" @if act.len() != 1 { "s" } }
-                    " could hold less: " strong { (m(saving)) } " a month at today's rate card."
-                    @if waiting > 0 { " " (waiting) " more have under 7 days of data." }
-                }
-                div class="scroll" {
-                    table data-table="right-sizing" {
-                        caption { "What each workload holds, what it needs, and the smaller slice that would do" }
-                        thead { tr {
-                            th scope="col" { "Workload" }
-                            th scope="col" { "Holds" }
-                            th scope="col" { "Advice" }
-                            th scope="col" class="num" { "Saving / month" }
-                            th scope="col" class="num" { "Memory p99 / reserved" }
-                            th scope="col" class="num" { "Compute p95" }
-                            th scope="col" { "Confidence" }
-                        } }
-                        tbody {
-                            @for r in &act {
-                                tr data-workload=(r.workload) {
-                                    td { (r.namespace.as_deref().unwrap_or("—")) " / " (r.workload)
-                                         " " span class="muted" { "(" (r.workload_kind) ")" } }
-                                    td { (r.gpu_model.trim_start_matches("NVIDIA ")) " " (r.kind.as_str())
-                                         @if let Some(p) = &r.profile { " " (p) }
-                                         @if r.slices > 1 { " x " (r.slices) } }
-                                    td { @match (r.action, &r.recommended_profile) {
-                                        (Action::GiveBack, _) => { "Give it back" }
-                                        (_, Some(p)) => { "Move to " strong { (p) } }
-                                        _ => { "—" }
-                                    }
-                                    @if let Some(a) = &r.shared_alternative {
-                                        br;
-                                        span class="muted" data-field="mps" {
-                                            "or share the card under MPS (" (a.active_thread_percentage) " % of the threads, "
-                                            (gib(a.pinned_memory_bytes)) " GiB pinned; less isolation): saves " (m(a.monthly_delta))
-                                        }
-                                    } }
-                                    td class="num" data-field="saving" { (r.monthly_delta.map_or("—".to_owned(), m)) }
-                                    td class="num" { (gib(r.memory_p99_bytes)) " / " (gib(r.memory_reserved_bytes)) " GiB" }
-                                    td class="num" { (r.compute_p95.map_or("unknown".to_owned(), |p| format!("{:.1} %", p * 100.0))) }
-                                    td { (format!("{:?}", r.confidence).to_lowercase()) }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
+    })
 }

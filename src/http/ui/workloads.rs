@@ -11,13 +11,15 @@ use rust_decimal::Decimal;
 
 use super::format::{money, number, percent};
 use super::layout::IDLE_EFFICIENCY;
+use super::layout::{MonthQuery, UiError};
+use super::savings;
 use crate::billing::rate_card::Currency;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
 use crate::http::state::AppState;
-use crate::plan::recommend::{Action, Recommendation};
+use crate::plan::recommend::Recommendation;
 use crate::plan::store::Evidence;
 use crate::reports::service as reports;
 use crate::reports::usage::{Dimension, GroupBy, Step, UsageReport, UsageTotal};
@@ -183,16 +185,79 @@ fn line(
         memory_reserved_bytes: e
             .map(|e| e.memory_reserved_bytes)
             .filter(|_| kind != SliceKind::Timeslice.as_str()),
-        advice: r.and_then(|r| {
-            let what = match (r.action, &r.recommended_profile) {
-                (Action::GiveBack, _) => "Give it back".to_owned(),
-                (Action::Resize, Some(p)) => format!("Move to {p}"),
-                _ => return None,
-            };
-            Some((what, r.monthly_delta))
-        }),
+        // The same step, in the same words, as the page's "what to do first".
+        advice: r.and_then(savings::step).map(|s| (s.what, s.monthly)),
         model,
         kind,
+    }
+}
+
+/// The keys the table sorts by, as its headings' links name them.
+pub const SORT_KEYS: [&str; 7] = [
+    "workload",
+    "slice",
+    "cost",
+    "efficiency",
+    "idle",
+    "saving",
+    "held",
+];
+
+/// Rows a page of the table shows: the costliest 20 first.
+pub const PAGE_ROWS: usize = 20;
+
+/// How the table is asked for in a link: sorted by a key, which way, and which page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableOrder {
+    pub sort: &'static str,
+    pub desc: bool,
+    /// 1, 2, ...; none: every row.
+    pub page: Option<usize>,
+}
+
+impl TableOrder {
+    /// The order `q` asks for (by cost, largest first, the first page, by default); a value the
+    /// table cannot take is refused, naming its parameter.
+    pub fn of(q: &MonthQuery) -> Result<TableOrder, UiError> {
+        let sort = match q.sort.as_deref() {
+            None => "cost",
+            Some(s) => SORT_KEYS.iter().copied().find(|k| *k == s).ok_or_else(|| {
+                UiError::Invalid(format!("sort: must be one of {}", SORT_KEYS.join(", ")))
+            })?,
+        };
+        let desc = match q.dir.as_deref() {
+            None | Some("desc") => true,
+            Some("asc") => false,
+            Some(_) => return Err(UiError::Invalid("dir: must be asc or desc".into())),
+        };
+        let page = match q.page.as_deref() {
+            None => Some(1),
+            Some("all") => None,
+            Some(p) => Some(p.parse::<usize>().ok().filter(|p| *p >= 1).ok_or_else(|| {
+                UiError::Invalid("page: must be a whole number from 1, or all".into())
+            })?),
+        };
+        Ok(TableOrder { sort, desc, page })
+    }
+
+    pub fn dir(&self) -> &'static str {
+        if self.desc { "desc" } else { "asc" }
+    }
+
+    /// The rows of `lines` (sorted) this page shows; a page past the last is refused.
+    pub fn rows<'a>(&self, lines: &'a [WorkloadLine]) -> Result<&'a [WorkloadLine], UiError> {
+        let Some(page) = self.page else {
+            return Ok(lines);
+        };
+        let pages = lines.len().div_ceil(PAGE_ROWS).max(1);
+        if page > pages {
+            return Err(UiError::Invalid(format!(
+                "page: the table has {pages} page{} of {PAGE_ROWS} rows",
+                if pages == 1 { "" } else { "s" }
+            )));
+        }
+        let from = (page - 1) * PAGE_ROWS;
+        Ok(&lines[from..lines.len().min(from + PAGE_ROWS)])
     }
 }
 
@@ -244,8 +309,9 @@ pub fn table(
         }
     };
     html! {
-        table data-table="workloads" {
-            caption { "Each workload's slices; highlighted rows are held but idle. Select a heading to sort." }
+        table class="responsive" data-table="workloads" {
+            caption { "Each workload's slices; highlighted rows used under " (percent(Some(IDLE_EFFICIENCY)))
+                      " of what they held. Select a heading to sort." }
             thead { tr {
                 (header("workload", "Workload", false))
                 (header("slice", "Slice", false))
@@ -262,31 +328,56 @@ pub fn table(
                     tr class=[l.is_idle().then_some("idle")]
                        data-workload=(l.workload.as_deref().unwrap_or(""))
                        data-kind=(l.kind) {
-                        td { (l.name())
+                        td data-label="Workload" { (l.name())
                              @if let Some(k) = &l.workload_kind { " " span class="muted" { "(" (k) ")" } } }
-                        td { (l.slice()) }
-                        td class="num" data-field="cost" { (cost(l.cost)) }
+                        td data-label="Slice" { (l.slice()) }
+                        td class="num" data-label="Cost" data-field="cost" { (cost(l.cost)) }
                         // A time-sliced replica reserves nothing: it pays for what it uses.
                         @if l.is_timeslice() {
-                            td class="num" data-field="efficiency" { "pay-per-use" }
-                            td class="num" data-field="idle-cost" { "—" }
+                            td class="num" data-label="Efficiency" data-field="efficiency" { "pay-per-use" }
+                            td class="num" data-label="Idle cost" data-field="idle-cost" { "—" }
                         } @else {
-                            td class="num" data-field="efficiency" { (percent(l.efficiency)) }
-                            td class="num" data-field="idle-cost" { (l.idle_cost.map_or("unknown".to_owned(), m)) }
+                            td class="num" data-label="Efficiency" data-field="efficiency" { (percent(l.efficiency)) }
+                            td class="num" data-label="Idle cost" data-field="idle-cost" { (l.idle_cost.map_or("unknown".to_owned(), m)) }
                         }
-                        td class="num" data-field="saving" {
+                        td class="num" data-label="Advice, saving / month" data-field="saving" {
                             @match &l.advice {
                                 Some((what, saving)) => { (what) @if let Some(s) = saving { ": " (m(*s)) } }
                                 None => { "—" }
                             }
                         }
-                        td class="num" { (number(l.held_hours, 1)) }
-                        td class="num" {
+                        td class="num" data-label="Held hours" { (number(l.held_hours, 1)) }
+                        td class="num" data-label="Memory p99 / reserved" {
                             (l.memory_p99_bytes.map_or("unknown".to_owned(), gib)) " / "
                             (l.memory_reserved_bytes.map_or("none reserved".to_owned(), |b| gib(b) + " GiB"))
                         }
-                        td class="num" { (percent(l.compute_busy)) }
+                        td class="num" data-label="Compute busy" { (percent(l.compute_busy)) }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Which rows of `total` a page shows and the links to the others, each keeping `base`'s month
+/// and the table's order.
+pub fn pager(total: usize, order: &TableOrder, base: &str) -> Markup {
+    let link = |page: &str| format!("{base}&sort={}&dir={}&page={page}", order.sort, order.dir());
+    let pages = total.div_ceil(PAGE_ROWS).max(1);
+    html! {
+        nav class="pager" aria-label="Pages of the workload table" data-field="pager" {
+            @match order.page {
+                None => {
+                    "All " (total) " rows. "
+                    @if total > PAGE_ROWS { a href=(link("1")) { "Show the top " (PAGE_ROWS) } }
+                }
+                Some(p) => {
+                    @let from = (p - 1) * PAGE_ROWS + 1;
+                    @let to = total.min(p * PAGE_ROWS);
+                    "Rows " (from) "–" (to) " of " (total) ". "
+                    @if p > 1 { a href=(link(&(p - 1).to_string())) rel="prev" { "Previous " (PAGE_ROWS) } " " }
+                    @if p < pages { a href=(link(&(p + 1).to_string())) rel="next" { "Next " (PAGE_ROWS.min(total - to)) } " " }
+                    @if pages > 1 { a href=(link("all")) data-field="show-all" { "Show all " (total) } }
                 }
             }
         }
