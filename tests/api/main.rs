@@ -33,3 +33,4 @@ mod stranded;
 mod support;
 mod teams;
 mod tokens;
+mod units;
