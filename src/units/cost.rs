@@ -263,12 +263,12 @@ pub fn build(
         }
     }
     let mut orphans: BTreeMap<UnitKey, Acc> = BTreeMap::new();
-    for ((hour, k), _) in units {
+    for ((hour, k), u) in units {
         let place = (*hour, k.namespace.clone(), k.join.clone());
         if cost_at.contains_key(&place) || !keep_units(k) {
             continue;
         }
-        let u = Decimal::from_f64(units[&(*hour, k.clone())]).unwrap_or_default();
+        let u = Decimal::from_f64(*u).unwrap_or_default();
         if u.is_zero() {
             continue;
         }

@@ -240,8 +240,8 @@ async fn unit_cost_per_model_is_the_hand_calculation_a_reset_counted_once_and_no
     assert_eq!(
         rows(&r.body),
         vec![
-            (vec!["B".into(), "cv".into()], b_cost, b_units, b_unit_cost),
             (vec!["A".into(), "nlp".into()], a_cost, a_units, a_unit_cost),
+            (vec!["B".into(), "cv".into()], b_cost, b_units, b_unit_cost),
         ]
     );
     let r = app
@@ -289,7 +289,7 @@ async fn unit_cost_per_model_is_the_hand_calculation_a_reset_counted_once_and_no
     let r = app
         .get(
             Some(&app.admin),
-            "/v1/reports/unit-cost?from=2026-10-02T00:30:00Z&to=2026-12-02&group_by=node",
+            "/v1/reports/unit-cost?from=2026-10-02T00:30:00Z&to=tomorrow&group_by=node",
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
