@@ -206,8 +206,8 @@ pub fn build(
     let by_pod = def.pod_label.is_some();
     // (hour, namespace, join) → (team, workload) → cost.
     type Place = (DateTime<Utc>, Option<String>, Option<String>);
-    let mut cost_at: BTreeMap<Place, BTreeMap<(Option<String>, Option<String>), Decimal>> =
-        BTreeMap::new();
+    type Holders = BTreeMap<(Option<String>, Option<String>), Decimal>;
+    let mut cost_at: BTreeMap<Place, Holders> = BTreeMap::new();
     for c in costs {
         let join = if by_pod { &c.pod } else { &c.workload };
         *cost_at
