@@ -1,7 +1,7 @@
 //! slicemeter: chargeback for fractional GPUs. Bills each team for the physical share of the card it
 //! blocks (MIG instances, MPS shares, time-sliced replicas, vGPU fractions, whole GPUs).
 //!
-//! Dependencies point one way: `cli -> http -> {ingest, plan, reports -> billing, teams, fleet,
+//! Dependencies point one way: `cli -> http -> {ingest, plan, units -> reports -> billing, teams, fleet,
 //! auth -> audit} -> db -> domain`; `collector -> domain` (it reaches the server over HTTP only); `sim ->
 //! collector` is the simulated fleet behind the collector's `Source` trait; `process` (logs,
 //! metrics, signals) stands alone. `tests/architecture.rs` holds the table and keeps it so.
@@ -40,3 +40,5 @@ pub mod reports;
 pub mod sim;
 /// Teams and the namespaces they own.
 pub mod teams;
+/// Cost per unit of work: unit definitions, counters read from Prometheus, joined with the books.
+pub mod units;

@@ -29,12 +29,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("reports", &["billing", "db", "domain"]),
     ("plan", &["billing", "db", "domain"]),
     ("collector", &["domain"]),
+    // The unit cost reads Prometheus with the importer's query client.
+    (
+        "units",
+        &["audit", "billing", "collector", "db", "domain", "reports"],
+    ),
     ("sim", &["collector", "domain"]),
     (
         "http",
         &[
             "alerts", "audit", "auth", "billing", "budgets", "db", "domain", "fleet", "ingest",
-            "plan", "process", "reports", "teams",
+            "plan", "process", "reports", "teams", "units",
         ],
     ),
 ];

@@ -1,5 +1,5 @@
 //! The audit log: rate-card versions, invoice runs, issues and credit notes, team changes, GPU moves
-//! tokens and budgets, each recorded by the feature that makes the change, in the same transaction.
+//! tokens, budgets and unit definitions, each recorded by the feature that makes the change, in the same transaction.
 
 pub mod store;
 
@@ -19,11 +19,13 @@ pub enum AuditAction {
     BudgetCreate,
     BudgetUpdate,
     BudgetDelete,
+    UnitPut,
+    UnitDelete,
 }
 
 impl AuditAction {
     /// Every action, in the order the API lists them.
-    pub const ALL: [AuditAction; 12] = [
+    pub const ALL: [AuditAction; 14] = [
         AuditAction::RateCardPublish,
         AuditAction::RateCardWithdraw,
         AuditAction::GpuMove,
@@ -36,6 +38,8 @@ impl AuditAction {
         AuditAction::BudgetCreate,
         AuditAction::BudgetUpdate,
         AuditAction::BudgetDelete,
+        AuditAction::UnitPut,
+        AuditAction::UnitDelete,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +56,8 @@ impl AuditAction {
             AuditAction::BudgetCreate => "budget.create",
             AuditAction::BudgetUpdate => "budget.update",
             AuditAction::BudgetDelete => "budget.delete",
+            AuditAction::UnitPut => "unit.put",
+            AuditAction::UnitDelete => "unit.delete",
         }
     }
 }

@@ -8,12 +8,14 @@ use clap::Args;
 use super::args::{DbArgs, ExportArgs};
 use crate::alerts::{AlertConfig, Secret, Smtp};
 use crate::billing::service::BillingConfig;
+use crate::collector::import::prometheus::Auth;
 use crate::db;
 use crate::http::server;
 use crate::http::state::ServerConfig;
 use crate::ingest::group::GroupCommit;
 use crate::ingest::validate::Limits;
 use crate::process;
+use crate::units::service::UnitSource;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -95,6 +97,20 @@ pub struct ServeArgs {
     /// Turn it on where only the platform's Prometheus can reach the server.
     #[arg(long, env = "SLICEMETER_METRICS_BILLING")]
     pub metrics_billing: bool,
+    /// The Prometheus (or Thanos, Mimir, VictoriaMetrics query API) whose counters unit definitions
+    /// read for the unit cost (`GET /v1/reports/unit-cost`); without it, no unit cost.
+    #[arg(long, env = "SLICEMETER_UNITS_PROMETHEUS_URL")]
+    pub units_prometheus_url: Option<String>,
+    /// A bearer token for it.
+    #[arg(
+        long,
+        env = "SLICEMETER_UNITS_PROMETHEUS_TOKEN",
+        hide_env_values = true
+    )]
+    pub units_prometheus_token: Option<String>,
+    /// How long one query of it may take.
+    #[arg(long, env = "SLICEMETER_UNITS_QUERY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub units_query_timeout: Duration,
     #[command(flatten)]
     pub exports: ExportArgs,
     #[command(flatten)]
@@ -234,6 +250,15 @@ impl ServeArgs {
             evidence_wait: self.evidence_wait,
             metrics_billing: self.metrics_billing,
             alerts: self.alerts.config(&self.listen)?,
+            units_prometheus: self.units_prometheus_url.as_ref().map(|url| UnitSource {
+                url: url.clone(),
+                auth: match &self.units_prometheus_token {
+                    Some(t) => Auth::Bearer(t.clone()),
+                    None => Auth::None,
+                },
+                timeout: self.units_query_timeout,
+                max_answer_bytes: 1 << 30,
+            }),
             ..ServerConfig::default()
         })
     }

@@ -34,7 +34,7 @@ struct AuditParams {
     to: Option<String>,
     /// Only this action, e.g. `invoice.issue`.
     #[param(
-        pattern = r"^(rate_card\.(publish|withdraw)|gpu\.move|invoice\.(run|issue|credit)|team\.put|token\.(create|revoke)|budget\.(create|update|delete))$"
+        pattern = r"^(rate_card\.(publish|withdraw)|gpu\.move|invoice\.(run|issue|credit)|team\.put|token\.(create|revoke)|budget\.(create|update|delete)|unit\.(put|delete))$"
     )]
     action: Option<String>,
     /// At most this many entries, newest first (1 to 1000, default 100).

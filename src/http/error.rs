@@ -58,6 +58,9 @@ pub enum ErrorCode {
     CannotPlan,
     /// 413: the body is larger than the limit.
     PayloadTooLarge,
+    /// 502: the Prometheus unit definitions are read from is not configured, or did not answer
+    /// (the message names the query).
+    UnitsUnavailable,
     /// 422: the batch breaks the contract or its bounds; `fields` names every bad field.
     InvalidBatch,
     /// 429: the token is over its rate; see `Retry-After`.
@@ -72,7 +75,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the OpenAPI document lists them.
-    pub const ALL: [ErrorCode; 24] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::BadRequest,
         ErrorCode::InvalidParameters,
         ErrorCode::MalformedBody,
@@ -92,6 +95,7 @@ impl ErrorCode {
         ErrorCode::CannotExport,
         ErrorCode::CannotPlan,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::UnitsUnavailable,
         ErrorCode::InvalidBatch,
         ErrorCode::RateLimited,
         ErrorCode::Internal,
@@ -128,6 +132,7 @@ impl ErrorCode {
             | ErrorCode::CannotExport
             | ErrorCode::CannotPlan => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UnitsUnavailable => StatusCode::BAD_GATEWAY,
             ErrorCode::InvalidBatch => StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,

@@ -23,6 +23,7 @@ pub mod state;
 mod teams;
 mod tokens;
 mod ui;
+mod units;
 
 use axum::Router;
 use tower_http::trace::TraceLayer;
@@ -81,6 +82,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(tokens::router())
         .merge(fleet::router())
         .merge(plans::router())
+        .merge(units::router())
         .merge(opencost::router())
         .merge(health::router())
 }

@@ -140,7 +140,7 @@ struct UsageParams {
     step: Option<String>,
 }
 
-fn instant(
+pub(super) fn instant(
     field: &str,
     value: Option<&str>,
     errors: &mut Vec<FieldError>,

@@ -55,6 +55,8 @@ pub struct ServerConfig {
     pub metrics_billing: bool,
     /// The alert worker's settings (`alerts`).
     pub alerts: crate::alerts::AlertConfig,
+    /// The Prometheus unit definitions' counters are read from; none: no unit cost.
+    pub units_prometheus: Option<crate::units::service::UnitSource>,
 }
 
 impl ServerConfig {
@@ -84,6 +86,7 @@ impl Default for ServerConfig {
             evidence_wait: Duration::from_secs(3),
             metrics_billing: false,
             alerts: crate::alerts::AlertConfig::default(),
+            units_prometheus: None,
         }
     }
 }

@@ -312,6 +312,41 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "/v1/tokens/999999",
             [U, U, U, U, 404, 403, 403, 403, 403, 403],
         ),
+        // Unit definitions are the admin's; the unit cost is read as the usage report is (this
+        // server has no Prometheus for units: 502 once the caller may ask).
+        with_body(
+            row(
+                "PUT",
+                "/v1/unit-definitions/{name}",
+                "/v1/unit-definitions/generated_tokens",
+                [U, U, U, U, 201, 403, 403, 403, 403, 403],
+            ),
+            |_| json!({"expression": "vllm:generation_tokens_total", "model_label": "model_name"}),
+        ),
+        row(
+            "GET",
+            "/v1/unit-definitions",
+            "/v1/unit-definitions",
+            [U, U, U, U, 200, 403, 403, 403, 403, 403],
+        ),
+        row(
+            "GET",
+            "/v1/unit-definitions/{name}",
+            "/v1/unit-definitions/generated_tokens",
+            [U, U, U, U, 200, 403, 403, 403, 403, 403],
+        ),
+        row(
+            "GET",
+            "/v1/reports/unit-cost",
+            "/v1/reports/unit-cost?from=2026-10-01&to=2026-10-08&unit=generated_tokens",
+            [U, U, U, U, 502, 502, 502, 502, 403, 403],
+        ),
+        row(
+            "DELETE",
+            "/v1/unit-definitions/{name}",
+            "/v1/unit-definitions/generated_tokens",
+            [U, U, U, U, 204, 403, 403, 403, 403, 403],
+        ),
         row(
             "DELETE",
             "/v1/rate-cards/{version}",

@@ -37,3 +37,4 @@ mod support;
 mod team_page;
 mod teams;
 mod tokens;
+mod units;

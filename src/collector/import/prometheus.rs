@@ -109,8 +109,33 @@ impl Prometheus {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<RawSeries>, QueryError> {
+        let span = to_ms - from_ms;
+        self.matrix(format!("{selector}[{span}ms]"), from_ms, to_ms)
+            .await
+    }
+
+    /// The points of `expr` evaluated every `step_ms` with a timestamp in `[from_ms, to_ms)`,
+    /// through a subquery: for an expression a range selector cannot follow (a sum, a rate).
+    pub async fn subquery(
+        &self,
+        expr: &str,
+        step_ms: i64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RawSeries>, QueryError> {
+        let span = to_ms - from_ms;
+        self.matrix(format!("({expr})[{span}ms:{step_ms}ms]"), from_ms, to_ms)
+            .await
+    }
+
+    /// The matrix `query` (a range ending at `to_ms - 1`) answers, cut to `[from_ms, to_ms)`.
+    async fn matrix(
+        &self,
+        query: String,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RawSeries>, QueryError> {
         let at = to_ms - 1;
-        let query = format!("{selector}[{}ms]", at - from_ms + 1);
         let time = format!("{}.{:03}", at.div_euclid(1000), at.rem_euclid(1000));
         let shown = chrono::DateTime::from_timestamp_millis(at)
             .map_or_else(|| time.clone(), |t| t.to_rfc3339());

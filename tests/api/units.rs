@@ -1,0 +1,414 @@
+//! Cost per unit of work: unit definitions (admin only, checked, audited) and the unit cost report,
+//! read from Debian's real `prometheus` serving blocks written with `promtool`, against the books
+//! of a hand-built fleet.
+
+use std::process::Command;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use rust_decimal::{Decimal, RoundingStrategy};
+use serde_json::{Value, json};
+use slicemeter::domain::access::Role;
+use slicemeter::sim::prometheus::LocalPrometheus;
+use slicemeter::units::service::UnitSource;
+
+use crate::billing::{d, dec, rate_card};
+use crate::support::*;
+
+/// 2026-10-02T00:00:00Z in Unix seconds.
+const T0: i64 = 1_790_899_200;
+
+/// One series' samples as OpenMetrics lines.
+fn series(out: &mut String, labels: &str, samples: impl IntoIterator<Item = (i64, u64)>) {
+    for (t, v) in samples {
+        out.push_str(&format!(
+            "vllm:generation_tokens_total{{{labels}}} {v} {t}\n"
+        ));
+    }
+}
+
+/// The counters of the hand-built case, every 5 minutes:
+/// - `chat-a-0` (nlp, model A): 62,500 tokens every 5 minutes from 00:00 to 04:00: 3,000,000.
+/// - `chat-b-0` (cv, model B): 50,000 every 5 minutes to 01:30 (900,000); restarted at 01:35
+///   (30,000), then 40,000 every 5 minutes to 03:00 (680,000): 1,610,000.
+/// - `ghost-0` (cv, model A) and `stray-0` (elsewhere, model A): units no slice was held for.
+fn counters() -> String {
+    let mut text = String::new();
+    series(
+        &mut text,
+        r#"model_name="A",namespace="nlp",pod="chat-a-0""#,
+        (0..=48).map(|k| (T0 + k * 300, k as u64 * 62_500)),
+    );
+    series(
+        &mut text,
+        r#"model_name="B",namespace="cv",pod="chat-b-0""#,
+        (0..=36).map(|k| {
+            let v = if k <= 18 {
+                k as u64 * 50_000
+            } else {
+                30_000 + (k as u64 - 19) * 40_000
+            };
+            (T0 + k * 300, v)
+        }),
+    );
+    series(
+        &mut text,
+        r#"model_name="A",namespace="cv",pod="ghost-0""#,
+        [(T0, 0), (T0 + 600, 1_000)],
+    );
+    series(
+        &mut text,
+        r#"model_name="A",namespace="elsewhere",pod="stray-0""#,
+        [(T0, 100), (T0 + 600, 600)],
+    );
+    text.push_str("# EOF\n");
+    text
+}
+
+async fn start_prometheus(dir: &std::path::Path) -> LocalPrometheus {
+    let storage = dir.join("prometheus");
+    std::fs::create_dir_all(&storage).unwrap();
+    let file = dir.join("units.om");
+    std::fs::write(&file, counters()).unwrap();
+    let promtool = slicemeter::sim::prometheus::binary("promtool").unwrap();
+    let out = Command::new(promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&file)
+        .arg(&storage)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tokio::task::spawn_blocking(move || {
+        LocalPrometheus::start(&storage, &[], Duration::from_secs(60))
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+fn hours(slice: &str, from: u32, to: u32, ns: &str, pod: &str) -> Vec<Value> {
+    (from..to)
+        .map(|h| {
+            window(
+                slice,
+                &format!("2026-10-02T{h:02}:00:00Z"),
+                &format!("2026-10-02T{:02}:00:00Z", h + 1),
+                ns,
+                pod,
+                3600.0,
+            )
+        })
+        .collect()
+}
+
+/// nlp's 1g.10gb serves model A 00:00-04:00; cv's 3g.40gb serves model B 00:00-03:00, and cv's
+/// other 1g.10gb is held 00:00-02:00 by a pod that counts nothing.
+async fn fleet(app: &TestApp) {
+    let r = rate_card(app, "2026-09-01T00:00:00Z", "4.00").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    app.put_team("nlp", &["nlp"]).await;
+    app.put_team("cv", &["cv"]).await;
+    let mut windows = hours(MIG_1G_A, 0, 4, "nlp", "chat-a-0");
+    windows.extend(hours(MIG_3G, 0, 3, "cv", "chat-b-0"));
+    windows.extend(hours(MIG_1G_B, 0, 2, "cv", "idle-0"));
+    let b = batch("2026-10-02T00:00:00Z", "2026-10-02T06:00:00Z", windows);
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}
+
+async fn define(app: &TestApp) {
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/unit-definitions/generated_tokens",
+            &json!({"expression": "vllm:generation_tokens_total", "model_label": "model_name"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+}
+
+fn half_even(v: Decimal) -> Decimal {
+    v.round_dp_with_strategy(2, RoundingStrategy::MidpointNearestEven)
+}
+
+/// (key values, cost, units, unit cost) of each row.
+fn rows(r: &Value) -> Vec<(Vec<String>, Decimal, Decimal, Decimal)> {
+    r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["key"]
+                    .as_object()
+                    .unwrap()
+                    .values()
+                    .map(|v| v.as_str().unwrap_or("").to_owned())
+                    .collect(),
+                dec(&row["cost"]),
+                dec(&row["units"]),
+                dec(&row["unit_cost"]),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn unit_cost_per_model_is_the_hand_calculation_a_reset_counted_once_and_nothing_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let prometheus = start_prometheus(dir.path()).await;
+    let app = TestApp::with_config(slicemeter::http::state::ServerConfig {
+        ingest_rate: 0.0,
+        units_prometheus: Some(UnitSource {
+            url: prometheus.url.clone(),
+            auth: slicemeter::collector::import::prometheus::Auth::None,
+            timeout: Duration::from_secs(20),
+            max_answer_bytes: 1 << 30,
+        }),
+        ..test_config()
+    })
+    .await;
+    fleet(&app).await;
+    define(&app).await;
+
+    // By hand. An H100 at 4.00 an hour; a 1g.10gb is 0.5 x 1/7 + 0.5 x 1/8 = 15/112 of it, a
+    // 3g.40gb 0.5 x 3/7 + 0.5 x 4/8 = 13/28. Each invoice line is rounded once: A's 4 hours of
+    // 1g.10gb, B's 3 hours of 3g.40gb, the idle pod's 2 hours of 1g.10gb.
+    let card = d("4.00");
+    let a_cost = half_even(card * d("15") / d("112") * d("4"));
+    let b_cost = half_even(card * d("13") / d("28") * d("3"));
+    let idle_cost = half_even(card * d("15") / d("112") * d("2"));
+    assert_eq!(
+        (a_cost, b_cost, idle_cost),
+        (d("2.14"), d("5.57"), d("1.07"))
+    );
+    // A: 48 x 62,500. B: 18 x 50,000, the restart's 30,000 once, then 17 x 40,000.
+    let a_units = d("3000000");
+    let b_units = d("900000") + d("30000") + d("680000");
+    let million = d("1000000");
+    let a_unit_cost = half_even(a_cost * million / a_units);
+    let b_unit_cost = half_even(b_cost * million / b_units);
+    assert_eq!((a_unit_cost, b_unit_cost), (d("0.71"), d("3.46")));
+
+    let uri = "/v1/reports/unit-cost?from=2026-10-02T00:00:00Z&to=2026-10-02T06:00:00Z&unit=generated_tokens";
+    let r = app
+        .get(Some(&app.admin), &format!("{uri}&group_by=model"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["currency"], "USD");
+    assert_eq!(r.body["per_units"], 1_000_000);
+    assert_eq!(
+        rows(&r.body),
+        vec![
+            (vec!["A".to_owned()], a_cost, a_units, a_unit_cost),
+            (vec!["B".to_owned()], b_cost, b_units, b_unit_cost),
+        ]
+    );
+    // The idle pod's hours: cost without units; the ghost's and the stray's: units without cost.
+    assert_eq!(dec(&r.body["cost_without_units_total"]), idle_cost);
+    let orphans: Vec<(String, String, Decimal)> = r.body["units_without_cost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["namespace"].as_str().unwrap().to_owned(),
+                u["join"].as_str().unwrap().to_owned(),
+                dec(&u["units"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        orphans,
+        vec![
+            ("cv".into(), "ghost-0".into(), d("1000")),
+            ("elsewhere".into(), "stray-0".into(), d("500")),
+        ]
+    );
+
+    // Per team and model, as finance sees it; CSV alike.
+    let finance = app.token(Role::Finance, None, None).await;
+    let r = app
+        .get(Some(&finance), &format!("{uri}&group_by=team,model"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(
+        rows(&r.body),
+        vec![
+            (vec!["A".into(), "nlp".into()], a_cost, a_units, a_unit_cost),
+            (vec!["B".into(), "cv".into()], b_cost, b_units, b_unit_cost),
+        ]
+    );
+    let r = app
+        .get(Some(&finance), &format!("{uri}&group_by=model&format=csv"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let csv = r.body.as_str().unwrap();
+    assert!(
+        csv.lines()
+            .any(|l| l == "unit_cost,generated_tokens,,,,,A,USD,2.14,3000000,1000000,0.71,4"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines()
+            .any(|l| l.starts_with("cost_without_units,") && l.contains(",1.07,")),
+        "{csv}"
+    );
+
+    // A team lead sees their own team only, and no other namespace's stray units.
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let r = app
+        .get(Some(&lead), &format!("{uri}&group_by=team,model"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(
+        rows(&r.body),
+        vec![(vec!["A".into(), "nlp".into()], a_cost, a_units, a_unit_cost)]
+    );
+    assert_eq!(r.body["units_without_cost"], json!([]));
+    assert_eq!(r.body["cost_without_units"], json!([]));
+
+    // Collectors and importers get nothing; an unknown unit is a 404.
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    let importer = app.token(Role::Importer, None, None).await;
+    for t in [&collector, &importer] {
+        assert_eq!(app.get(Some(t), uri).await.status, StatusCode::FORBIDDEN);
+    }
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/unit-cost?from=2026-10-02&to=2026-10-03&unit=inferences",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{r:?}");
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/v1/reports/unit-cost?from=2026-10-02T00:30:00Z&to=tomorrow&group_by=node",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(field_names(&r), ["from", "to", "unit", "group_by"]);
+    drop(prometheus);
+}
+
+#[tokio::test]
+async fn definitions_are_admin_only_checked_field_by_field_and_audited() {
+    let app = TestApp::spawn().await;
+    let finance = app.token(Role::Finance, None, None).await;
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let body = json!({"expression": "vllm:generation_tokens_total", "model_label": "model_name"});
+    for t in [&finance, &lead] {
+        let r = app
+            .send_json(
+                "PUT",
+                Some(t),
+                "/v1/unit-definitions/generated_tokens",
+                &body,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+        assert_eq!(
+            app.get(Some(t), "/v1/unit-definitions").await.status,
+            StatusCode::FORBIDDEN
+        );
+    }
+
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/unit-definitions/Tokens!",
+            &json!({"expression": "max_over_time(rate(vllm:generation_tokens_total[5m])[32d:1h])",
+                    "model_label": "model-name", "pod_label": "pod", "workload_label": "app",
+                    "per_units": 0}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(
+        field_names(&r),
+        [
+            "name",
+            "expression",
+            "model_label",
+            "workload_label",
+            "per_units"
+        ]
+    );
+    let said = fields(&r);
+    assert!(said[1].1.contains("over 31 days"), "{said:?}");
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/unit-definitions/tokens",
+            &json!({"expression": "x".repeat(2001)}),
+        )
+        .await;
+    assert_eq!(field_names(&r), ["expression"]);
+    assert_eq!(app.count("select count(*) from unit_definition").await, 0);
+
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/unit-definitions/generated_tokens",
+            &body,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["pod_label"], "pod");
+    assert_eq!(r.body["namespace_label"], "namespace");
+    assert_eq!(r.body["per_units"], 1_000_000);
+    let r = app
+        .send_json(
+            "PUT",
+            Some(&app.admin),
+            "/v1/unit-definitions/generated_tokens",
+            &body,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let r = app.get(Some(&app.admin), "/v1/unit-definitions").await;
+    assert_eq!(r.body.as_array().unwrap().len(), 1, "{r:?}");
+    // Without a Prometheus, the report says so.
+    let r = app
+        .get(
+            Some(&finance),
+            "/v1/reports/unit-cost?from=2026-10-02&to=2026-10-03&unit=generated_tokens",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "units_unavailable");
+    let r = app
+        .send_json(
+            "DELETE",
+            Some(&app.admin),
+            "/v1/unit-definitions/generated_tokens",
+            &Value::Null,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{r:?}");
+    let r = app
+        .get(Some(&app.admin), "/v1/unit-definitions/generated_tokens")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{r:?}");
+    let audit: Vec<(String, String, Option<i64>)> = sqlx::query_as(
+        "select action, subject, actor_token_id from audit_log where action like 'unit.%' order by audit_id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    let actions: Vec<&str> = audit.iter().map(|a| a.0.as_str()).collect();
+    assert_eq!(actions, ["unit.put", "unit.put", "unit.delete"]);
+    assert!(
+        audit
+            .iter()
+            .all(|a| a.1 == "generated_tokens" && a.2.is_some())
+    );
+}
