@@ -11,12 +11,13 @@ use slicemeter::ingest::group::GroupCommit;
 
 use crate::support::*;
 
-/// Gathers for long enough that requests sent together surely meet, with one writer.
+/// Gathers for long enough that requests sent together surely meet, with one writer: 3 s, since
+/// 0.5 s let eight requests of a loaded 2-core CI machine fall into two groups.
 async fn gathering_app() -> TestApp {
     TestApp::with_config(ServerConfig {
         ingest_rate: 0.0,
         group_commit: GroupCommit {
-            wait: Duration::from_millis(500),
+            wait: Duration::from_secs(3),
             writers: 1,
             ..GroupCommit::default()
         },
