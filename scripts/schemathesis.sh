@@ -71,6 +71,10 @@ st() {
 #   GET /v1/reports/usage: a real calendar date (2026-02-30 fits the pattern), to after from, a
 #     range no longer than the step allows (400).
 #   PUT /v1/teams/{team}: the team `unattributed` cannot own namespaces (400).
+#   GET /v1/reports/unit-cost: a real calendar date, to after from, by at most 31 days (400).
+#   PUT /v1/unit-definitions/{name}: an expression that reads as PromQL (strings closed, brackets
+#     balanced, a series named, no range or subquery over 31 days), label names Prometheus allows,
+#     pod_label and workload_label not both (400).
 #   GET /v1/ingest/coverage: to after from, by at most 31 days (400).
 #   GET /allocation, /allocation/compute: a window of real instants, its end after its start and no
 #     longer than the step allows; idle capacity for windows of whole months only (400).
@@ -83,7 +87,7 @@ st() {
 #     host and no user, a namespace of the team's own, a label as key=value, a quarter's amount
 #     fixed, idle and spend-change alerts on a whole team's budget only (400).
 semantic=("POST /v1/ingest" "POST /v1/rate-cards" "GET /v1/reports/usage" "PUT /v1/teams/{team}"
-  "GET /v1/ingest/coverage"
+  "GET /v1/ingest/coverage" "GET /v1/reports/unit-cost" "PUT /v1/unit-definitions/{name}"
   "GET /allocation" "GET /allocation/compute" "POST /v1/tokens" "POST /v1/budgets"
   "PUT /v1/budgets/{id}")
 printf '' >"$work/strict.toml"

@@ -58,8 +58,10 @@ pub enum ErrorCode {
     CannotPlan,
     /// 413: the body is larger than the limit.
     PayloadTooLarge,
-    /// 502: the Prometheus unit definitions are read from is not configured, or did not answer
-    /// (the message names the query).
+    /// 409: this server reads no Prometheus for units (start it with `--units-prometheus-url`).
+    UnitsNotConfigured,
+    /// 502: the Prometheus unit definitions are read from did not answer (the message names the
+    /// query).
     UnitsUnavailable,
     /// 422: the batch breaks the contract or its bounds; `fields` names every bad field.
     InvalidBatch,
@@ -75,7 +77,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the OpenAPI document lists them.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::BadRequest,
         ErrorCode::InvalidParameters,
         ErrorCode::MalformedBody,
@@ -95,6 +97,7 @@ impl ErrorCode {
         ErrorCode::CannotExport,
         ErrorCode::CannotPlan,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::UnitsNotConfigured,
         ErrorCode::UnitsUnavailable,
         ErrorCode::InvalidBatch,
         ErrorCode::RateLimited,
@@ -130,7 +133,8 @@ impl ErrorCode {
             | ErrorCode::BudgetExists
             | ErrorCode::InvoiceState
             | ErrorCode::CannotExport
-            | ErrorCode::CannotPlan => StatusCode::CONFLICT,
+            | ErrorCode::CannotPlan
+            | ErrorCode::UnitsNotConfigured => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnitsUnavailable => StatusCode::BAD_GATEWAY,
             ErrorCode::InvalidBatch => StatusCode::UNPROCESSABLE_ENTITY,

@@ -196,7 +196,8 @@ struct UnitCostParams {
         (status = 401, description = "no valid token", body = ErrorBody),
         (status = 403, description = "a collector or importer token", body = ErrorBody),
         (status = 404, description = "no such unit", body = ErrorBody),
-        (status = 502, description = "no Prometheus configured, or it did not answer", body = ErrorBody)))]
+        (status = 409, description = "this server reads no Prometheus for units (`units_not_configured`)", body = ErrorBody),
+        (status = 502, description = "the units' Prometheus did not answer (`units_unavailable`; the message names the query)", body = ErrorBody)))]
 async fn unit_cost(
     State(state): State<AppState>,
     principal: Principal,
@@ -262,7 +263,7 @@ async fn unit_cost(
         .definition;
     let Some(source) = state.config.units_prometheus.as_ref() else {
         return Err(ApiError::new(
-            ErrorCode::UnitsUnavailable,
+            ErrorCode::UnitsNotConfigured,
             "no Prometheus is configured for units: start the server with --units-prometheus-url",
         ));
     };

@@ -76,6 +76,7 @@ pub struct UnitDefinitionInput {
     /// Joins by the workload's name instead of the pod's.
     pub workload_label: Option<String>,
     /// Default 1000000 (per million units); 1 to 1000000000.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     pub per_units: Option<i64>,
     /// Up to 500 characters.
     pub description: Option<String>,

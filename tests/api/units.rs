@@ -383,8 +383,12 @@ async fn definitions_are_admin_only_checked_field_by_field_and_audited() {
             "/v1/reports/unit-cost?from=2026-10-02&to=2026-10-03&unit=generated_tokens",
         )
         .await;
-    assert_eq!(r.status, StatusCode::BAD_GATEWAY, "{r:?}");
-    assert_eq!(r.body["error"]["code"], "units_unavailable");
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert_eq!(r.body["error"]["code"], "units_not_configured");
+    assert_eq!(
+        r.body["error"]["message"],
+        "no Prometheus is configured for units: start the server with --units-prometheus-url"
+    );
     let r = app
         .send_json(
             "DELETE",
