@@ -339,7 +339,7 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             "GET",
             "/v1/reports/unit-cost",
             "/v1/reports/unit-cost?from=2026-10-01&to=2026-10-08&unit=generated_tokens",
-            [U, U, U, U, 502, 502, 502, 502, 403, 403],
+            [U, U, U, U, 409, 409, 409, 409, 403, 403],
         ),
         row(
             "DELETE",
