@@ -6,6 +6,12 @@
 //! decimal lands a hair off the fraction, and on a line whose exact amount is a half cent that hair
 //! picks the other cent. So a figure that a decimal may not hold exactly is an [`Exact`] until it is
 //! rounded, and a share stored as a decimal comes back as its fraction ([`Exact::share`]).
+//!
+//! Almost every figure here is a fraction whose numerator and denominator fit 128 bits (decimal
+//! prices over 10^k, shares over 7, 100 or a GPU's bytes, seconds over 3,600): those are computed
+//! in `i128`, every step checked, and a step that would overflow is done again in `BigRational`,
+//! which holds any fraction. The result is the same either way; only the time differs (an export
+//! prices each of its rows, and big-integer fractions cost it twice the time of the whole read).
 
 use std::cmp::Ordering;
 use std::iter::Sum;
@@ -17,14 +23,68 @@ use num_traits::{One, Signed, ToPrimitive, Zero};
 use rust_decimal::Decimal;
 
 /// An exact rational amount.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Exact(BigRational);
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Exact(Repr);
+
+/// One representation per value, so that equality and hashing may compare representations: a
+/// fraction whose reduced numerator and denominator fit `i128` is always `Small`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    /// `n / d`, reduced, `d > 0`.
+    Small(i128, i128),
+    /// Any other fraction (reduced, as `BigRational` keeps it).
+    Big(BigRational),
+}
 
 /// Decimal's largest scale: a quotient that does not terminate is cut there.
 const MAX_SCALE: u32 = 28;
 
+/// The most places a share is written with by hand (`0.333`, a vGPU fraction): a share with more is
+/// a quotient cut at [`MAX_SCALE`].
+const WRITTEN_PLACES: u32 = 20;
+
 fn ten_pow(n: u32) -> BigInt {
     BigInt::from(10).pow(n)
+}
+
+/// `10^k` for `k <= 38`.
+fn ten_pow_small(k: u32) -> i128 {
+    10i128.pow(k)
+}
+
+/// The greatest common divisor (binary), `gcd(0, b) = b`.
+fn gcd(a: u128, b: u128) -> u128 {
+    if a == 0 {
+        return b;
+    }
+    if b == 0 {
+        return a;
+    }
+    let shift = (a | b).trailing_zeros();
+    let (mut a, mut b) = (a >> a.trailing_zeros(), b);
+    loop {
+        b >>= b.trailing_zeros();
+        if a > b {
+            std::mem::swap(&mut a, &mut b);
+        }
+        b -= a;
+        if b == 0 {
+            return a << shift;
+        }
+    }
+}
+
+/// `n / d` reduced, if it fits; `d` must not be zero.
+fn small(n: i128, d: i128) -> Option<Exact> {
+    assert!(d != 0, "an exact fraction's denominator is zero");
+    let (n, d) = if d < 0 {
+        (n.checked_neg()?, d.checked_neg()?)
+    } else {
+        (n, d)
+    };
+    // `d > 0`, so the divisor is at most `d` and fits `i128`.
+    let g = gcd(n.unsigned_abs(), d as u128) as i128;
+    Some(Exact(Repr::Small(n / g, d / g)))
 }
 
 impl Default for Exact {
@@ -35,28 +95,47 @@ impl Default for Exact {
 
 impl Exact {
     pub fn zero() -> Exact {
-        Exact(BigRational::zero())
+        Exact(Repr::Small(0, 1))
     }
 
     pub fn is_zero(&self) -> bool {
-        self.0.is_zero()
+        match &self.0 {
+            Repr::Small(n, _) => *n == 0,
+            Repr::Big(b) => b.is_zero(),
+        }
     }
 
     pub fn is_negative(&self) -> bool {
-        self.0.is_negative()
+        match &self.0 {
+            Repr::Small(n, _) => *n < 0,
+            Repr::Big(b) => b.is_negative(),
+        }
     }
 
     /// `n / d`; `d` must not be zero.
     pub fn ratio(n: i64, d: i64) -> Exact {
-        Exact(BigRational::new(BigInt::from(n), BigInt::from(d)))
+        small(i128::from(n), i128::from(d)).expect("an i64 fraction fits i128")
     }
 
     /// The decimal's value, exactly.
     pub fn from_decimal(d: Decimal) -> Exact {
-        Exact(BigRational::new(
-            BigInt::from(d.mantissa()),
-            ten_pow(d.scale()),
-        ))
+        // A mantissa of 96 bits over at most 10^28: both fit.
+        small(d.mantissa(), ten_pow_small(d.scale())).expect("a decimal fits i128")
+    }
+
+    /// The canonical form of a big fraction.
+    fn of_big(b: BigRational) -> Exact {
+        match (b.numer().to_i128(), b.denom().to_i128()) {
+            (Some(n), Some(d)) => Exact(Repr::Small(n, d)),
+            _ => Exact(Repr::Big(b)),
+        }
+    }
+
+    fn to_big(&self) -> BigRational {
+        match &self.0 {
+            Repr::Small(n, d) => BigRational::new_raw(BigInt::from(*n), BigInt::from(*d)),
+            Repr::Big(b) => b.clone(),
+        }
     }
 
     /// A decimal number written out (`"-12.5"`, `"3"`), exactly: for sums too long for a
@@ -74,60 +153,112 @@ impl Exact {
         }
         let m: BigInt = all.parse().ok()?;
         let v = BigRational::new(m, ten_pow(frac.len() as u32));
-        Some(Exact(if negative { -v } else { v }))
+        Some(Exact::of_big(if negative { -v } else { v }))
     }
 
     /// A share (a slice's compute or memory fraction of its GPU) as stored: its fraction.
     ///
     /// Shares are `slices / 7`, `percent / 100`, `pinned bytes / GPU bytes` or a decimal fraction
-    /// as given, so their denominators are below 2^48. A decimal at scale 28 is such a fraction cut
-    /// to 28 places (a quotient that terminates stops earlier): the fraction is the one of smallest
-    /// denominator within half a unit of its last place, unique because two fractions with
-    /// denominators below 2^48 differ by more than 10^-29. Any other decimal is exact as written.
+    /// as given, so their denominators are below 2^46 (a GPU's bytes are below 2^38). A decimal at
+    /// scale 28 is such a fraction cut to 28 places (a quotient that terminates stops earlier): the
+    /// fraction is the one of smallest denominator within half a unit of its last place, unique
+    /// because two fractions with denominators below 2^46 differ by at least 2^-92, more than the
+    /// 10^-28 that the half units either side span. A quotient's trailing zeros are not kept
+    /// (3/8 is 0.375, a quotient whose 28th place is 0 has 27 places), so any decimal with more than
+    /// [`WRITTEN_PLACES`] places is taken as cut at 28; any other decimal is exact as written.
     pub fn share(d: Decimal) -> Exact {
-        if d.scale() < MAX_SCALE || d.is_zero() {
+        if d.scale() <= WRITTEN_PLACES || d.is_zero() {
             return Exact::from_decimal(d);
         }
-        let x = Exact::from_decimal(d).0;
-        let half = BigRational::new(BigInt::from(5), ten_pow(MAX_SCALE + 1));
-        let (lo, hi) = (&x - &half, &x + &half);
-        if lo.is_negative() {
-            return Exact(x);
+        // Half a unit of the last place either side: (2m -+ 1) / (2 x 10^28).
+        let m = d.mantissa() * ten_pow_small(MAX_SCALE - d.scale());
+        if m < 0 {
+            return Exact::from_decimal(d);
         }
-        Exact(simplest_between(lo, hi))
+        let unit = 2 * ten_pow_small(MAX_SCALE);
+        if let Some((n, d)) = simplest_between_small((2 * m - 1, unit), (2 * m + 1, unit)) {
+            return small(n, d).expect("a reduced share fits");
+        }
+        let x = Exact::from_decimal(d).to_big();
+        let half = BigRational::new(BigInt::from(5), ten_pow(MAX_SCALE + 1));
+        Exact::of_big(simplest_between(&x - &half, &x + &half))
     }
 
     /// Rounded to `places` decimals, half to even: the one rounding of a money figure (and of any
     /// figure shown at a fixed number of places).
     pub fn round(&self, places: u32) -> Decimal {
-        let n = self.round_to_integer_at(places);
+        if let Repr::Small(n, d) = self.0
+            && let Some(m) = round_small(n, d, places)
+            && let Ok(x) = Decimal::try_from_i128_with_scale(m, places)
+        {
+            return x;
+        }
+        let n = round_big(&self.to_big(), places);
         decimal_of(&n, places)
     }
 
     /// The nearest decimal with up to 28 significant digits (half to even): how an exact figure is
     /// stored or shown unrounded (an invoice line's `exact_amount`).
     pub fn to_decimal(&self) -> Decimal {
-        let whole = self.0.abs().to_integer();
-        let int_digits = if whole.is_zero() {
-            0
-        } else {
-            whole.to_string().len() as u32
+        let int_digits = match &self.0 {
+            Repr::Small(n, d) => {
+                let whole = n.unsigned_abs() / (*d as u128);
+                whole.checked_ilog10().map_or(0, |l| l + 1)
+            }
+            Repr::Big(b) => {
+                let whole = b.abs().to_integer();
+                if whole.is_zero() {
+                    0
+                } else {
+                    whole.to_string().len() as u32
+                }
+            }
         };
         let places = MAX_SCALE.saturating_sub(int_digits);
         self.round(places).normalize()
     }
+}
 
-    fn round_to_integer_at(&self, places: u32) -> BigInt {
-        let scaled = &self.0 * BigRational::from_integer(ten_pow(places));
-        let floor = scaled.floor();
-        let frac = &scaled - &floor;
-        let floor = floor.to_integer();
-        match frac.cmp(&BigRational::new(BigInt::one(), BigInt::from(2))) {
-            Ordering::Less => floor,
-            Ordering::Greater => floor + 1,
-            Ordering::Equal if (&floor % 2u8).is_zero() => floor,
-            Ordering::Equal => floor + 1,
-        }
+/// `n / d x 10^places` rounded half to even, if every step fits `i128`.
+fn round_small(n: i128, d: i128, places: u32) -> Option<i128> {
+    // Floor division, so that the remainder is never negative: n = q d + r, 0 <= r < d.
+    let mut m = n.div_euclid(d);
+    let mut r = n.rem_euclid(d);
+    let mut left = places;
+    while left > 0 {
+        // As many digits at once as `r x 10^k` allows (r < d, so one digit at least unless d is
+        // within a factor ten of i128's range).
+        let mut k = left.min(18);
+        let t = loop {
+            match r.checked_mul(ten_pow_small(k)) {
+                Some(t) => break t,
+                None if k > 1 => k /= 2,
+                None => return None,
+            }
+        };
+        m = m.checked_mul(ten_pow_small(k))?.checked_add(t / d)?;
+        r = t % d;
+        left -= k;
+    }
+    // Twice the remainder against the denominator, without doubling: r against d - r.
+    Some(match r.cmp(&(d - r)) {
+        Ordering::Less => m,
+        Ordering::Greater => m.checked_add(1)?,
+        Ordering::Equal if m % 2 == 0 => m,
+        Ordering::Equal => m.checked_add(1)?,
+    })
+}
+
+fn round_big(x: &BigRational, places: u32) -> BigInt {
+    let scaled = x * BigRational::from_integer(ten_pow(places));
+    let floor = scaled.floor();
+    let frac = &scaled - &floor;
+    let floor = floor.to_integer();
+    match frac.cmp(&BigRational::new(BigInt::one(), BigInt::from(2))) {
+        Ordering::Less => floor,
+        Ordering::Greater => floor + 1,
+        Ordering::Equal if (&floor % 2u8).is_zero() => floor,
+        Ordering::Equal => floor + 1,
     }
 }
 
@@ -138,7 +269,7 @@ fn decimal_of(n: &BigInt, places: u32) -> Decimal {
             if places > 0 {
                 // Too many digits for 96 bits: drop places (half to even) until it fits.
                 decimal_of(
-                    &Exact(BigRational::new(n.clone(), BigInt::from(10))).round_to_integer_at(0),
+                    &round_big(&BigRational::new(n.clone(), BigInt::from(10)), 0),
                     places - 1,
                 )
             } else if m < 0 {
@@ -167,6 +298,46 @@ fn simplest_between(lo: BigRational, hi: BigRational) -> BigRational {
     fl + inner.recip()
 }
 
+/// [`simplest_between`] of `lo = (ln, ld)` and `hi = (hn, hd)` (positive denominators, not
+/// necessarily reduced), if every step fits `i128`; the result is not reduced.
+fn simplest_between_small(lo: (i128, i128), hi: (i128, i128)) -> Option<(i128, i128)> {
+    let ((ln, ld), (hn, hd)) = (lo, hi);
+    let fl = ln.div_euclid(ld);
+    let lo_rest = ln.rem_euclid(ld);
+    if lo_rest == 0 {
+        return Some((fl, 1));
+    }
+    let next = fl.checked_add(1)?;
+    if next.checked_mul(hd)? <= hn {
+        return Some((next, 1));
+    }
+    // hi - fl and lo - fl, both in (0, 1): their reciprocals, the larger first.
+    let hi_rest = hn.checked_sub(fl.checked_mul(hd)?)?;
+    let (inner_n, inner_d) = simplest_between_small((hd, hi_rest), (ld, lo_rest))?;
+    // fl + 1 / inner.
+    Some((fl.checked_mul(inner_n)?.checked_add(inner_d)?, inner_n))
+}
+
+impl PartialOrd for Exact {
+    fn partial_cmp(&self, o: &Exact) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Ord for Exact {
+    fn cmp(&self, o: &Exact) -> Ordering {
+        if let (Repr::Small(a, b), Repr::Small(c, d)) = (&self.0, &o.0) {
+            if b == d {
+                return a.cmp(c);
+            }
+            if let (Some(x), Some(y)) = (a.checked_mul(*d), c.checked_mul(*b)) {
+                return x.cmp(&y);
+            }
+        }
+        self.to_big().cmp(&o.to_big())
+    }
+}
+
 impl From<Decimal> for Exact {
     fn from(d: Decimal) -> Exact {
         Exact::from_decimal(d)
@@ -175,71 +346,131 @@ impl From<Decimal> for Exact {
 
 impl From<i64> for Exact {
     fn from(n: i64) -> Exact {
-        Exact(BigRational::from_integer(BigInt::from(n)))
+        Exact(Repr::Small(i128::from(n), 1))
+    }
+}
+
+fn add(x: &Exact, y: &Exact) -> Exact {
+    if let (Repr::Small(a, b), Repr::Small(c, d)) = (&x.0, &y.0) {
+        let sum = if b == d {
+            a.checked_add(*c).and_then(|n| small(n, *b))
+        } else {
+            let g = gcd(*b as u128, *d as u128) as i128;
+            (|| {
+                let n = a.checked_mul(d / g)?.checked_add(c.checked_mul(b / g)?)?;
+                small(n, (b / g).checked_mul(*d)?)
+            })()
+        };
+        if let Some(s) = sum {
+            return s;
+        }
+    }
+    Exact::of_big(x.to_big() + y.to_big())
+}
+
+fn neg(x: &Exact) -> Exact {
+    match &x.0 {
+        Repr::Small(n, d) => match n.checked_neg() {
+            Some(n) => Exact(Repr::Small(n, *d)),
+            None => Exact::of_big(-x.to_big()),
+        },
+        Repr::Big(b) => Exact::of_big(-b.clone()),
+    }
+}
+
+fn sub(x: &Exact, y: &Exact) -> Exact {
+    add(x, &neg(y))
+}
+
+fn mul(x: &Exact, y: &Exact) -> Exact {
+    if let (Repr::Small(a, b), Repr::Small(c, d)) = (&x.0, &y.0) {
+        // Reduced across first, so that the product is reduced and as small as it can be.
+        let g1 = gcd(a.unsigned_abs(), *d as u128) as i128;
+        let g2 = gcd(c.unsigned_abs(), *b as u128) as i128;
+        if let (Some(n), Some(m)) = ((a / g1).checked_mul(c / g2), (b / g2).checked_mul(d / g1)) {
+            return if n == 0 {
+                Exact::zero()
+            } else {
+                Exact(Repr::Small(n, m))
+            };
+        }
+    }
+    Exact::of_big(x.to_big() * y.to_big())
+}
+
+fn div(x: &Exact, y: &Exact) -> Exact {
+    assert!(!y.is_zero(), "an exact figure divided by zero");
+    let recip = match &y.0 {
+        Repr::Small(n, d) => small(*d, *n),
+        Repr::Big(_) => None,
+    };
+    match recip {
+        Some(r) => mul(x, &r),
+        None => Exact::of_big(x.to_big() / y.to_big()),
     }
 }
 
 macro_rules! binary {
-    ($trait:ident, $method:ident, $op:tt) => {
+    ($trait:ident, $method:ident, $f:ident) => {
         impl $trait<&Exact> for &Exact {
             type Output = Exact;
             fn $method(self, o: &Exact) -> Exact {
-                Exact(&self.0 $op &o.0)
+                $f(self, o)
             }
         }
         impl $trait<Exact> for Exact {
             type Output = Exact;
             fn $method(self, o: Exact) -> Exact {
-                Exact(self.0 $op o.0)
+                $f(&self, &o)
             }
         }
         impl $trait<Exact> for &Exact {
             type Output = Exact;
             fn $method(self, o: Exact) -> Exact {
-                Exact(&self.0 $op o.0)
+                $f(self, &o)
             }
         }
         impl $trait<&Exact> for Exact {
             type Output = Exact;
             fn $method(self, o: &Exact) -> Exact {
-                Exact(self.0 $op &o.0)
+                $f(&self, o)
             }
         }
         impl $trait<Decimal> for &Exact {
             type Output = Exact;
             fn $method(self, o: Decimal) -> Exact {
-                Exact(&self.0 $op Exact::from_decimal(o).0)
+                $f(self, &Exact::from_decimal(o))
             }
         }
         impl $trait<Decimal> for Exact {
             type Output = Exact;
             fn $method(self, o: Decimal) -> Exact {
-                Exact(self.0 $op Exact::from_decimal(o).0)
+                $f(&self, &Exact::from_decimal(o))
             }
         }
     };
 }
-binary!(Add, add, +);
-binary!(Sub, sub, -);
-binary!(Mul, mul, *);
-binary!(Div, div, /);
+binary!(Add, add, add);
+binary!(Sub, sub, sub);
+binary!(Mul, mul, mul);
+binary!(Div, div, div);
 
 impl AddAssign<&Exact> for Exact {
     fn add_assign(&mut self, o: &Exact) {
-        self.0 += &o.0;
+        *self = add(self, o);
     }
 }
 
 impl AddAssign<Exact> for Exact {
     fn add_assign(&mut self, o: Exact) {
-        self.0 += o.0;
+        *self = add(self, &o);
     }
 }
 
 impl Neg for Exact {
     type Output = Exact;
     fn neg(self) -> Exact {
-        Exact(-self.0)
+        neg(&self)
     }
 }
 
@@ -323,5 +554,111 @@ mod tests {
             (Exact::from(dec!(1000)) * Exact::ratio(1, 7)).to_decimal(),
             dec!(142.8571428571428571428571429)
         );
+    }
+
+    /// A figure's big-integer twin, and the same figure reached through `Exact`'s own steps.
+    fn figures(seed: &mut u64) -> Vec<(BigRational, Exact)> {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let dens = [
+            1i64,
+            7,
+            100,
+            3600,
+            10_000,
+            85_520_809_984,
+            1 << 40,
+            999_999_937,
+        ];
+        (0..40)
+            .map(|_| {
+                let n = (next() % 2_000_000_001) as i64 - 1_000_000_000;
+                let d = dens[(next() % dens.len() as u64) as usize];
+                let mut big = BigRational::new(BigInt::from(n), BigInt::from(d));
+                let mut exact = Exact::ratio(n, d);
+                // Some figures grown past i128 and back: products of large fractions.
+                for _ in 0..(next() % 6) {
+                    let m = (next() >> 2) as i64 | 1;
+                    let q = dens[(next() % dens.len() as u64) as usize];
+                    big *= BigRational::new(BigInt::from(m), BigInt::from(q));
+                    exact = exact * Exact::ratio(m, q);
+                }
+                (big, exact)
+            })
+            .collect()
+    }
+
+    fn reference_decimal(x: &BigRational, places: u32) -> Decimal {
+        decimal_of(&round_big(x, places), places)
+    }
+
+    #[test]
+    fn the_i128_path_agrees_with_big_fractions_in_every_step() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut smalls = 0;
+        for _ in 0..8 {
+            let xs = figures(&mut seed);
+            for (rx, x) in &xs {
+                assert_eq!(&x.to_big(), rx);
+                if rx.numer().to_i128().is_some() && rx.denom().to_i128().is_some() {
+                    smalls += 1;
+                    assert!(matches!(x.0, Repr::Small(..)), "{rx} is kept small");
+                }
+                for places in [0, 2, 6, 9] {
+                    assert_eq!(
+                        x.round(places),
+                        reference_decimal(rx, places),
+                        "{rx} at {places}"
+                    );
+                }
+                let whole = rx.abs().to_integer();
+                let digits = if whole.is_zero() {
+                    0
+                } else {
+                    whole.to_string().len() as u32
+                };
+                assert_eq!(
+                    x.to_decimal(),
+                    reference_decimal(rx, MAX_SCALE.saturating_sub(digits)).normalize(),
+                    "{rx}"
+                );
+                for (ry, y) in &xs {
+                    assert_eq!((x + y).to_big(), rx + ry, "{rx} + {ry}");
+                    assert_eq!((x - y).to_big(), rx - ry, "{rx} - {ry}");
+                    assert_eq!((x * y).to_big(), rx * ry, "{rx} x {ry}");
+                    if !ry.is_zero() {
+                        assert_eq!((x / y).to_big(), rx / ry, "{rx} / {ry}");
+                    }
+                    assert_eq!(x.cmp(y), rx.cmp(ry), "{rx} against {ry}");
+                    assert_eq!(x == y, rx == ry);
+                    assert_eq!(Exact::of_big(rx + ry), x + y, "one form per value");
+                }
+            }
+        }
+        assert!(smalls > 100, "the figures reach both paths: {smalls} small");
+    }
+
+    #[test]
+    fn shares_cut_to_28_places_come_back_the_same_either_way() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..2000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let d = (seed % ((1 << 46) - 2)) as i64 + 2;
+            let n = ((seed >> 17) as i64 % d).max(1);
+            let stored = Decimal::from(n) / Decimal::from(d);
+            let fast = Exact::share(stored);
+            assert_eq!(fast, Exact::ratio(n, d), "{n}/{d} stored as {stored}");
+            if stored.scale() > WRITTEN_PLACES {
+                let x = Exact::from_decimal(stored).to_big();
+                let half = BigRational::new(BigInt::from(5), ten_pow(MAX_SCALE + 1));
+                assert_eq!(fast.to_big(), simplest_between(&x - &half, &x + &half));
+            }
+        }
     }
 }
