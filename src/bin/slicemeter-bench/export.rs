@@ -30,6 +30,59 @@ pub struct ExportBenchArgs {
     /// Sizes that run in seconds (4 and 8 GPUs): CI runs them so that the benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
+    /// Another build's `slicemeter-bench` (an earlier commit's, say): each month is also exported
+    /// by it, right after this build's export of the same rows, and the two are printed together.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+}
+
+/// One measured export: FOCUS rows, CSV bytes, peak resident KiB, time.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    rows: usize,
+    bytes: usize,
+    peak_kib: u64,
+    elapsed: Duration,
+}
+
+/// Runs `exe focus-child` on `month` of the database at `scoped` and measures it.
+async fn measure(
+    exe: &std::path::Path,
+    month: Month,
+    scoped: &str,
+    gpus: usize,
+) -> anyhow::Result<Measured> {
+    let out = tempfile_path(&format!("focus-{gpus}.csv"));
+    let started = Instant::now();
+    // A process of its own: its peak memory is the export's alone.
+    let mut child = std::process::Command::new(exe)
+        .args(["focus-child", "--period", &month.to_string(), "--out"])
+        .arg(&out)
+        .env("DATABASE_URL", scoped)
+        .env("RUST_LOG", "error")
+        .spawn()?;
+    let mut peak_kib = 0u64;
+    let status = loop {
+        if let Some(kib) = peak_rss_kib(child.id()) {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    anyhow::ensure!(status.success(), "the export by {exe:?} failed: {status}");
+    let elapsed = started.elapsed();
+    let text = std::fs::read_to_string(&out)?;
+    std::fs::remove_file(&out).ok();
+    let rows = text.lines().count().saturating_sub(1);
+    anyhow::ensure!(rows > 0, "the export of {gpus} GPUs by {exe:?} has no rows");
+    Ok(Measured {
+        rows,
+        bytes: text.len(),
+        peak_kib,
+        elapsed,
+    })
 }
 
 /// The export one measured process runs.
@@ -67,64 +120,48 @@ pub async fn export(args: ExportBenchArgs) -> anyhow::Result<()> {
     } else {
         args.gpus.clone()
     };
+    let baseline = args.baseline.as_deref();
     for &gpus in &sizes {
         let results = &mut results;
         in_scratch_schema(args.database_url.as_deref(), 8, |pool, scoped| async move {
             let rollups = load_month(&pool, gpus, args.seed, month).await?;
-            let out = tempfile_path(&format!("focus-{gpus}.csv"));
-            let started = Instant::now();
-            // This binary again, as a process of its own: its peak memory is the export's alone.
-            let mut child = std::process::Command::new(std::env::current_exe()?)
-                .args(["focus-child", "--period", &month.to_string(), "--out"])
-                .arg(&out)
-                .env("DATABASE_URL", &scoped)
-                .env("RUST_LOG", "error")
-                .spawn()?;
-            let mut peak_kib = 0u64;
-            let status = loop {
-                if let Some(kib) = peak_rss_kib(child.id()) {
-                    peak_kib = peak_kib.max(kib);
-                }
-                if let Some(status) = child.try_wait()? {
-                    break status;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
+            let this = measure(&std::env::current_exe()?, month, &scoped, gpus).await?;
+            let before = match baseline {
+                Some(exe) => Some(measure(exe, month, &scoped, gpus).await?),
+                None => None,
             };
-            anyhow::ensure!(status.success(), "the export failed: {status}");
-            let elapsed = started.elapsed();
-            let text = std::fs::read_to_string(&out)?;
-            std::fs::remove_file(&out).ok();
-            anyhow::ensure!(
-                text.lines().count() > 1,
-                "the export of {gpus} GPUs has no rows"
-            );
-            results.push((
-                gpus,
-                rollups,
-                text.lines().count() - 1,
-                text.len(),
-                peak_kib,
-                elapsed,
-            ));
+            results.push((gpus, rollups, this, before));
             Ok(())
         })
         .await?;
     }
-    println!("GPUs   rollup rows   FOCUS rows   CSV bytes     peak RSS    time");
-    for (gpus, rollups, rows, bytes, kib, t) in &results {
+    println!("build      GPUs   rollup rows   FOCUS rows   CSV bytes     peak RSS    time");
+    let line = |build: &str, gpus: usize, rollups: i64, m: &Measured| {
         println!(
-            "{gpus:<6} {rollups:>11}   {rows:>10}   {bytes:>11}   {:>7.1} MiB   {:.2} s",
-            *kib as f64 / 1024.0,
-            t.as_secs_f64()
+            "{build:<10} {gpus:<6} {rollups:>11}   {:>10}   {:>11}   {:>7.1} MiB   {:.2} s",
+            m.rows,
+            m.bytes,
+            m.peak_kib as f64 / 1024.0,
+            m.elapsed.as_secs_f64()
         );
+    };
+    for (gpus, rollups, this, before) in &results {
+        line("this", *gpus, *rollups, this);
+        if let Some(b) = before {
+            line("baseline", *gpus, *rollups, b);
+            println!(
+                "{gpus} GPUs: this build takes {:.2}x the baseline's time",
+                this.elapsed.as_secs_f64() / b.elapsed.as_secs_f64().max(1e-9)
+            );
+        }
     }
     if let (Some(first), Some(last)) = (results.first(), results.last()) {
         println!(
             "peak RSS ratio {} GPUs / {} GPUs: {:.2} for {:.0}x the rows",
             last.0,
             first.0,
-            last.4 as f64 / first.4.max(1) as f64,
-            last.2 as f64 / first.2.max(1) as f64
+            last.2.peak_kib as f64 / first.2.peak_kib.max(1) as f64,
+            last.2.rows as f64 / first.2.rows.max(1) as f64
         );
     }
     Ok(())
