@@ -225,18 +225,30 @@ async fn answer(
         principal.team_scope(),
     )
     .await?;
-    // Each month's fleet cost, for idle capacity: the month as billing prices it now.
-    let mut fleet_cost: BTreeMap<Month, Decimal> = BTreeMap::new();
+    // Each month's fleet cost and its placeable and stranded capacity, for idle capacity: the
+    // month as billing prices it now.
+    let mut fleet_cost: BTreeMap<Month, [Decimal; 3]> = BTreeMap::new();
     if idle != Idle::Off {
         for m in months.unwrap_or_default() {
             let inputs = reports::month(&state.pool, &state.reports, m).await?;
-            fleet_cost.insert(m, inputs.bill().conservation.fleet_cost);
+            let c = &inputs.bill().conservation;
+            fleet_cost.insert(m, [c.fleet_cost, c.placeable, c.stranded]);
         }
     }
-    let idle_cost = |start, end, allocated: Decimal| -> Option<Decimal> {
+    let idle_cost = |start, end, allocated: Decimal| -> Option<opencost::IdleCost> {
         let months = opencost::whole_months(start, end)?;
-        let fleet: Decimal = months.iter().filter_map(|m| fleet_cost.get(m)).sum();
-        Some(fleet - allocated)
+        let sum = |i: usize| -> Decimal {
+            months
+                .iter()
+                .filter_map(|m| fleet_cost.get(m))
+                .map(|f| f[i])
+                .sum()
+        };
+        Some(opencost::IdleCost {
+            total: sum(0) - allocated,
+            placeable: sum(1),
+            stranded: sum(2),
+        })
     };
     let currency = report
         .currency

@@ -1,7 +1,13 @@
 //! Stranded capacity: what a GPU's layout leaves that no profile or share can take, recorded with the
 //! GPU's presence from the slices each batch says the GPU has.
 
+use std::str::FromStr;
+
+use axum::http::StatusCode;
+use rust_decimal::Decimal;
 use serde_json::{Value, json};
+
+use crate::billing::d;
 
 use crate::support::*;
 
@@ -29,10 +35,13 @@ async fn stranded(app: &TestApp) -> Vec<(String, i64, i64, i64, i64)> {
     .unwrap()
 }
 
-#[tokio::test]
-async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it_stands() {
-    let app = TestApp::spawn().await;
-    let gib = 1i64 << 30;
+const GIB: i64 = 1 << 30;
+
+/// The issue's layouts, one H100 each, present over `[start, end)` with `windows`: GPU-a two 3g.40gb,
+/// GPU-b four 1g.20gb, GPU-c seven 1g.10gb, GPU-d `-cgi 9,19,19`, GPU-e an empty MIG card, GPU-f
+/// two MPS clients of 50 % and 30 GiB.
+fn layouts(start: &str, end: &str, windows: Vec<Value>) -> Value {
+    let gib = GIB;
     let slices = [
         // Two 3g.40gb: one compute slice and no memory slice left.
         vec![
@@ -64,16 +73,22 @@ async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it
             .collect(),
     ];
     let uuids = ["GPU-a", "GPU-b", "GPU-c", "GPU-d", "GPU-e", "GPU-f"];
-    let batch = json!({
+    json!({
         "node": "gpu-node-01",
-        "period": {"start": "2026-10-01T00:00:00Z", "end": "2026-10-01T01:00:00Z"},
+        "period": {"start": start, "end": end},
         "gpus": uuids.iter().map(|u| h100(u, *u != "GPU-f")).collect::<Vec<_>>(),
         "slices": slices.iter().flatten().collect::<Vec<_>>(),
-        "windows": []
-    });
+        "windows": windows
+    })
+}
+
+#[tokio::test]
+async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it_stands() {
+    let app = TestApp::spawn().await;
+    let batch = layouts("2026-10-01T00:00:00Z", "2026-10-01T01:00:00Z", vec![]);
     let r = app.ingest(&app.admin, &batch).await;
     assert_eq!(r.status, axum::http::StatusCode::OK, "{r:?}");
-    let free_mps = 85_520_809_984 - 60 * gib;
+    let free_mps = 85_520_809_984 - 60 * GIB;
     assert_eq!(
         stranded(&app).await,
         [
@@ -86,3 +101,72 @@ async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it
         ]
     );
 }
+
+/// The conservation block's unallocated, placeable and stranded figures of `period`.
+async fn split(app: &TestApp, period: &str) -> (Value, [Decimal; 3]) {
+    let r = app
+        .get(Some(&app.admin), &format!("/v1/reports/monthly/{period}"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let c = &r.body["conservation"];
+    let d = |f: &str| Decimal::from_str(c[f].as_str().unwrap()).unwrap();
+    let figures = [d("unallocated"), d("placeable"), d("stranded")];
+    (r.body.clone(), figures)
+}
+
+#[tokio::test]
+async fn stranded_capacity_is_priced_apart_from_placeable_to_the_cent_and_frozen_with_the_books() {
+    let app = TestApp::spawn().await;
+    crate::billing::rate_card(&app, "2026-10-01T00:00:00Z", "4.00").await;
+    app.put_team("nlp", &["nlp"]).await;
+    // nlp holds GPU-a's two 3g.40gb for the hour; nobody holds anything else.
+    let held = (0..2)
+        .map(|n| {
+            window(
+                &format!("GPU-a::{n}"),
+                "2026-10-01T00:00:00Z",
+                "2026-10-01T01:00:00Z",
+                "nlp",
+                &format!("trainer-{n}"),
+                3600.0,
+            )
+        })
+        .collect();
+    let batch = layouts("2026-10-01T00:00:00Z", "2026-10-01T01:00:00Z", held);
+    let r = app.ingest(&app.admin, &batch).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+
+    // Six H100s for an hour at 4.00: 24.00. nlp's two 3g.40gb: 2 x 4.00 x (0.5 x 3/7 + 0.5 x 4/8)
+    // = 26/7 = 3.714286, billed 3.71; unallocated 24 - 26/7 = 20.285714, shown 20.29.
+    // Stranded, at 4.00 x 0.5 = 2.00 an hour per whole GPU of compute or memory: GPU-a one compute
+    // slice of 7 (2/7), GPU-b three (6/7), GPU-c one memory slice of 8 (1/4), GPU-f the 21,096,300,544
+    // bytes of 85,520,809,984 no client can take (0.493361): 1.886218, shown 1.89; placeable the
+    // rest of the unallocated 20.29: 18.40.
+    let (report, figures) = split(&app, "2026-10").await;
+    assert_eq!(figures, [d("20.29"), d("18.40"), d("1.89")]);
+    let c = &report["conservation"];
+    assert_eq!(c["fleet_cost"], "24.00");
+    assert_eq!(c["team_charges"], "3.71");
+    assert_eq!(c["rounding_residual"], "0.00");
+
+    // Issued, the month answers from its books: a late hour of presence (GPU-b's layout again, three
+    // more compute slices stranded) waits beside them and changes neither figure.
+    crate::billing::run(&app, "2026-10").await;
+    let issued = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/issue",
+            &json!({"period": "2026-10"}),
+        )
+        .await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
+    let late = layouts("2026-10-02T00:00:00Z", "2026-10-02T01:00:00Z", vec![]);
+    let r = app.ingest(&app.admin, &late).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let (after, figures) = split(&app, "2026-10").await;
+    assert_eq!(after["state"], "issued");
+    assert_eq!(figures, [d("20.29"), d("18.40"), d("1.89")]);
+    assert_eq!(after["conservation"], report["conservation"]);
+}
+

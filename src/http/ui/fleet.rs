@@ -134,6 +134,8 @@ fn fleet_body(
                         ("Team charges", "team_charges", c.team_charges),
                         ("Unattributed", "unattributed", c.unattributed),
                         ("Unallocated", "unallocated", c.unallocated),
+                        ("Of which placeable", "placeable", c.placeable),
+                        ("Of which stranded", "stranded", c.stranded),
                         ("Sharing discount", "sharing_discount", c.sharing_discount),
                         ("Rounding residual", "rounding_residual", c.rounding_residual),
                     ] {
@@ -143,7 +145,8 @@ fn fleet_body(
                         }
                     }
                 }
-                p { "Fleet cost = team charges + unattributed + unallocated + sharing discount + rounding residual, to the cent." }
+                p { "Fleet cost = team charges + unattributed + unallocated + sharing discount + rounding residual, to the cent. "
+                    "Unallocated = placeable (a valid instance or share could still be given out) + stranded (what the cards' layouts leave to no profile or share: the price of a layout, which a new layout frees)." }
                 (charts::stacked("conservation", "Fleet cost by destination",
                     &format!("Of {} of fleet cost in {month}: team charges {}, unattributed {}, unallocated {}, sharing discount {}, rounding {}.",
                         m(c.fleet_cost), m(c.team_charges), m(c.unattributed), m(c.unallocated), m(c.sharing_discount), m(c.rounding_residual)),
