@@ -6,6 +6,7 @@ use std::str::FromStr;
 use axum::http::StatusCode;
 use rust_decimal::Decimal;
 use serde_json::{Value, json};
+use slicemeter::domain::access::Role;
 
 use crate::billing::d;
 
@@ -170,3 +171,171 @@ async fn stranded_capacity_is_priced_apart_from_placeable_to_the_cent_and_frozen
     assert_eq!(after["conservation"], report["conservation"]);
 }
 
+#[tokio::test]
+async fn a_cards_ledger_adds_up_to_its_cost_each_hour_and_refuses_what_it_cannot_answer() {
+    let app = TestApp::spawn().await;
+    crate::billing::rate_card(&app, "2026-10-01T00:00:00Z", "4.00").await;
+    app.put_team("nlp", &["nlp"]).await;
+    app.put_team("search", &["search"]).await;
+    // GPU-a's two 3g.40gb: nlp's trainer-0 and search's ranker-0, the first hour; the second hour
+    // nobody holds them.
+    let held = vec![
+        window(
+            "GPU-a::0",
+            "2026-10-01T00:00:00Z",
+            "2026-10-01T01:00:00Z",
+            "nlp",
+            "trainer-0",
+            3600.0,
+        ),
+        window(
+            "GPU-a::1",
+            "2026-10-01T00:00:00Z",
+            "2026-10-01T01:00:00Z",
+            "search",
+            "ranker-0",
+            3600.0,
+        ),
+    ];
+    let r = app
+        .ingest(
+            &app.admin,
+            &layouts("2026-10-01T00:00:00Z", "2026-10-01T02:00:00Z", held),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let finance = app.token(Role::Finance, None, None).await;
+    let uri = "/v1/gpus/GPU-a/ledger?from=2026-10-01T00:00:00Z&to=2026-10-01T02:00:00Z&step=hour";
+    let l = app.get(Some(&finance), uri).await;
+    assert_eq!(l.status, StatusCode::OK, "{l:?}");
+    assert_eq!(l.body["currency"], "USD");
+    let steps = l.body["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    // Hour 1: 4.00 = 1.86 (nlp: 4.00 x 13/28 = 1.857143) + 1.86 (search) + 0.29 stranded (one
+    // compute slice of seven at half weight: 2/7 = 0.285714) - 0.01 rounding.
+    let h = &steps[0];
+    assert_eq!(h["source"], "rollups");
+    assert_eq!(
+        [
+            &h["cost"],
+            &h["sharing_discount"],
+            &h["placeable"],
+            &h["stranded"],
+            &h["rounding"]
+        ],
+        ["4.00", "0.00", "0.00", "0.29", "-0.01"]
+    );
+    let holders: Vec<(&str, &str, &str, &str)> = h["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["team"].as_str().unwrap(),
+                x["workload"].as_str().unwrap(),
+                x["slice_uuid"].as_str().unwrap(),
+                x["charge"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        holders,
+        [
+            ("nlp", "trainer-0", "GPU-a::0", "1.86"),
+            ("search", "ranker-0", "GPU-a::1", "1.86")
+        ]
+    );
+    // Hour 2: the two 3g.40gb stand unheld (placeable: they can be given out as they are), and
+    // the seventh compute slice is still stranded: 4.00 - 0.29 = 3.71 placeable.
+    let h = &steps[1];
+    assert_eq!(
+        [&h["cost"], &h["placeable"], &h["stranded"], &h["rounding"]],
+        ["4.00", "3.71", "0.29", "0.00"]
+    );
+    assert_eq!(h["holders"].as_array().unwrap().len(), 0);
+
+    // The CSV: each hour's rows after its cost row add up to it.
+    let csv = app.get(Some(&finance), &format!("{uri}&format=csv")).await;
+    assert_eq!(csv.status, StatusCode::OK, "{csv:?}");
+    let text = csv.body.as_str().unwrap().to_owned();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let hour_one: Vec<&csv::StringRecord> = rows
+        .iter()
+        .filter(|r| &r[0] == "2026-10-01T00:00:00+00:00")
+        .collect();
+    assert_eq!(&hour_one[0][6], "cost");
+    assert_eq!(&hour_one[0][14], "4.00");
+    let parts: Decimal = hour_one[1..]
+        .iter()
+        .map(|r| Decimal::from_str(&r[14]).unwrap())
+        .sum();
+    assert_eq!(parts, d("4.00"));
+
+    // What it cannot answer, named.
+    let unknown = app
+        .get(
+            Some(&finance),
+            "/v1/gpus/GPU-nope/ledger?from=2026-10-01&to=2026-10-02",
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{unknown:?}");
+    for (bad, field) in [
+        ("from=2026-10-02&to=2026-10-01", "to"),
+        ("from=2026-10-01&to=2027-01-03&step=hour", "to"),
+        ("from=2026-10-01&to=2026-10-02&step=week", "step"),
+        ("from=2026-10-01&to=2026-10-02&format=xlsx", "format"),
+    ] {
+        let r = app
+            .get(Some(&finance), &format!("/v1/gpus/GPU-a/ledger?{bad}"))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {r:?}");
+        assert_eq!(field_names(&r), [field], "{bad}: {r:?}");
+    }
+    // 93 days of hours are answered.
+    let quarter = app
+        .get(
+            Some(&finance),
+            "/v1/gpus/GPU-a/ledger?from=2026-10-01&to=2027-01-02&step=hour",
+        )
+        .await;
+    assert_eq!(quarter.status, StatusCode::OK, "{quarter:?}");
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    for token in [&lead, &collector] {
+        let r = app.get(Some(token), uri).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    }
+
+    // Issued, October is read from its books, by day: its hours are refused, naming the step.
+    crate::billing::run(&app, "2026-10").await;
+    let issued = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/issue",
+            &json!({"period": "2026-10"}),
+        )
+        .await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
+    let r = app.get(Some(&finance), uri).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(field_names(&r), ["step"]);
+    let day = app
+        .get(
+            Some(&finance),
+            "/v1/gpus/GPU-a/ledger?from=2026-10-01&to=2026-10-02&step=day",
+        )
+        .await;
+    assert_eq!(day.status, StatusCode::OK, "{day:?}");
+    let s = &day.body["steps"][0];
+    assert_eq!(s["source"], "books");
+    // The day: 8.00 = 1.86 + 1.86 (held the first hour) + 3.72 placeable + 0.57 stranded - 0.01
+    // rounding: 26/7 = 3.714286 allocated, 8 - 26/7 = 4.285714 unallocated (4.29), stranded two
+    // hours of 2/7 = 0.571429 (0.57), placeable 4.29 - 0.57; 1.86 + 1.86 + 4.29 = 8.01.
+    assert_eq!(
+        [&s["cost"], &s["placeable"], &s["stranded"], &s["rounding"]],
+        ["8.00", "3.72", "0.57", "-0.01"]
+    );
+    assert!(s["holders"][0]["workload"].is_null());
+}

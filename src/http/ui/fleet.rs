@@ -366,7 +366,7 @@ struct PlacedGpu {
 }
 
 fn gpu_map(rows: &[FleetSliceRow], palette: &Palette, view: &MapView) -> Markup {
-    let gpus: Vec<PlacedGpu> = gpu_bars(rows)
+    let gpus: Vec<PlacedGpu> = gpu_bars(rows, view.month)
         .into_iter()
         .filter(|g| view.node.as_ref().is_none_or(|n| *n == g.node))
         .filter(|g| view.model.as_ref().is_none_or(|m| *m == g.model))
@@ -464,8 +464,8 @@ fn percent_of(share: f64) -> String {
     format!("{:.0} %", share * 100.0)
 }
 
-/// Each GPU as a bar cut into its slices.
-fn gpu_bars(rows: &[FleetSliceRow]) -> Vec<PlacedGpu> {
+/// Each GPU as a bar cut into its slices, its label linking to its ledger of `month` (CSV).
+fn gpu_bars(rows: &[FleetSliceRow], month: Month) -> Vec<PlacedGpu> {
     let w = ShareWeights::default();
     let mut gpus: Vec<PlacedGpu> = Vec::new();
     let mut last = None;
@@ -476,7 +476,10 @@ fn gpu_bars(rows: &[FleetSliceRow]) -> Vec<PlacedGpu> {
                 node: r.node.clone(),
                 bar: GpuBar {
                     label: format!("{} · {}", r.node, r.model.trim_start_matches("NVIDIA ")),
-                    link: None,
+                    link: Some(format!(
+                        "/ui/gpus/{}/ledger?month={month}",
+                        form_urlencoded::byte_serialize(r.gpu_uuid.as_bytes()).collect::<String>()
+                    )),
                     slices: Vec::new(),
                 },
             });
