@@ -239,6 +239,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
     assert_eq!(
         distributed,
         BTreeSet::from([
+            "book_gpu_day",
             "book_slice",
             "gpu_daily",
             "gpu_hourly",
