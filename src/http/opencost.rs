@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Query, State};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -235,21 +235,7 @@ async fn answer(
             fleet_cost.insert(m, [c.fleet_cost, c.placeable, c.stranded]);
         }
     }
-    let idle_cost = |start, end, allocated: Decimal| -> Option<opencost::IdleCost> {
-        let months = opencost::whole_months(start, end)?;
-        let sum = |i: usize| -> Decimal {
-            months
-                .iter()
-                .filter_map(|m| fleet_cost.get(m))
-                .map(|f| f[i])
-                .sum()
-        };
-        Some(opencost::IdleCost {
-            total: sum(0) - allocated,
-            placeable: sum(1),
-            stranded: sum(2),
-        })
-    };
+    let idle_cost = |start, end, allocated| idle_of(&fleet_cost, start, end, allocated);
     let currency = report
         .currency
         .as_deref()
@@ -265,4 +251,27 @@ async fn answer(
     Ok(Json(
         json!({"code": 200, "status": "success", "data": sets}),
     ))
+}
+
+/// Idle capacity of `[start, end)` if it is whole months: their fleet cost less `allocated`, and
+/// their placeable and stranded capacity (`months`: each month's fleet cost, placeable, stranded).
+fn idle_of(
+    months: &BTreeMap<Month, [Decimal; 3]>,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    allocated: Decimal,
+) -> Option<opencost::IdleCost> {
+    let whole = opencost::whole_months(start, end)?;
+    let sum = |i: usize| -> Decimal {
+        whole
+            .iter()
+            .filter_map(|m| months.get(m))
+            .map(|f| f[i])
+            .sum()
+    };
+    Some(opencost::IdleCost {
+        total: sum(0) - allocated,
+        placeable: sum(1),
+        stranded: sum(2),
+    })
 }

@@ -171,8 +171,9 @@ async fn stranded_capacity_is_priced_apart_from_placeable_to_the_cent_and_frozen
     assert_eq!(after["conservation"], report["conservation"]);
 }
 
-#[tokio::test]
-async fn a_cards_ledger_adds_up_to_its_cost_each_hour_and_refuses_what_it_cannot_answer() {
+/// An app with the layouts present two hours, GPU-a's two 3g.40gb held by nlp's trainer-0 and
+/// search's ranker-0 the first hour, nobody holding them the second; and a finance token.
+async fn two_hours_of_gpu_a() -> (TestApp, String) {
     let app = TestApp::spawn().await;
     crate::billing::rate_card(&app, "2026-10-01T00:00:00Z", "4.00").await;
     app.put_team("nlp", &["nlp"]).await;
@@ -205,7 +206,16 @@ async fn a_cards_ledger_adds_up_to_its_cost_each_hour_and_refuses_what_it_cannot
         .await;
     assert_eq!(r.status, StatusCode::OK, "{r:?}");
     let finance = app.token(Role::Finance, None, None).await;
-    let uri = "/v1/gpus/GPU-a/ledger?from=2026-10-01T00:00:00Z&to=2026-10-01T02:00:00Z&step=hour";
+    (app, finance)
+}
+
+const TWO_HOURS: &str =
+    "/v1/gpus/GPU-a/ledger?from=2026-10-01T00:00:00Z&to=2026-10-01T02:00:00Z&step=hour";
+
+#[tokio::test]
+async fn a_cards_ledger_adds_up_to_its_cost_each_hour_in_json_and_csv() {
+    let (app, finance) = two_hours_of_gpu_a().await;
+    let uri = TWO_HOURS;
     let l = app.get(Some(&finance), uri).await;
     assert_eq!(l.status, StatusCode::OK, "{l:?}");
     assert_eq!(l.body["currency"], "USD");
@@ -271,7 +281,12 @@ async fn a_cards_ledger_adds_up_to_its_cost_each_hour_and_refuses_what_it_cannot
         .map(|r| Decimal::from_str(&r[14]).unwrap())
         .sum();
     assert_eq!(parts, d("4.00"));
+}
 
+#[tokio::test]
+async fn a_cards_ledger_refuses_what_it_cannot_answer_and_reads_an_issued_month_from_its_books() {
+    let (app, finance) = two_hours_of_gpu_a().await;
+    let uri = TWO_HOURS;
     // What it cannot answer, named.
     let unknown = app
         .get(
