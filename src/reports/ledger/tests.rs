@@ -1,5 +1,6 @@
 //! The ledger's figures computed by hand, and its CSV.
 
+use proptest::prelude::*;
 use rust_decimal_macros::dec;
 
 use super::*;
@@ -35,8 +36,18 @@ fn at(s: &str) -> DateTime<Utc> {
 }
 
 fn held(hour: &str, team: &str, slice: &str, r: &Reservation, seconds: i64) -> HolderSeconds {
+    held_by(at(hour), team, slice, r, seconds)
+}
+
+fn held_by(
+    hour: DateTime<Utc>,
+    team: &str,
+    slice: &str,
+    r: &Reservation,
+    seconds: i64,
+) -> HolderSeconds {
     HolderSeconds {
-        bucket: at(hour),
+        bucket: hour,
         rate_card: Some(1),
         team: TeamId::parse(team).unwrap(),
         workload: Some(format!("{team}-trainer")),
@@ -207,4 +218,131 @@ fn a_name_a_spreadsheet_would_run_is_quoted_in_the_csv() {
     let csv = String::from_utf8(to_csv(&l).unwrap()).unwrap();
     assert!(csv.contains("'=HYPERLINK"), "{csv}");
     assert!(csv.contains(",'-2+3,"), "{csv}");
+}
+
+/// A MIG instance of the H100 table.
+fn instance(profile: &str) -> Reservation {
+    let p = crate::domain::profiles::by_name("H100-SXM5-80GB", profile).unwrap();
+    Reservation::Mig {
+        profile: profile.into(),
+        profile_id: Some(p.profile_id),
+        compute_slices: p.compute_slices,
+        memory_slices: p.memory_slices,
+        memory_bytes: p.memory_bytes(),
+    }
+}
+
+/// Layouts a card may stand in (valid ones: every instance has a placement).
+const LAYOUTS: [&[&str]; 5] = [
+    &["3g.40gb", "3g.40gb"],
+    &["1g.20gb", "1g.20gb", "1g.20gb", "1g.20gb"],
+    &["1g.10gb"; 7],
+    &["3g.40gb", "1g.10gb", "1g.10gb"],
+    &[],
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    /// Random cards, each in a layout for some hours, its instances held part of each hour by
+    /// random teams: every hour of every card adds up to its cost with at most half a cent of
+    /// rounding per figure rounded, stranded never passes unallocated; and the cards' month
+    /// ledgers add up to the month's bill (fleet cost, unallocated, stranded, discount) but for
+    /// the rounding of each card's figures.
+    #[test]
+    fn every_cards_hours_add_up_and_the_cards_add_up_to_the_months_bill(
+        cards in proptest::collection::vec(
+            (0..LAYOUTS.len(), 1..4i64, proptest::collection::vec((0..3usize, 0..=3600i64), 7)),
+            1..5,
+        )
+    ) {
+        use crate::billing::period::bill;
+        use crate::billing::pricing::PresenceAggregate;
+        let rate = card();
+        let half = dec!(0.005);
+        let month = (at("2026-10-01T00:00:00Z"), at("2026-11-01T00:00:00Z"));
+        let teams = ["nlp", "search", "vision"];
+        let (mut usage, mut presence) = (Vec::new(), Vec::new());
+        let mut months: Vec<Ledger> = Vec::new();
+        for (n, (layout, hours, held)) in cards.iter().enumerate() {
+            let slices: Vec<Reservation> = LAYOUTS[*layout].iter().map(|p| instance(p)).collect();
+            let s = crate::domain::layout::stranded(&H100, &slices.iter().collect::<Vec<_>>());
+            let mut holders = Vec::new();
+            let mut present = Vec::new();
+            for h in 0..*hours {
+                let hour = month.0 + chrono::Duration::hours(h);
+                present.push(CardSeconds {
+                    bucket: hour,
+                    rate_card: Some(1),
+                    present_seconds: dec!(3600),
+                    stranded: StrandedSeconds::of_gpu(
+                        &H100,
+                        Decimal::from(s.compute_slices) * dec!(3600),
+                        Decimal::from(s.memory_slices) * dec!(3600),
+                        Decimal::ZERO,
+                        Decimal::ZERO,
+                    ),
+                });
+                for (i, r) in slices.iter().enumerate() {
+                    let (team, seconds) = held[i];
+                    if seconds == 0 {
+                        continue;
+                    }
+                    let mut x = held_by(hour, teams[team], &format!("GPU-{n}::{i}"), r, seconds);
+                    x.profile = Some(LAYOUTS[*layout][i].to_owned());
+                    holders.push(x);
+                }
+            }
+            let header = |uuid: String| Card { gpu_uuid: uuid, model: H100_MODEL.into(), node: "n".into() };
+            let hourly = ledger(header(format!("GPU-{n}")), month.0, month.1, Step::Hour,
+                                &holders, &present, &|_| false, &rate).unwrap();
+            for st in &hourly.steps {
+                let charges: Decimal = st.holders.iter().map(|h| h.charge).sum();
+                prop_assert_eq!(st.cost, dec!(4.00));
+                prop_assert_eq!(st.cost, charges + st.sharing_discount + st.placeable + st.stranded + st.rounding);
+                prop_assert_eq!(st.unallocated, st.placeable + st.stranded);
+                prop_assert!(st.placeable >= Decimal::ZERO, "{st:?}");
+                prop_assert!(st.rounding.abs() <= half * Decimal::from(st.holders.len() + 3), "{st:?}");
+            }
+            // The same hours a month at a time, and as billing reads them.
+            let by_month: Vec<HolderSeconds> = holders.iter().cloned().map(|mut h| { h.bucket = month.0; h }).collect();
+            let present_month: Vec<CardSeconds> = present.iter().cloned().map(|mut p| { p.bucket = month.0; p }).collect();
+            months.push(ledger(header(format!("GPU-{n}")), month.0, month.1, Step::Month,
+                               &by_month, &present_month, &|_| false, &rate).unwrap());
+            for h in &holders {
+                usage.push((UsageAggregate {
+                    team: h.team.clone(),
+                    model: H100_MODEL.into(),
+                    kind: h.kind,
+                    profile: h.profile.clone(),
+                    rate_card: 1,
+                    slices: 1,
+                    sums: OccupancySums { held_seconds: h.held.to_decimal(), ..Default::default() },
+                    exact: ExactSums::of_share(&h.held, &h.active, &h.memory_byte_seconds, &h.share),
+                }, Some(1)));
+            }
+            for p in &present {
+                presence.push((PresenceAggregate {
+                    model: H100_MODEL.into(),
+                    rate_card: 1,
+                    present_seconds: p.present_seconds,
+                    stranded: p.stranded.clone(),
+                }, Some(1)));
+            }
+        }
+        let b = bill(&usage, &presence, &rate, None).unwrap();
+        let k = &b.conservation;
+        let total = |f: fn(&LedgerStep) -> Decimal| -> Decimal {
+            months.iter().flat_map(|l| &l.steps).map(f).sum()
+        };
+        // Each card's month rounds each figure once, the bill once for the fleet.
+        let slack = half * Decimal::from(months.len() + 1);
+        prop_assert_eq!(total(|s| s.cost), k.fleet_cost);
+        for (mine, billed) in [
+            (total(|s| s.unallocated), k.unallocated),
+            (total(|s| s.stranded), k.stranded),
+            (total(|s| s.sharing_discount), k.sharing_discount),
+        ] {
+            prop_assert!((mine - billed).abs() <= slack, "{mine} against {billed}");
+        }
+    }
 }
