@@ -25,7 +25,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::pricing::{Charge, PresenceAggregate, UsageAggregate, fleet_cost, price};
+use super::pricing::{Charge, PresenceAggregate, UsageAggregate, fleet_cost, price, stranded_cost};
 use super::rate_card::{Currency, IdlePolicy, PriceSource, RateCard};
 use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
@@ -254,9 +254,19 @@ pub struct Conservation {
     /// until they are attributed, never invoiced.
     #[schema(value_type = String, example = "0.00")]
     pub unattributed: Decimal,
-    /// The share of GPUs no slice held (after spreading, under the `spread` policy).
+    /// The share of GPUs no slice held (after spreading, under the `spread` policy):
+    /// `placeable + stranded`, to the cent.
     #[schema(value_type = String, example = "771.43")]
     pub unallocated: Decimal,
+    /// The part of `unallocated` that a valid MIG instance, MPS share or vGPU fraction could still
+    /// take (unheld slices included): `unallocated - stranded`, so that the two add up to the cent.
+    #[schema(value_type = String, example = "771.43")]
+    pub placeable: Decimal,
+    /// The part of `unallocated` that the GPUs' layouts leave to no valid profile or share (compute
+    /// without memory, memory without compute), priced with the same weights; rounded once from
+    /// its exact figure. Under the `spread` policy it goes to teams with the rest.
+    #[schema(value_type = String, example = "0.00")]
+    pub stranded: Decimal,
     /// The `(1 - isolation factor)` part of shared slices' cost, carried by the platform.
     #[schema(value_type = String, example = "0.00")]
     pub sharing_discount: Decimal,
@@ -362,11 +372,13 @@ pub fn bill(
         .collect();
 
     let mut fleet_by_card: BTreeMap<i64, Exact> = BTreeMap::new();
+    let mut stranded_by_card: BTreeMap<i64, Exact> = BTreeMap::new();
     let mut default_priced = Vec::new();
     for (p, c) in presence {
         let card = &cards[&c.expect("checked above")];
         let (cost, source) = fleet_cost(p, card);
         *fleet_by_card.entry(card.id).or_default() += cost;
+        *stranded_by_card.entry(card.id).or_default() += stranded_cost(&p.model, &p.stranded, card);
         if source == PriceSource::Default {
             default_priced.push(DefaultPriced {
                 gpu_model: p.model.clone(),
@@ -402,6 +414,7 @@ pub fn bill(
 
     // Unallocated capacity per rate card version; spread over teams where its policy says so.
     let mut unallocated = Exact::zero();
+    let mut stranded = Exact::zero();
     let mut discount = Exact::zero();
     for (&card_id, fleet) in &fleet_by_card {
         let of_card: Vec<&Charge> = charges.iter().filter(|c| c.rate_card == card_id).collect();
@@ -437,9 +450,11 @@ pub fn bill(
                     billed_before: None,
                 });
             }
+            // Spread whole (the parts add up to `idle` exactly), stranded capacity with it.
             unallocated += idle - spread_total;
         } else {
             unallocated += idle;
+            stranded += stranded_by_card.remove(&card_id).unwrap_or_default();
         }
     }
     // Usage of hours whose GPUs were not present is impossible by ingest's contract; charges of a
@@ -473,9 +488,14 @@ pub fn bill(
         d
     };
     let unallocated = unsigned(round(&unallocated));
+    // Stranded rounded once; placeable is what is left of unallocated, so that the two add up to it
+    // to the cent (rounding half to even is monotone: stranded <= unallocated stays so rounded).
+    let stranded = unsigned(round(&stranded));
+    let placeable = unsigned(unallocated - stranded);
     let sharing_discount = unsigned(round(&discount));
     let negative = [
         ("unallocated capacity", unallocated),
+        ("placeable unallocated capacity", placeable),
         ("the sharing discount", sharing_discount),
         ("the fleet cost", fleet_cost),
     ]
@@ -487,6 +507,8 @@ pub fn bill(
         team_charges,
         unattributed,
         unallocated,
+        placeable,
+        stranded,
         sharing_discount,
         rounding_residual: fleet_cost
             - team_charges
@@ -578,6 +600,7 @@ pub(crate) mod tests {
                 model: H100_MODEL.into(),
                 rate_card: card,
                 present_seconds: seconds,
+                stranded: Default::default(),
             },
             Some(card),
         )
@@ -721,6 +744,202 @@ pub(crate) mod tests {
                 .contains("the figures of the period do not add up"),
             "{err}"
         );
+    }
+
+    /// One hour of one H100 at 4.00 with `held` held by nlp all hour and the layout stranding
+    /// `stranded` (MIG compute and memory slices, MPS thread percent, pinned bytes): its
+    /// (unallocated, placeable, stranded).
+    fn split_of_an_hour(held: &[Reservation], stranded: (u8, u8, u8, u64)) -> [Decimal; 3] {
+        let hour = dec!(3600);
+        let cards = BTreeMap::from([(1, card(1, dec!(4.00), IdlePolicy::Platform))]);
+        let usage: Vec<_> = held
+            .iter()
+            .map(|r| {
+                let share = r.physical_share(&H100);
+                (
+                    UsageAggregate {
+                        team: TeamId::parse("nlp").unwrap(),
+                        model: H100_MODEL.into(),
+                        kind: r.kind(),
+                        profile: None,
+                        rate_card: 1,
+                        slices: 1,
+                        exact: ExactSums::of_share(
+                            &hour.into(),
+                            &Exact::zero(),
+                            &Exact::zero(),
+                            &share,
+                        ),
+                        sums: OccupancySums {
+                            held_seconds: hour,
+                            ..Default::default()
+                        },
+                    },
+                    Some(1),
+                )
+            })
+            .collect();
+        let (c, m, t, b) = stranded;
+        let mut presence = present(hour, 1);
+        presence.0.stranded = crate::billing::pricing::StrandedSeconds::of_gpu(
+            &H100,
+            Decimal::from(c) * hour,
+            Decimal::from(m) * hour,
+            Decimal::from(t) * hour,
+            Decimal::from(b) * hour,
+        );
+        let bill = bill(&usage, &[presence], &cards, None).unwrap();
+        let k = &bill.conservation;
+        assert_eq!(k.fleet_cost, dec!(4.00));
+        assert_eq!(k.unallocated, k.placeable + k.stranded);
+        [k.unallocated, k.placeable, k.stranded]
+    }
+
+    fn mig(c: u8, m: u8) -> Reservation {
+        Reservation::Mig {
+            profile: format!("{c}g"),
+            profile_id: None,
+            compute_slices: c,
+            memory_slices: m,
+            memory_bytes: 1,
+        }
+    }
+
+    #[test]
+    fn unallocated_capacity_splits_into_placeable_and_stranded_priced_with_the_rate_cards_weights()
+    {
+        // 3g.40gb at 0 and at 4 leave one compute slice of seven and no memory slice: the hour's
+        // unallocated 4.00 x 0.5 x 1/7 = 0.2857 is all stranded.
+        assert_eq!(
+            split_of_an_hour(&[mig(3, 4), mig(3, 4)], (1, 0, 0, 0)),
+            [dec!(0.29), dec!(0.00), dec!(0.29)]
+        );
+        // Four 1g.20gb: three compute slices with no memory, 4.00 x 0.5 x 3/7 = 0.8571.
+        assert_eq!(
+            split_of_an_hour(&[mig(1, 2), mig(1, 2), mig(1, 2), mig(1, 2)], (3, 0, 0, 0)),
+            [dec!(0.86), dec!(0.00), dec!(0.86)]
+        );
+        // Seven 1g.10gb (DESIGN.md: the eighth memory slice has no compute, so not "nothing
+        // unallocated"): 4.00 x 0.5 x 1/8 = 0.25, all of it stranded.
+        assert_eq!(
+            split_of_an_hour(&vec![mig(1, 1); 7], (0, 1, 0, 0)),
+            [dec!(0.25), dec!(0.00), dec!(0.25)]
+        );
+        // An empty MIG card: all placeable.
+        assert_eq!(
+            split_of_an_hour(&[], (0, 0, 0, 0)),
+            [dec!(4.00), dec!(4.00), dec!(0.00)]
+        );
+        // `-cgi 9,19,19` held, a 2g.20gb still fits: 4.00 x (0.5 x 2/7 + 0.5 x 2/8) = 1.0714
+        // unallocated, all placeable.
+        assert_eq!(
+            split_of_an_hour(&[mig(3, 4), mig(1, 1), mig(1, 1)], (0, 0, 0, 0)),
+            [dec!(1.07), dec!(1.07), dec!(0.00)]
+        );
+        // MPS at 100 % of the threads, 2 x 30 GiB pinned of 85,520,809,984 bytes: the memory left,
+        // 21,096,300,544 bytes, is stranded: 4.00 x 0.5 x 21096300544 / 85520809984 = 0.4934.
+        let gib = 1u64 << 30;
+        let client = Reservation::Mps {
+            active_thread_percentage: 50,
+            pinned_memory_bytes: 30 * gib,
+        };
+        assert_eq!(
+            split_of_an_hour(
+                &[client.clone(), client],
+                (0, 0, 0, H100.memory_bytes - 60 * gib)
+            ),
+            [dec!(0.49), dec!(0.00), dec!(0.49)]
+        );
+        // A time-sliced card strands nothing (a replica reserves nothing): what its replicas did
+        // not use is placeable. One replica busy half the hour: 4.00 x 0.5 x 1/2 = 1.00 used,
+        // 3.00 placeable.
+        let replica = Reservation::Timeslice {
+            replicas: 4,
+            replica: 0,
+        };
+        let mut share = replica.physical_share(&H100);
+        share.compute = Decimal::ONE;
+        share.memory = Decimal::ONE;
+        share.memory_reserved_bytes = H100.memory_bytes;
+        let cards = BTreeMap::from([(1, card(1, dec!(4.00), IdlePolicy::Platform))]);
+        let hour = dec!(3600);
+        let usage = [(
+            UsageAggregate {
+                team: TeamId::parse("nlp").unwrap(),
+                model: H100_MODEL.into(),
+                kind: SliceKind::Timeslice,
+                profile: None,
+                rate_card: 1,
+                slices: 1,
+                exact: ExactSums::of_share(
+                    &hour.into(),
+                    &dec!(1800).into(),
+                    &Exact::zero(),
+                    &share,
+                ),
+                sums: OccupancySums {
+                    held_seconds: hour,
+                    ..Default::default()
+                },
+            },
+            Some(1),
+        )];
+        let k = bill(&usage, &[present(hour, 1)], &cards, None)
+            .unwrap()
+            .conservation;
+        assert_eq!(
+            [k.unallocated, k.placeable, k.stranded, k.sharing_discount],
+            [dec!(3.00), dec!(3.00), dec!(0.00), dec!(0.25)]
+        );
+    }
+
+    #[test]
+    fn stranded_on_a_half_cent_rounds_to_the_even_cent_and_placeable_takes_the_rest() {
+        // 8 h of a GPU at 2.93, weights compute 1 / memory 0; a 1g held 3.5 h (1.465), and one
+        // compute slice stranded for 3.5 h: exactly 1.465, shown 1.46; unallocated 21.975 shown
+        // 21.98, so placeable is 20.52 (exactly 20.51: the difference carries the rounding).
+        let cards = seventh_card(dec!(2.93), dec!(1), IdlePolicy::Platform);
+        let usage = [mig_held("nlp", "1g.10gb", 1, 1, dec!(12600), 1)];
+        let mut presence = present(dec!(28800), 1);
+        presence.0.stranded = crate::billing::pricing::StrandedSeconds::of_gpu(
+            &H100,
+            dec!(12600),
+            Decimal::ZERO,
+            Decimal::ZERO,
+            Decimal::ZERO,
+        );
+        let k = bill(&usage, &[presence], &cards, None)
+            .unwrap()
+            .conservation;
+        assert_eq!(
+            [k.unallocated, k.placeable, k.stranded],
+            [dec!(21.98), dec!(20.52), dec!(1.46)]
+        );
+    }
+
+    #[test]
+    fn under_the_spread_policy_stranded_capacity_goes_to_teams_with_the_rest() {
+        let cards = BTreeMap::from([(1, card(1, dec!(4.00), IdlePolicy::Spread))]);
+        let usage = [
+            mig_held("nlp", "3g.40gb", 3, 4, dec!(3600), 1),
+            mig_held("search", "3g.40gb", 3, 4, dec!(3600), 1),
+        ];
+        let mut presence = present(dec!(3600), 1);
+        presence.0.stranded = crate::billing::pricing::StrandedSeconds::of_gpu(
+            &H100,
+            dec!(3600),
+            Decimal::ZERO,
+            Decimal::ZERO,
+            Decimal::ZERO,
+        );
+        let b = bill(&usage, &[presence], &cards, None).unwrap();
+        let k = &b.conservation;
+        assert_eq!(
+            [k.unallocated, k.placeable, k.stranded],
+            [dec!(0.00), dec!(0.00), dec!(0.00)]
+        );
+        // Each team carries half of the stranded 0.2857: 1.857142 + 0.142857 = 2.00.
+        assert_eq!(b.team_total("nlp"), dec!(1.86) + dec!(0.14));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use rust_decimal::Decimal;
 
 use super::rate_card::{PriceSource, RateCard};
 use crate::domain::exact::Exact;
-use crate::domain::slice::SliceKind;
+use crate::domain::slice::{GpuGeometry, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::usage::{ExactSums, OccupancySums};
 
@@ -113,18 +113,65 @@ pub fn price(u: &UsageAggregate, card: &RateCard) -> Charge {
     }
 }
 
-/// The seconds GPUs of one model were present while one rate card version was in force.
+/// The seconds GPUs of one model were present while one rate card version was in force, and what
+/// their layouts stranded in that time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PresenceAggregate {
     pub model: String,
     pub rate_card: i64,
     pub present_seconds: Decimal,
+    pub stranded: StrandedSeconds,
+}
+
+/// What GPUs' layouts stranded (DESIGN.md, "Stranded capacity and the per-card ledger"), as seconds
+/// of a whole GPU's compute and of its memory, exact: one MIG compute slice of seven stranded for an
+/// hour is 3600/7 compute-seconds. Rate card free, so that any version's weights price it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StrandedSeconds {
+    pub compute: Exact,
+    pub memory: Exact,
+}
+
+impl StrandedSeconds {
+    /// The stranded seconds ingest records for a GPU of `geometry` (migration 0025), in its units:
+    /// MIG compute and memory slices, MPS thread percent and pinned memory bytes, each times seconds.
+    pub fn of_gpu(
+        geometry: &GpuGeometry,
+        compute_slice_seconds: Decimal,
+        memory_slice_seconds: Decimal,
+        thread_percent_seconds: Decimal,
+        memory_byte_seconds: Decimal,
+    ) -> StrandedSeconds {
+        let per = |n: u64| Exact::from(i64::try_from(n).unwrap_or(i64::MAX).max(1));
+        StrandedSeconds {
+            compute: Exact::from(compute_slice_seconds) / per(geometry.compute_slices.into())
+                + Exact::from(thread_percent_seconds) / per(100),
+            memory: Exact::from(memory_slice_seconds) / per(geometry.memory_slices.into())
+                + Exact::from(memory_byte_seconds) / per(geometry.memory_bytes),
+        }
+    }
+
+    pub fn add(&mut self, other: &StrandedSeconds) {
+        self.compute += &other.compute;
+        self.memory += &other.memory;
+    }
 }
 
 /// What those GPU-seconds cost, exact: the fleet cost that every charge is a part of.
 pub fn fleet_cost(p: &PresenceAggregate, card: &RateCard) -> (Exact, PriceSource) {
     let (hourly_cost, source) = card.hourly_cost(&p.model);
     (Exact::from(p.present_seconds) * hourly_cost / HOUR, source)
+}
+
+/// What the stranded part of GPUs of `model` costs, exact, with the share weights of `card`, as a
+/// slice that reserved it would (at isolation factor 1: it is part of unallocated capacity, which
+/// is the fleet cost less what slices blocked).
+pub fn stranded_cost(model: &str, stranded: &StrandedSeconds, card: &RateCard) -> Exact {
+    let (hourly_cost, _) = card.hourly_cost(model);
+    let w = &card.weights;
+    (Exact::from(w.compute) * &stranded.compute + Exact::from(w.memory) * &stranded.memory)
+        * hourly_cost
+        / HOUR
 }
 
 #[cfg(test)]
@@ -352,6 +399,7 @@ pub(crate) mod tests {
             model: "NVIDIA H100 80GB HBM3".into(),
             rate_card: 1,
             present_seconds: dec!(720) * dec!(3600),
+            stranded: Default::default(),
         };
         assert_eq!(
             fleet_cost(&p, &card()),

@@ -415,6 +415,7 @@ fn aggregates(f: &Fleet) -> Aggregates {
                     model: model.to_owned(),
                     rate_card: card,
                     present_seconds: Decimal::from(seconds),
+                    stranded: Default::default(),
                 },
                 Some(card),
             )

@@ -12,9 +12,9 @@ use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
 use super::period::Books;
-use super::pricing::{PresenceAggregate, UsageAggregate};
+use super::pricing::{PresenceAggregate, StrandedSeconds, UsageAggregate};
 use crate::domain::exact::Exact;
-use crate::domain::slice::{PhysicalShare, SliceKind};
+use crate::domain::slice::{GpuGeometry, PhysicalShare, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::domain::usage::{ExactSums, OccupancySums};
@@ -98,6 +98,9 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     sqlx::query!("delete from book_model_day where period = $1", p)
         .execute(&mut *conn)
         .await?;
+    sqlx::query!("delete from book_gpu_day where period = $1", p)
+        .execute(&mut *conn)
+        .await?;
     sqlx::query!(
         "with b as (insert into book (period) values ($1) returning period),
               k as (select u.slice_id, u.team_id, u.rate_card_id, sum(u.windows)::int8 as windows,
@@ -119,8 +122,10 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
                     join gpu g on g.gpu_id = s.gpu_id
                     left join team t on t.team_id = k.team_id
                     returning 1),
-              m as (insert into book_model_day select * from period_model_day($1, false) returning 1)
-         select (select count(*) from u) as slice_rows, (select count(*) from m) as presence_rows
+              m as (insert into book_model_day select * from period_model_day($1, false) returning 1),
+              g as (insert into book_gpu_day select * from period_gpu_day($1, false) returning 1)
+         select (select count(*) from u) as slice_rows, (select count(*) from m) as presence_rows,
+                (select count(*) from g) as gpu_rows
          from b",
         p
     )
@@ -282,8 +287,8 @@ pub async fn usage_aggregates(
     Ok((out, uncovered))
 }
 
-/// GPU presence of `month` per (model, rate card in force), from its books or the rollups, and the
-/// first uncovered day.
+/// GPU presence of `month` per (model, rate card in force), with what its GPUs' layouts stranded,
+/// from its books or the rollups, and the first uncovered day.
 pub async fn presence_aggregates(
     conn: &mut PgConnection,
     month: Month,
@@ -301,7 +306,7 @@ pub async fn presence_aggregates(
     .fetch_all(&mut *conn)
     .await?;
     let mut uncovered: Option<DateTime<Utc>> = None;
-    let out = rows
+    let mut out = rows
         .into_iter()
         .map(|r| {
             if r.rate_card.is_none() {
@@ -312,10 +317,50 @@ pub async fn presence_aggregates(
                     model: r.model,
                     rate_card: r.rate_card.unwrap_or_default(),
                     present_seconds: r.present_seconds,
+                    stranded: StrandedSeconds::default(),
                 },
                 r.rate_card,
             )
         })
-        .collect();
+        .collect::<Vec<_>>();
+    // What the GPUs' layouts stranded, summed per geometry (its units are the GPU's slices and
+    // bytes), then exact per (model, rate card). Books written before migration 0028 hold none.
+    let stranded = sqlx::query!(
+        r#"select d.model as "model!", d.rate_card_id as "rate_card?",
+                  d.memory_bytes as "memory_bytes!", d.compute_slices as "compute_slices!",
+                  d.memory_slices as "memory_slices!",
+                  sum(d.stranded_compute_slice_seconds) as "compute_slice_seconds!",
+                  sum(d.stranded_memory_slice_seconds) as "memory_slice_seconds!",
+                  sum(d.stranded_thread_percent_seconds) as "thread_percent_seconds!",
+                  sum(d.stranded_memory_byte_seconds) as "memory_byte_seconds!"
+           from period_gpu_day($1, $2) d
+           where d.stranded_compute_slice_seconds > 0 or d.stranded_memory_slice_seconds > 0
+              or d.stranded_thread_percent_seconds > 0 or d.stranded_memory_byte_seconds > 0
+           group by 1, 2, 3, 4, 5"#,
+        month.first_day(),
+        from_book
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in stranded {
+        let geometry = GpuGeometry {
+            memory_bytes: u64::try_from(r.memory_bytes).unwrap_or(1),
+            compute_slices: u8::try_from(r.compute_slices).unwrap_or(1),
+            memory_slices: u8::try_from(r.memory_slices).unwrap_or(1),
+        };
+        let seconds = StrandedSeconds::of_gpu(
+            &geometry,
+            r.compute_slice_seconds,
+            r.memory_slice_seconds,
+            r.thread_percent_seconds,
+            r.memory_byte_seconds,
+        );
+        if let Some((p, _)) = out
+            .iter_mut()
+            .find(|(p, c)| p.model == r.model && *c == r.rate_card)
+        {
+            p.stranded.add(&seconds);
+        }
+    }
     Ok((out, uncovered))
 }

@@ -13,6 +13,7 @@ mod fleet;
 mod health;
 mod ingest;
 mod invoices;
+pub(crate) mod ledger;
 pub mod limits;
 mod opencost;
 pub(crate) mod plans;
@@ -81,6 +82,7 @@ fn api() -> OpenApiRouter<AppState> {
         .merge(teams::router())
         .merge(tokens::router())
         .merge(fleet::router())
+        .merge(ledger::router())
         .merge(plans::router())
         .merge(units::router())
         .merge(opencost::router())

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Query, State};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -225,19 +225,17 @@ async fn answer(
         principal.team_scope(),
     )
     .await?;
-    // Each month's fleet cost, for idle capacity: the month as billing prices it now.
-    let mut fleet_cost: BTreeMap<Month, Decimal> = BTreeMap::new();
+    // Each month's fleet cost and its placeable and stranded capacity, for idle capacity: the
+    // month as billing prices it now.
+    let mut fleet_cost: BTreeMap<Month, [Decimal; 3]> = BTreeMap::new();
     if idle != Idle::Off {
         for m in months.unwrap_or_default() {
             let inputs = reports::month(&state.pool, &state.reports, m).await?;
-            fleet_cost.insert(m, inputs.bill().conservation.fleet_cost);
+            let c = &inputs.bill().conservation;
+            fleet_cost.insert(m, [c.fleet_cost, c.placeable, c.stranded]);
         }
     }
-    let idle_cost = |start, end, allocated: Decimal| -> Option<Decimal> {
-        let months = opencost::whole_months(start, end)?;
-        let fleet: Decimal = months.iter().filter_map(|m| fleet_cost.get(m)).sum();
-        Some(fleet - allocated)
-    };
+    let idle_cost = |start, end, allocated| idle_of(&fleet_cost, start, end, allocated);
     let currency = report
         .currency
         .as_deref()
@@ -253,4 +251,27 @@ async fn answer(
     Ok(Json(
         json!({"code": 200, "status": "success", "data": sets}),
     ))
+}
+
+/// Idle capacity of `[start, end)` if it is whole months: their fleet cost less `allocated`, and
+/// their placeable and stranded capacity (`months`: each month's fleet cost, placeable, stranded).
+fn idle_of(
+    months: &BTreeMap<Month, [Decimal; 3]>,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    allocated: Decimal,
+) -> Option<opencost::IdleCost> {
+    let whole = opencost::whole_months(start, end)?;
+    let sum = |i: usize| -> Decimal {
+        whole
+            .iter()
+            .filter_map(|m| months.get(m))
+            .map(|f| f[i])
+            .sum()
+    };
+    Some(opencost::IdleCost {
+        total: sum(0) - allocated,
+        placeable: sum(1),
+        stranded: sum(2),
+    })
 }

@@ -16,6 +16,8 @@ pub struct FleetGauges {
     /// (team, cost so far, GPU-equivalent hours so far), teams that pay only.
     pub teams: Vec<(String, Decimal, Decimal)>,
     pub unallocated_cost: Option<Decimal>,
+    /// The part of it the GPUs' layouts strand (no valid profile or share fits it).
+    pub stranded_cost: Option<Decimal>,
     /// GPU-equivalent hours held by every slice (teams and consumers no team claims).
     pub held_hours: Decimal,
     /// Of the slices whose compute activity was measured: (busy, held) GPU-equivalent hours.
@@ -27,7 +29,7 @@ pub struct FleetGauges {
 }
 
 /// Every gauge this module writes, with its labels: docs/operations.md's metrics table lists the same.
-pub const GAUGES: [(&str, &str); 6] = [
+pub const GAUGES: [(&str, &str); 7] = [
     ("slicemeter_team_month_to_date_cost", "team, currency"),
     ("slicemeter_team_month_to_date_gpu_equivalent_hours", "team"),
     ("slicemeter_fleet_month_to_date_allocation_ratio", ""),
@@ -36,6 +38,7 @@ pub const GAUGES: [(&str, &str); 6] = [
         "slicemeter_fleet_month_to_date_unallocated_cost",
         "currency",
     ),
+    ("slicemeter_fleet_month_to_date_stranded_cost", "currency"),
     ("slicemeter_node_ingest_lag_seconds", "node"),
 ];
 
@@ -95,6 +98,17 @@ pub fn render(g: &FleetGauges) -> String {
                 "slicemeter_fleet_month_to_date_unallocated_cost",
                 &[("currency", currency)],
                 number(unallocated),
+            );
+        }
+        if let Some(stranded) = g.stranded_cost {
+            out.family(
+                "slicemeter_fleet_month_to_date_stranded_cost",
+                "The part of the unallocated cost that the GPUs' layouts leave to no valid profile or share, this month so far.",
+            );
+            out.sample(
+                "slicemeter_fleet_month_to_date_stranded_cost",
+                &[("currency", currency)],
+                number(stranded),
             );
         }
     }
@@ -157,6 +171,7 @@ mod tests {
             currency: Some("USD".into()),
             teams: vec![("nlp".into(), dec!(1337.14), dec!(334.285714))],
             unallocated_cost: Some(dec!(771.43)),
+            stranded_cost: Some(dec!(0.29)),
             held_hours: dec!(360),
             measured_hours: (dec!(80), dec!(320)),
             capacity_hours: dec!(720),
@@ -170,6 +185,7 @@ mod tests {
             "slicemeter_fleet_month_to_date_allocation_ratio 0.5",
             "slicemeter_fleet_month_to_date_busy_ratio 0.25",
             "slicemeter_fleet_month_to_date_unallocated_cost{currency=\"USD\"} 771.43",
+            "slicemeter_fleet_month_to_date_stranded_cost{currency=\"USD\"} 0.29",
             "slicemeter_node_ingest_lag_seconds{node=\"gpu-node-\\\"01\\\"\"} 42.5",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");

@@ -265,6 +265,14 @@ pub struct Allocation {
     pub shared_cost: f64,
     pub total_cost: f64,
     pub total_efficiency: Option<f64>,
+    /// slicemeter's own, on `__idle__` only: the part of its cost a valid instance or share could
+    /// still take (the conservation block's `placeable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placeable_cost: Option<f64>,
+    /// slicemeter's own, on `__idle__` only: the part of its cost the GPUs' layouts strand (the
+    /// conservation block's `stranded`). The rest of `__idle__` is the sharing discount and rounding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stranded_cost: Option<f64>,
 }
 
 fn f(d: Decimal) -> f64 {
@@ -315,6 +323,8 @@ impl Allocation {
             shared_cost: 0.0,
             total_cost: 0.0,
             total_efficiency: None,
+            placeable_cost: None,
+            stranded_cost: None,
         }
     }
 
@@ -340,6 +350,15 @@ pub type Set = BTreeMap<String, Allocation>;
 /// A usage row's key and figures.
 type Row<'r> = (&'r BTreeMap<String, Option<String>>, &'r UsageFigures);
 
+/// Idle capacity of a window: the fleet's cost less its allocations', and of the unallocated part
+/// of it, what is placeable and what is stranded (the monthly conservation blocks' figures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleCost {
+    pub total: Decimal,
+    pub placeable: Decimal,
+    pub stranded: Decimal,
+}
+
 /// What idle capacity came to in each set's window, where it is known (whole months).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idle {
@@ -360,7 +379,7 @@ pub fn sets(
     aggregate: &[Property],
     accumulate: bool,
     idle: Idle,
-    idle_cost: &dyn Fn(DateTime<Utc>, DateTime<Utc>, Decimal) -> Option<Decimal>,
+    idle_cost: &dyn Fn(DateTime<Utc>, DateTime<Utc>, Decimal) -> Option<IdleCost>,
     currency: Option<&Currency>,
 ) -> Vec<Set> {
     let mut windows: Vec<(Window, Vec<Row>)> = Vec::new();
@@ -406,7 +425,7 @@ fn set(
     rows: Vec<Row>,
     aggregate: &[Property],
     idle: Idle,
-    idle_cost: &dyn Fn(DateTime<Utc>, DateTime<Utc>, Decimal) -> Option<Decimal>,
+    idle_cost: &dyn Fn(DateTime<Utc>, DateTime<Utc>, Decimal) -> Option<IdleCost>,
     currency: Option<&Currency>,
 ) -> Set {
     let cost = |fig: &UsageFigures| fig.cost.unwrap_or_default();
@@ -417,7 +436,7 @@ fn set(
     };
     // Each allocation's share of idle capacity, carried to the minor unit so the shares sum to it.
     let mut shares = vec![Decimal::ZERO; rows.len()];
-    if let (Idle::Shared, Some(total), Some(cur)) = (idle, idle_total, currency)
+    if let (Idle::Shared, Some(IdleCost { total, .. }), Some(cur)) = (idle, idle_total, currency)
         && allocated > Decimal::ZERO
     {
         let mut r = CarryRounder::new();
@@ -465,12 +484,14 @@ fn set(
         // Two keys OpenCost would tell apart cannot meet here: the usage report's keys are unique.
         out.insert(name, a);
     }
-    if let (Idle::Separate, Some(total)) = (idle, idle_total) {
+    if let (Idle::Separate, Some(cost)) = (idle, idle_total) {
         let mut properties = Map::new();
         properties.insert("cluster".into(), Value::String(CLUSTER.to_owned()));
         let mut a = Allocation::new(IDLE.to_owned(), properties, &window);
-        a.gpu_cost = f(total);
-        a.total_cost = f(total);
+        a.gpu_cost = f(cost.total);
+        a.total_cost = f(cost.total);
+        a.placeable_cost = Some(f(cost.placeable));
+        a.stranded_cost = Some(f(cost.stranded));
         out.insert(IDLE.to_owned(), a);
     }
     out

@@ -554,6 +554,7 @@ pub async fn fleet_gauges(
     let bill = inputs.bill();
     g.currency = bill.currency.as_ref().map(|c| c.code.clone());
     g.unallocated_cost = Some(bill.conservation.unallocated);
+    g.stranded_cost = Some(bill.conservation.stranded);
     g.held_hours = bill.charges.iter().map(|c| c.gpu_equivalent_hours).sum();
     g.measured_hours = bill
         .charges

@@ -182,6 +182,13 @@ async fn every_route_answers_every_caller_as_the_matrix_says_and_no_team_sees_an
             // Registered to the node it is on: the matrix's other calls go on as before.
             |_| json!({"node": "gpu-node-01"}),
         ),
+        // October is issued: its days come from the books.
+        row(
+            "GET",
+            "/v1/gpus/{uuid}/ledger",
+            format!("/v1/gpus/{H100}/ledger?from=2026-10-01&to=2026-10-08"),
+            [U, U, U, U, 200, 200, 403, 403, 403, 403],
+        ),
         row(
             "GET",
             "/v1/ingest/coverage",

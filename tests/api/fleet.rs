@@ -219,8 +219,23 @@ async fn past_its_limit_the_gpu_map_draws_a_bar_per_model_then_per_node_each_dri
     assert!(html.contains("data-map-rows=\"GPU\""));
     let (bars, links) = map_of(&html);
     assert_eq!(bars, node.gpus.len());
-    assert!(links.is_empty());
     assert!(html.contains(&format!("{} · ", node.name)));
+    // One by one, each GPU links to its ledger of the month: a CSV by day.
+    let mut expected: Vec<String> = node
+        .gpus
+        .iter()
+        .map(|g| format!("/ui/gpus/{}/ledger?month={month}", g.report.uuid))
+        .collect();
+    expected.sort();
+    let mut got = links.clone();
+    got.sort();
+    assert_eq!(got, expected);
+    let csv = ui_page(&app, &cookie, &links[0]).await;
+    assert!(
+        csv.starts_with("start,end,source,gpu_uuid,model,node,entry,"),
+        "{csv}"
+    );
+    assert!(csv.contains(",cost,"), "{csv}");
 }
 
 /// The allocation chart's days ("YYYY-MM-DD allocated: N GPU-hours"), as the page prints them.

@@ -129,6 +129,10 @@ async fn last_months_allocation_by_namespace_adds_up_to_the_charges_and_with_idl
     let with_idle = one_set(&idle);
     assert!(number(&with_idle["__idle__"]["gpuCost"]) > Decimal::ZERO);
     assert_eq!(sum(with_idle, "gpuCost"), dec(&c["fleet_cost"]));
+    // Of it, what is placeable and what the cards' layouts strand: the conservation block's.
+    let i = &with_idle["__idle__"];
+    assert_eq!(number(&i["placeableCost"]), dec(&c["placeable"]));
+    assert_eq!(number(&i["strandedCost"]), dec(&c["stranded"]));
     let shared = app
         .get(
             Some(&app.admin),

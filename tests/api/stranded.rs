@@ -1,7 +1,14 @@
 //! Stranded capacity: what a GPU's layout leaves that no profile or share can take, recorded with the
 //! GPU's presence from the slices each batch says the GPU has.
 
+use std::str::FromStr;
+
+use axum::http::StatusCode;
+use rust_decimal::Decimal;
 use serde_json::{Value, json};
+use slicemeter::domain::access::Role;
+
+use crate::billing::d;
 
 use crate::support::*;
 
@@ -29,10 +36,13 @@ async fn stranded(app: &TestApp) -> Vec<(String, i64, i64, i64, i64)> {
     .unwrap()
 }
 
-#[tokio::test]
-async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it_stands() {
-    let app = TestApp::spawn().await;
-    let gib = 1i64 << 30;
+const GIB: i64 = 1 << 30;
+
+/// The issue's layouts, one H100 each, present over `[start, end)` with `windows`: GPU-a two 3g.40gb,
+/// GPU-b four 1g.20gb, GPU-c seven 1g.10gb, GPU-d `-cgi 9,19,19`, GPU-e an empty MIG card, GPU-f
+/// two MPS clients of 50 % and 30 GiB.
+fn layouts(start: &str, end: &str, windows: Vec<Value>) -> Value {
+    let gib = GIB;
     let slices = [
         // Two 3g.40gb: one compute slice and no memory slice left.
         vec![
@@ -64,16 +74,22 @@ async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it
             .collect(),
     ];
     let uuids = ["GPU-a", "GPU-b", "GPU-c", "GPU-d", "GPU-e", "GPU-f"];
-    let batch = json!({
+    json!({
         "node": "gpu-node-01",
-        "period": {"start": "2026-10-01T00:00:00Z", "end": "2026-10-01T01:00:00Z"},
+        "period": {"start": start, "end": end},
         "gpus": uuids.iter().map(|u| h100(u, *u != "GPU-f")).collect::<Vec<_>>(),
         "slices": slices.iter().flatten().collect::<Vec<_>>(),
-        "windows": []
-    });
+        "windows": windows
+    })
+}
+
+#[tokio::test]
+async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it_stands() {
+    let app = TestApp::spawn().await;
+    let batch = layouts("2026-10-01T00:00:00Z", "2026-10-01T01:00:00Z", vec![]);
     let r = app.ingest(&app.admin, &batch).await;
     assert_eq!(r.status, axum::http::StatusCode::OK, "{r:?}");
-    let free_mps = 85_520_809_984 - 60 * gib;
+    let free_mps = 85_520_809_984 - 60 * GIB;
     assert_eq!(
         stranded(&app).await,
         [
@@ -85,4 +101,256 @@ async fn each_layout_strands_what_no_profile_or_share_can_take_for_as_long_as_it
             ("GPU-f".to_owned(), 0, 0, 0, free_mps),
         ]
     );
+}
+
+/// The conservation block's unallocated, placeable and stranded figures of `period`.
+async fn split(app: &TestApp, period: &str) -> (Value, [Decimal; 3]) {
+    let r = app
+        .get(Some(&app.admin), &format!("/v1/reports/monthly/{period}"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let c = &r.body["conservation"];
+    let d = |f: &str| Decimal::from_str(c[f].as_str().unwrap()).unwrap();
+    let figures = [d("unallocated"), d("placeable"), d("stranded")];
+    (r.body.clone(), figures)
+}
+
+#[tokio::test]
+async fn stranded_capacity_is_priced_apart_from_placeable_to_the_cent_and_frozen_with_the_books() {
+    let app = TestApp::spawn().await;
+    crate::billing::rate_card(&app, "2026-10-01T00:00:00Z", "4.00").await;
+    app.put_team("nlp", &["nlp"]).await;
+    // nlp holds GPU-a's two 3g.40gb for the hour; nobody holds anything else.
+    let held = (0..2)
+        .map(|n| {
+            window(
+                &format!("GPU-a::{n}"),
+                "2026-10-01T00:00:00Z",
+                "2026-10-01T01:00:00Z",
+                "nlp",
+                &format!("trainer-{n}"),
+                3600.0,
+            )
+        })
+        .collect();
+    let batch = layouts("2026-10-01T00:00:00Z", "2026-10-01T01:00:00Z", held);
+    let r = app.ingest(&app.admin, &batch).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+
+    // Six H100s for an hour at 4.00: 24.00. nlp's two 3g.40gb: 2 x 4.00 x (0.5 x 3/7 + 0.5 x 4/8)
+    // = 26/7 = 3.714286, billed 3.71; unallocated 24 - 26/7 = 20.285714, shown 20.29.
+    // Stranded, at 4.00 x 0.5 = 2.00 an hour per whole GPU of compute or memory: GPU-a one compute
+    // slice of 7 (2/7), GPU-b three (6/7), GPU-c one memory slice of 8 (1/4), GPU-f the 21,096,300,544
+    // bytes of 85,520,809,984 no client can take (0.493361): 1.886218, shown 1.89; placeable the
+    // rest of the unallocated 20.29: 18.40.
+    let (report, figures) = split(&app, "2026-10").await;
+    assert_eq!(figures, [d("20.29"), d("18.40"), d("1.89")]);
+    let c = &report["conservation"];
+    assert_eq!(c["fleet_cost"], "24.00");
+    assert_eq!(c["team_charges"], "3.71");
+    assert_eq!(c["rounding_residual"], "0.00");
+
+    // Issued, the month answers from its books: a late hour of presence (GPU-b's layout again, three
+    // more compute slices stranded) waits beside them and changes neither figure.
+    crate::billing::run(&app, "2026-10").await;
+    let issued = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/issue",
+            &json!({"period": "2026-10"}),
+        )
+        .await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
+    let late = layouts("2026-10-02T00:00:00Z", "2026-10-02T01:00:00Z", vec![]);
+    let r = app.ingest(&app.admin, &late).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let (after, figures) = split(&app, "2026-10").await;
+    assert_eq!(after["state"], "issued");
+    assert_eq!(figures, [d("20.29"), d("18.40"), d("1.89")]);
+    assert_eq!(after["conservation"], report["conservation"]);
+}
+
+/// An app with the layouts present two hours, GPU-a's two 3g.40gb held by nlp's trainer-0 and
+/// search's ranker-0 the first hour, nobody holding them the second; and a finance token.
+async fn two_hours_of_gpu_a() -> (TestApp, String) {
+    let app = TestApp::spawn().await;
+    crate::billing::rate_card(&app, "2026-10-01T00:00:00Z", "4.00").await;
+    app.put_team("nlp", &["nlp"]).await;
+    app.put_team("search", &["search"]).await;
+    // GPU-a's two 3g.40gb: nlp's trainer-0 and search's ranker-0, the first hour; the second hour
+    // nobody holds them.
+    let held = vec![
+        window(
+            "GPU-a::0",
+            "2026-10-01T00:00:00Z",
+            "2026-10-01T01:00:00Z",
+            "nlp",
+            "trainer-0",
+            3600.0,
+        ),
+        window(
+            "GPU-a::1",
+            "2026-10-01T00:00:00Z",
+            "2026-10-01T01:00:00Z",
+            "search",
+            "ranker-0",
+            3600.0,
+        ),
+    ];
+    let r = app
+        .ingest(
+            &app.admin,
+            &layouts("2026-10-01T00:00:00Z", "2026-10-01T02:00:00Z", held),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let finance = app.token(Role::Finance, None, None).await;
+    (app, finance)
+}
+
+const TWO_HOURS: &str =
+    "/v1/gpus/GPU-a/ledger?from=2026-10-01T00:00:00Z&to=2026-10-01T02:00:00Z&step=hour";
+
+#[tokio::test]
+async fn a_cards_ledger_adds_up_to_its_cost_each_hour_in_json_and_csv() {
+    let (app, finance) = two_hours_of_gpu_a().await;
+    let uri = TWO_HOURS;
+    let l = app.get(Some(&finance), uri).await;
+    assert_eq!(l.status, StatusCode::OK, "{l:?}");
+    assert_eq!(l.body["currency"], "USD");
+    let steps = l.body["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    // Hour 1: 4.00 = 1.86 (nlp: 4.00 x 13/28 = 1.857143) + 1.86 (search) + 0.29 stranded (one
+    // compute slice of seven at half weight: 2/7 = 0.285714) - 0.01 rounding.
+    let h = &steps[0];
+    assert_eq!(h["source"], "rollups");
+    assert_eq!(
+        [
+            &h["cost"],
+            &h["sharing_discount"],
+            &h["placeable"],
+            &h["stranded"],
+            &h["rounding"]
+        ],
+        ["4.00", "0.00", "0.00", "0.29", "-0.01"]
+    );
+    let holders: Vec<(&str, &str, &str, &str)> = h["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["team"].as_str().unwrap(),
+                x["workload"].as_str().unwrap(),
+                x["slice_uuid"].as_str().unwrap(),
+                x["charge"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        holders,
+        [
+            ("nlp", "trainer-0", "GPU-a::0", "1.86"),
+            ("search", "ranker-0", "GPU-a::1", "1.86")
+        ]
+    );
+    // Hour 2: the two 3g.40gb stand unheld (placeable: they can be given out as they are), and
+    // the seventh compute slice is still stranded: 4.00 - 0.29 = 3.71 placeable.
+    let h = &steps[1];
+    assert_eq!(
+        [&h["cost"], &h["placeable"], &h["stranded"], &h["rounding"]],
+        ["4.00", "3.71", "0.29", "0.00"]
+    );
+    assert_eq!(h["holders"].as_array().unwrap().len(), 0);
+
+    // The CSV: each hour's rows after its cost row add up to it.
+    let csv = app.get(Some(&finance), &format!("{uri}&format=csv")).await;
+    assert_eq!(csv.status, StatusCode::OK, "{csv:?}");
+    let text = csv.body.as_str().unwrap().to_owned();
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    let hour_one: Vec<&csv::StringRecord> = rows
+        .iter()
+        .filter(|r| &r[0] == "2026-10-01T00:00:00+00:00")
+        .collect();
+    assert_eq!(&hour_one[0][6], "cost");
+    assert_eq!(&hour_one[0][14], "4.00");
+    let parts: Decimal = hour_one[1..]
+        .iter()
+        .map(|r| Decimal::from_str(&r[14]).unwrap())
+        .sum();
+    assert_eq!(parts, d("4.00"));
+}
+
+#[tokio::test]
+async fn a_cards_ledger_refuses_what_it_cannot_answer_and_reads_an_issued_month_from_its_books() {
+    let (app, finance) = two_hours_of_gpu_a().await;
+    let uri = TWO_HOURS;
+    // What it cannot answer, named.
+    let unknown = app
+        .get(
+            Some(&finance),
+            "/v1/gpus/GPU-nope/ledger?from=2026-10-01&to=2026-10-02",
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{unknown:?}");
+    for (bad, field) in [
+        ("from=2026-10-02&to=2026-10-01", "to"),
+        ("from=2026-10-01&to=2027-01-03&step=hour", "to"),
+        ("from=2026-10-01&to=2026-10-02&step=week", "step"),
+        ("from=2026-10-01&to=2026-10-02&format=xlsx", "format"),
+    ] {
+        let r = app
+            .get(Some(&finance), &format!("/v1/gpus/GPU-a/ledger?{bad}"))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {r:?}");
+        assert_eq!(field_names(&r), [field], "{bad}: {r:?}");
+    }
+    // 93 days of hours are answered.
+    let quarter = app
+        .get(
+            Some(&finance),
+            "/v1/gpus/GPU-a/ledger?from=2026-10-01&to=2027-01-02&step=hour",
+        )
+        .await;
+    assert_eq!(quarter.status, StatusCode::OK, "{quarter:?}");
+    let lead = app.token(Role::TeamLead, Some("nlp"), None).await;
+    let collector = app.token(Role::Collector, None, Some("gpu-node-01")).await;
+    for token in [&lead, &collector] {
+        let r = app.get(Some(token), uri).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    }
+
+    // Issued, October is read from its books, by day: its hours are refused, naming the step.
+    crate::billing::run(&app, "2026-10").await;
+    let issued = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/invoices/issue",
+            &json!({"period": "2026-10"}),
+        )
+        .await;
+    assert_eq!(issued.status, StatusCode::OK, "{issued:?}");
+    let r = app.get(Some(&finance), uri).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{r:?}");
+    assert_eq!(field_names(&r), ["step"]);
+    let day = app
+        .get(
+            Some(&finance),
+            "/v1/gpus/GPU-a/ledger?from=2026-10-01&to=2026-10-02&step=day",
+        )
+        .await;
+    assert_eq!(day.status, StatusCode::OK, "{day:?}");
+    let s = &day.body["steps"][0];
+    assert_eq!(s["source"], "books");
+    // The day: 8.00 = 1.86 + 1.86 (held the first hour) + 3.72 placeable + 0.57 stranded - 0.01
+    // rounding: 26/7 = 3.714286 allocated, 8 - 26/7 = 4.285714 unallocated (4.29), stranded two
+    // hours of 2/7 = 0.571429 (0.57), placeable 4.29 - 0.57; 1.86 + 1.86 + 4.29 = 8.01.
+    assert_eq!(
+        [&s["cost"], &s["placeable"], &s["stranded"], &s["rounding"]],
+        ["8.00", "3.72", "0.57", "-0.01"]
+    );
+    assert!(s["holders"][0]["workload"].is_null());
 }

@@ -171,7 +171,7 @@ const teams = await api(FINANCE_TOKEN, '/v1/teams');
   assert.ok(session && session.httpOnly && session.sameSite === 'Strict', `session cookie ${JSON.stringify(session)}`);
 
   await page.goto(`${BASE_URL}/ui/fleet?month=${MONTH}`);
-  for (const field of ['fleet_cost', 'team_charges', 'unattributed', 'unallocated', 'sharing_discount', 'rounding_residual']) {
+  for (const field of ['fleet_cost', 'team_charges', 'unattributed', 'unallocated', 'placeable', 'stranded', 'sharing_discount', 'rounding_residual']) {
     const text = await page.textContent(`[data-field="${field}"]`);
     sameDecimal(amount(text), report.conservation[field], field);
   }

@@ -1,15 +1,15 @@
 //! The dashboard's export links: a month's FOCUS rows or ERP journal, as the API streams them to the
-//! same token.
+//! same token, and a card's ledger of a month (CSV, by day), as the API answers it.
 
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use serde::Deserialize;
 
 use super::layout::{UiError, Viewer};
 use crate::domain::time::Month;
 use crate::http::error::ApiError;
-use crate::http::exports;
 use crate::http::state::AppState;
+use crate::http::{exports, ledger};
 use crate::reports::focus::Version;
 
 #[derive(Deserialize)]
@@ -41,4 +41,32 @@ pub async fn erp_export(
 ) -> Result<Response, UiError> {
     let month = q.month()?;
     Ok(exports::erp_response(&state, &viewer, month).await?)
+}
+
+#[derive(Deserialize)]
+pub struct MonthQuery {
+    month: String,
+}
+
+/// `/ui/gpus/{uuid}/ledger?month=YYYY-MM`: the fleet page's GPU map links each card here.
+pub async fn gpu_ledger(
+    State(state): State<AppState>,
+    Viewer(viewer): Viewer,
+    Path(uuid): Path<String>,
+    Query(q): Query<MonthQuery>,
+) -> Result<Response, UiError> {
+    let month: Month = q
+        .month
+        .parse()
+        .map_err(|e: String| UiError::Api(ApiError::bad_request(e)))?;
+    Ok(ledger::respond(
+        &state,
+        &viewer,
+        &uuid,
+        month.start(),
+        month.end(),
+        crate::reports::usage::Step::Day,
+        true,
+    )
+    .await?)
 }

@@ -134,6 +134,8 @@ fn fleet_body(
                         ("Team charges", "team_charges", c.team_charges),
                         ("Unattributed", "unattributed", c.unattributed),
                         ("Unallocated", "unallocated", c.unallocated),
+                        ("Of which placeable", "placeable", c.placeable),
+                        ("Of which stranded", "stranded", c.stranded),
                         ("Sharing discount", "sharing_discount", c.sharing_discount),
                         ("Rounding residual", "rounding_residual", c.rounding_residual),
                     ] {
@@ -143,7 +145,8 @@ fn fleet_body(
                         }
                     }
                 }
-                p { "Fleet cost = team charges + unattributed + unallocated + sharing discount + rounding residual, to the cent." }
+                p { "Fleet cost = team charges + unattributed + unallocated + sharing discount + rounding residual, to the cent. "
+                    "Unallocated = placeable (a valid instance or share could still be given out) + stranded (what the cards' layouts leave to no profile or share: the price of a layout, which a new layout frees)." }
                 (charts::stacked("conservation", "Fleet cost by destination",
                     &format!("Of {} of fleet cost in {month}: team charges {}, unattributed {}, unallocated {}, sharing discount {}, rounding {}.",
                         m(c.fleet_cost), m(c.team_charges), m(c.unattributed), m(c.unallocated), m(c.sharing_discount), m(c.rounding_residual)),
@@ -363,7 +366,7 @@ struct PlacedGpu {
 }
 
 fn gpu_map(rows: &[FleetSliceRow], palette: &Palette, view: &MapView) -> Markup {
-    let gpus: Vec<PlacedGpu> = gpu_bars(rows)
+    let gpus: Vec<PlacedGpu> = gpu_bars(rows, view.month)
         .into_iter()
         .filter(|g| view.node.as_ref().is_none_or(|n| *n == g.node))
         .filter(|g| view.model.as_ref().is_none_or(|m| *m == g.model))
@@ -461,8 +464,8 @@ fn percent_of(share: f64) -> String {
     format!("{:.0} %", share * 100.0)
 }
 
-/// Each GPU as a bar cut into its slices.
-fn gpu_bars(rows: &[FleetSliceRow]) -> Vec<PlacedGpu> {
+/// Each GPU as a bar cut into its slices, its label linking to its ledger of `month` (CSV).
+fn gpu_bars(rows: &[FleetSliceRow], month: Month) -> Vec<PlacedGpu> {
     let w = ShareWeights::default();
     let mut gpus: Vec<PlacedGpu> = Vec::new();
     let mut last = None;
@@ -473,7 +476,10 @@ fn gpu_bars(rows: &[FleetSliceRow]) -> Vec<PlacedGpu> {
                 node: r.node.clone(),
                 bar: GpuBar {
                     label: format!("{} · {}", r.node, r.model.trim_start_matches("NVIDIA ")),
-                    link: None,
+                    link: Some(format!(
+                        "/ui/gpus/{}/ledger?month={month}",
+                        form_urlencoded::byte_serialize(r.gpu_uuid.as_bytes()).collect::<String>()
+                    )),
                     slices: Vec::new(),
                 },
             });

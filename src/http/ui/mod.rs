@@ -56,6 +56,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tokens/{id}/revoke", post(tokens::revoke_token))
         .route("/ui/exports/focus", get(exports::focus_export))
         .route("/ui/exports/erp", get(exports::erp_export))
+        .route("/ui/gpus/{uuid}/ledger", get(exports::gpu_ledger))
         .layer(axum::middleware::map_response(security_headers))
 }
 
