@@ -4,10 +4,12 @@
 //! from the same books as invoices (the usage report's pricing), over the units counted in the same
 //! hours. `promql` checks an expression before it is stored, `count` turns raw counter samples into
 //! each hour's increase (a reset counted once, never negative), `cost` joins the two, `store` holds
-//! the SQL and `service` reads Prometheus and the books.
+//! the SQL, `service` reads Prometheus and the books, and `kept` keeps the month so far for
+//! `/metrics` and the team page.
 
 pub mod cost;
 pub mod count;
+pub mod kept;
 pub mod promql;
 pub mod service;
 pub mod store;
