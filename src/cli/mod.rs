@@ -15,6 +15,7 @@ pub mod rate_card;
 pub mod serve;
 pub mod simulate;
 pub mod token;
+pub mod unit;
 
 use clap::{Parser, Subcommand};
 
@@ -56,6 +57,11 @@ pub enum Command {
     RateCard {
         #[command(subcommand)]
         command: rate_card::RateCardCommand,
+    },
+    /// Define units of work (cost per million tokens, per inference) from a TOML file.
+    Unit {
+        #[command(subcommand)]
+        command: unit::UnitCommand,
     },
     /// Make and issue invoices.
     Invoice {

@@ -1,6 +1,6 @@
 //! Cost per unit of work: unit definitions (admin only, checked, audited) and the unit cost report,
 //! read from Debian's real `prometheus` serving blocks written with `promtool`, against the books
-//! of a hand-built fleet; the month so far on `/metrics` and the team page.
+//! of a hand-built fleet; the month so far on `/metrics` and the team page; definitions from TOML.
 //! The file stays whole: its tests share the Prometheus, the counters' writer and the fleet.
 
 use std::process::Command;
@@ -584,4 +584,125 @@ async fn a_prometheus_that_is_down_leaves_the_gauge_and_the_table_out_and_counts
     let html = ui_page(&app, &cookie, &format!("/ui/team/nlp?month={month}")).await;
     assert!(html.contains("Invoices"), "{html}");
     assert!(!html.contains(r#"data-table="unit-cost""#), "{html}");
+}
+
+#[tokio::test]
+async fn the_example_file_defines_the_ready_made_units_read_back_through_the_api_and_audited() {
+    let app = TestApp::spawn().await;
+    let out = app.cli(&["unit", "apply", "deploy/units.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("unit generated_tokens defined from deploy/units.example.toml"),
+        "{said}"
+    );
+    let r = app.get(Some(&app.admin), "/v1/unit-definitions").await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let defs: Vec<(String, String, Value, i64)> = r
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["name"].as_str().unwrap().to_owned(),
+                u["expression"].as_str().unwrap().to_owned(),
+                u["model_label"].clone(),
+                u["per_units"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let m = |s: &str| json!(s);
+    assert_eq!(
+        defs,
+        vec![
+            (
+                "generated_tokens".into(),
+                "vllm:generation_tokens_total".into(),
+                m("model_name"),
+                1_000_000
+            ),
+            (
+                "prompt_tokens".into(),
+                "vllm:prompt_tokens_total".into(),
+                m("model_name"),
+                1_000_000
+            ),
+            (
+                "sglang_generated_tokens".into(),
+                "sglang:generation_tokens_total".into(),
+                m("model_name"),
+                1_000_000
+            ),
+            (
+                "sglang_prompt_tokens".into(),
+                "sglang:prompt_tokens_total".into(),
+                m("model_name"),
+                1_000_000
+            ),
+            (
+                "tgi_generated_tokens".into(),
+                "tgi_request_generated_tokens_sum".into(),
+                Value::Null,
+                1_000_000
+            ),
+            (
+                "triton_inferences".into(),
+                "nv_inference_count".into(),
+                m("model"),
+                1_000
+            ),
+        ]
+    );
+    let r = app
+        .get(Some(&app.admin), "/v1/unit-definitions/triton_inferences")
+        .await;
+    assert_eq!(r.body["pod_label"], "pod");
+    assert_eq!(r.body["namespace_label"], "namespace");
+    assert_eq!(
+        r.body["description"],
+        "NVIDIA Triton: inferences (per thousand)"
+    );
+
+    // A file with a bad unit stores nothing, naming each bad field; applying again redefines.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("units.toml");
+    std::fs::write(
+        &bad,
+        "[generated_tokens]\nexpression = \"vllm:generation_tokens_total\"\nper_units = 1000\n\n\
+         [Tokens]\nexpression = \"rate(x[40d])\"\n",
+    )
+    .unwrap();
+    let out = app.cli(&["unit", "apply", bad.to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("[Tokens] name: "), "{err}");
+    assert!(
+        err.contains("[Tokens] expression: a range or subquery reaches over 31 days"),
+        "{err}"
+    );
+    let r = app
+        .get(Some(&app.admin), "/v1/unit-definitions/generated_tokens")
+        .await;
+    assert_eq!(r.body["per_units"], 1_000_000, "{r:?}");
+    let out = app.cli(&["unit", "apply", "deploy/units.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("unit generated_tokens redefined from deploy/units.example.toml")
+    );
+    // Audited as the API's puts are, by the command line (no token).
+    let audit: Vec<(String, Option<i64>)> = sqlx::query_as(
+        "select action, actor_token_id from audit_log where action like 'unit.%' order by audit_id",
+    )
+    .fetch_all(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(audit.len(), 12, "{audit:?}");
+    assert!(
+        audit
+            .iter()
+            .all(|(action, token)| action == "unit.put" && token.is_none()),
+        "{audit:?}"
+    );
 }
