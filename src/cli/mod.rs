@@ -5,6 +5,7 @@
 pub mod args;
 pub mod collect;
 pub mod demo;
+mod demo_prometheus;
 pub mod export;
 pub mod gpu;
 pub mod import;
