@@ -4,7 +4,7 @@
 use clap::Parser;
 use slicemeter::cli::{
     Cli, Command, collect, demo, export, gpu, import, invoice, migrate, plan, rate_card, serve,
-    simulate, token,
+    simulate, token, unit,
 };
 
 /// mimalloc rather than glibc's malloc: ingest allocates for every JSON value and row, and glibc's
@@ -25,6 +25,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Gpu { command } => gpu::run(command).await,
         Command::Import { command } => import::run(command).await,
         Command::RateCard { command } => rate_card::run(command).await,
+        Command::Unit { command } => unit::run(command).await,
         Command::Invoice { command } => invoice::run(command).await,
         Command::Export { command } => export::run(command).await,
         Command::Plan(args) => plan::run(args).await,

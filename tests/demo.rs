@@ -144,6 +144,30 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
         teams.len() >= 6,
         "the back-filled day shows the simulated teams: {report}"
     );
+    // The unit cost shows from the first minute: the simulated vLLM counters of the demo's chat
+    // pods over yesterday, over what their slices cost.
+    let unit_cost: serde_json::Value = client
+        .get(format!(
+            "{}/v1/reports/unit-cost?from={}&to={today}&unit=generated_tokens&group_by=team,model",
+            demo.base,
+            today - chrono::Duration::days(1),
+        ))
+        .bearer_auth(&demo.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = unit_cost["rows"].as_array().expect("a unit cost report");
+    assert!(!rows.is_empty(), "{unit_cost}");
+    let figure: f64 = unit_cost["total"]["unit_cost"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a unit cost: {unit_cost}"))
+        .parse()
+        .unwrap();
+    assert!(figure > 0.0, "{unit_cost}");
+    assert_eq!(unit_cost["currency"], "USD");
     assert!(
         pg.join("data/postmaster.pid").exists(),
         "the private PostgreSQL runs"

@@ -17,6 +17,7 @@ use crate::auth::store as tokens;
 use crate::billing::rate_card::{RateCardInput, store as rate_cards};
 use crate::billing::service::{self as billing, BillingConfig};
 use crate::collector::Cadence;
+use crate::collector::import::prometheus::Auth;
 use crate::collector::run::run_spooled;
 use crate::collector::shipper::Shipper;
 use crate::collector::spool::Spool;
@@ -36,6 +37,7 @@ use crate::process;
 use crate::sim::source::SimSource;
 use crate::sim::{SimFleet, generate};
 use crate::teams::{self, TeamUpdate};
+use crate::units::{self, service::UnitSource};
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -114,6 +116,8 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         Err(e) => eprintln!("No invoices drafted for {last_month}: {e}"),
     }
 
+    let units = units_source(&pool, &fleet).await?;
+
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| {
@@ -157,6 +161,7 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         },
         // On loopback: the billing gauges a local Prometheus and Grafana would chart.
         metrics_billing: true,
+        units_prometheus: Some(units.clone()),
         alerts: AlertConfig {
             interval: Duration::from_secs(60),
             signing_key: Some(Secret(signing_key.into_bytes())),
@@ -216,13 +221,7 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         "webhook alerts are signed with the key in {} (docs/reports.md, Alerts)",
         key_file.display()
     );
-    println!("dashboard: {base}/ui/ (sign in with the token above)");
-    println!(
-        "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team,namespace,workload&step=month'",
-        (Utc::now() - chrono::Duration::days(i64::from(args.days))).date_naive(),
-        (Utc::now() + chrono::Duration::days(1)).date_naive()
-    );
-    println!("API document: {base}/openapi.json; press Ctrl-C to stop.");
+    print_what_to_try(&base, &admin, args.days, &units.url);
 
     let served = tokio::select! {
         _ = process::shutdown_signal() => None,
@@ -282,6 +281,42 @@ async fn publish_example_rate_card(pool: &PgPool, days: u32) -> anyhow::Result<(
     let id = billing::publish_rate_card(pool, &card, &Actor::CLI).await?;
     eprintln!("Published the example rate card (deploy/rate-card.example.toml) as version {id}.");
     Ok(())
+}
+
+/// Where to look first: the dashboard, the usage report, the unit cost and the API document.
+fn print_what_to_try(base: &str, admin: &str, days: u32, units_url: &str) {
+    println!("dashboard: {base}/ui/ (sign in with the token above)");
+    println!(
+        "try: curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/usage?from={}&to={}&group_by=team,namespace,workload&step=month'",
+        (Utc::now() - chrono::Duration::days(i64::from(days))).date_naive(),
+        (Utc::now() + chrono::Duration::days(1)).date_naive()
+    );
+    println!(
+        "cost per million generated tokens (simulated vLLM counters at {units_url}/metrics): curl -H 'Authorization: Bearer {admin}' '{base}/v1/reports/unit-cost?from={}&to={}&unit=generated_tokens&group_by=team,model'",
+        (Utc::now() - chrono::Duration::days(1)).date_naive(),
+        Utc::now().date_naive()
+    );
+    println!("API document: {base}/openapi.json; press Ctrl-C to stop.");
+}
+
+/// The unit cost from the first minute: a simulated vLLM's counters for the chat pods, served by
+/// a stand-in for Prometheus of the demo's own, and the ready-made `generated_tokens` unit (vLLM's
+/// generated tokens) unless one is defined.
+async fn units_source(pool: &PgPool, fleet: &SimFleet) -> anyhow::Result<UnitSource> {
+    let url = super::demo_prometheus::start(fleet.clone()).await?;
+    if units::store::get(pool, "generated_tokens").await?.is_none() {
+        let def = units::presets()
+            .into_iter()
+            .find(|p| p.name == "generated_tokens")
+            .context("the ready-made generated_tokens unit")?;
+        units::store::put(pool, &def, &Actor::CLI).await?;
+    }
+    Ok(UnitSource {
+        url,
+        auth: Auth::None,
+        timeout: Duration::from_secs(30),
+        max_answer_bytes: 256 << 20,
+    })
 }
 
 const EXAMPLE_RATE_CARD: &str = include_str!("../../deploy/rate-card.example.toml");

@@ -5,6 +5,7 @@
 pub mod args;
 pub mod collect;
 pub mod demo;
+mod demo_prometheus;
 pub mod export;
 pub mod gpu;
 pub mod import;
@@ -15,6 +16,7 @@ pub mod rate_card;
 pub mod serve;
 pub mod simulate;
 pub mod token;
+pub mod unit;
 
 use clap::{Parser, Subcommand};
 
@@ -56,6 +58,11 @@ pub enum Command {
     RateCard {
         #[command(subcommand)]
         command: rate_card::RateCardCommand,
+    },
+    /// Define units of work (cost per million tokens, per inference) from a TOML file.
+    Unit {
+        #[command(subcommand)]
+        command: unit::UnitCommand,
     },
     /// Make and issue invoices.
     Invoice {

@@ -13,6 +13,7 @@ use super::state::{AppState, GAUGES_MAX_AGE};
 use crate::db;
 use crate::reports::gauges;
 use crate::reports::service as reports;
+use crate::units::kept as units;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -40,12 +41,21 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, ApiError>
 
 /// Prometheus metrics in the text exposition format, each node's ingest lag among them; with
 /// `serve --metrics-billing`, also the month's billing figures so far (each team's cost and
-/// GPU-equivalent hours, the fleet's allocation and busy ratios and unallocated cost).
+/// GPU-equivalent hours, the fleet's allocation and busy ratios and unallocated cost) and, with
+/// `--units-prometheus-url`, each unit's cost per team and model this month so far.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "metrics", body = String, content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut text = state.metrics.render();
     text.push_str(&fleet_gauges(&state).await);
+    // Each unit's cost, as kept: a scrape never waits on the units' Prometheus. A billing figure,
+    // so only where the billing gauges are shown.
+    if state.config.metrics_billing
+        && let Some(source) = &state.config.units_prometheus
+        && let Some(kept) = state.unit_costs.get(&state.pool, &state.reports, source)
+    {
+        text.push_str(&units::render(&kept));
+    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

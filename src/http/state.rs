@@ -16,6 +16,7 @@ use crate::ingest::validate::Limits;
 use crate::reports::allocation::AllocationCache;
 use crate::reports::exports::ExportConfig;
 use crate::reports::service::ReportCache;
+use crate::units::kept::{self, KeptUnitCosts};
 
 /// What the server is configured with.
 #[derive(Debug, Clone)]
@@ -57,6 +58,9 @@ pub struct ServerConfig {
     pub alerts: crate::alerts::AlertConfig,
     /// The Prometheus unit definitions' counters are read from; none: no unit cost.
     pub units_prometheus: Option<crate::units::service::UnitSource>,
+    /// How old the kept unit costs of the month (`units::kept`: the gauge, the team page) may be
+    /// before they are read anew, behind the request that finds them old.
+    pub units_max_age: Duration,
 }
 
 impl ServerConfig {
@@ -87,6 +91,7 @@ impl Default for ServerConfig {
             metrics_billing: false,
             alerts: crate::alerts::AlertConfig::default(),
             units_prometheus: None,
+            units_max_age: Duration::from_secs(300),
         }
     }
 }
@@ -107,6 +112,8 @@ pub struct AppState {
     /// [`GAUGES_MAX_AGE`], however often Prometheus scrapes.
     pub gauges: Arc<tokio::sync::Mutex<Option<(std::time::Instant, String)>>>,
     pub ingest_limiter: Arc<limits::RateLimiter>,
+    /// Each unit's cost of the month so far (`units::kept`), for `/metrics` and the team page.
+    pub unit_costs: Arc<KeptUnitCosts>,
 }
 
 /// How old the fleet's gauges may be when `/metrics` serves them.
@@ -116,6 +123,13 @@ impl AppState {
     /// The state of a server; starts ingest's group committer on the current Tokio runtime.
     pub fn new(pool: PgPool, config: ServerConfig) -> Self {
         let partitions = Arc::new(Partitions::default());
+        let unit_costs = Arc::new(KeptUnitCosts::new(config.units_max_age));
+        // The recorder first: a counter touched before it is installed is lost.
+        let metrics = crate::process::metrics_handle();
+        if config.units_prometheus.is_some() {
+            // There from the start, at 0, as the other counters are.
+            metrics::counter!(kept::ERRORS_METRIC).increment(0);
+        }
         AppState {
             ingestor: Ingestor::new(
                 pool.clone(),
@@ -138,8 +152,9 @@ impl AppState {
                 config.ingest_burst,
             )),
             config: Arc::new(config),
-            metrics: crate::process::metrics_handle(),
+            metrics,
             gauges: Arc::default(),
+            unit_costs,
         }
     }
 }

@@ -109,6 +109,7 @@ async fn put_unit(
         .validate(&name)
         .map_err(|fields| ApiError::invalid_fields("the unit definition is invalid", fields))?;
     let replaced = store::put(&state.pool, &def, &Actor::of(&principal)).await?;
+    state.unit_costs.invalidate();
     tracing::info!(unit = %def.name, replaced, by = principal.token_id(), "A unit definition was put.");
     let view = store::get(&state.pool, &name)
         .await?
@@ -137,6 +138,7 @@ async fn delete_unit(
 ) -> Result<StatusCode, ApiError> {
     require(&principal, &[Role::Admin])?;
     if store::delete(&state.pool, &name, &Actor::of(&principal)).await? {
+        state.unit_costs.invalidate();
         tracing::info!(unit = %name, by = principal.token_id(), "A unit definition was deleted.");
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -43,7 +43,7 @@ pub const GAUGES: [(&str, &str); 7] = [
 ];
 
 /// A label value as the exposition format quotes it.
-fn quoted(v: &str) -> String {
+pub fn quoted(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

@@ -9,6 +9,7 @@ pub mod dcgm;
 pub mod generate;
 pub mod prometheus;
 pub mod source;
+pub mod vllm;
 pub mod workload;
 
 use std::collections::BTreeMap;

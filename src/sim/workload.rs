@@ -78,7 +78,8 @@ fn pod_of(
     (pod, labels)
 }
 
-const BLOCK_MS: i64 = 4 * 3_600_000;
+/// A block: what holds a slice changes only at its boundaries.
+pub(crate) const BLOCK_MS: i64 = 4 * 3_600_000;
 const BLOCKS_PER_WEEK: i64 = 42;
 
 /// Who holds a slice during one 4-hour block, and doing what.

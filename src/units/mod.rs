@@ -4,10 +4,12 @@
 //! from the same books as invoices (the usage report's pricing), over the units counted in the same
 //! hours. `promql` checks an expression before it is stored, `count` turns raw counter samples into
 //! each hour's increase (a reset counted once, never negative), `cost` joins the two, `store` holds
-//! the SQL and `service` reads Prometheus and the books.
+//! the SQL, `service` reads Prometheus and the books, and `kept` keeps the month so far for
+//! `/metrics` and the team page.
 
 pub mod cost;
 pub mod count;
+pub mod kept;
 pub mod promql;
 pub mod service;
 pub mod store;
@@ -185,6 +187,38 @@ impl UnitDefinitionInput {
     }
 }
 
+/// Unit definitions from a TOML file (`slicemeter unit apply`, deploy/units.example.toml): a table
+/// per unit, named as the unit, holding the fields of `PUT /v1/unit-definitions/{name}`, checked
+/// as the API checks them. Every bad field of every unit is named, and none is returned unless
+/// all pass: a file is stored whole or not at all.
+pub fn from_toml(text: &str) -> Result<Vec<UnitDefinition>, String> {
+    let inputs: std::collections::BTreeMap<String, UnitDefinitionInput> =
+        toml::from_str(text).map_err(|e| e.to_string())?;
+    if inputs.is_empty() {
+        return Err(
+            "the file defines no unit: add a table such as [generated_tokens] with an expression"
+                .into(),
+        );
+    }
+    let mut defs = Vec::with_capacity(inputs.len());
+    let mut problems = Vec::new();
+    for (name, input) in inputs {
+        match input.validate(&name) {
+            Ok(def) => defs.push(def),
+            Err(fields) => problems.extend(
+                fields
+                    .into_iter()
+                    .map(|f| format!("[{name}] {}: {}", f.field, f.message)),
+            ),
+        }
+    }
+    if problems.is_empty() {
+        Ok(defs)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 /// Ready-made definitions for the inference servers' own counters, as Prometheus' Kubernetes
 /// service discovery labels their series (`namespace`, `pod`); docs/unit-cost.md shows them.
 pub fn presets() -> Vec<UnitDefinition> {
@@ -262,6 +296,36 @@ mod tests {
             };
             assert_eq!(input.validate(&p.name), Ok(p.clone()));
         }
+    }
+
+    #[test]
+    fn the_example_file_holds_exactly_the_ready_made_definitions() {
+        let text = include_str!("../../deploy/units.example.toml");
+        let mut presets = presets();
+        presets.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(from_toml(text), Ok(presets));
+    }
+
+    #[test]
+    fn a_file_with_a_bad_unit_names_each_of_its_bad_fields_and_gives_nothing() {
+        let text = r#"
+            [generated_tokens]
+            expression = "vllm:generation_tokens_total"
+
+            [bad]
+            expression = "rate(x[40d])"
+            per_units = 0
+        "#;
+        assert_eq!(
+            from_toml(text),
+            Err(
+                "[bad] expression: a range or subquery reaches over 31 days; at most [31d]; \
+                 [bad] per_units: 0 is not 1 to 1000000000"
+                    .into()
+            )
+        );
+        assert!(from_toml("[tokens]\nexpresion = \"x\"\n").is_err());
+        assert!(from_toml("").is_err());
     }
 
     #[test]

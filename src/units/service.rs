@@ -103,6 +103,33 @@ pub async fn unit_cost(
     group_by: &UnitGroupBy,
     team: Option<&TeamId>,
 ) -> Result<UnitCostReport, UnitCostError> {
+    let mut reports = unit_costs(
+        pool,
+        cache,
+        source,
+        def,
+        from,
+        to,
+        std::slice::from_ref(group_by),
+        team,
+    )
+    .await?;
+    Ok(reports.remove(0))
+}
+
+/// The unit cost reports of `def` over `[from, to)`, one per grouping, from one read of the
+/// counters and the books (`team`: a team lead's own team only).
+#[allow(clippy::too_many_arguments)]
+pub async fn unit_costs(
+    pool: &PgPool,
+    cache: &ReportCache,
+    source: &UnitSource,
+    def: &UnitDefinition,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_bys: &[UnitGroupBy],
+    team: Option<&TeamId>,
+) -> Result<Vec<UnitCostReport>, UnitCostError> {
     let inc = increases(source, def, from, to).await?;
     let dims: GroupBy = "team,namespace,workload,pod"
         .parse()
@@ -127,16 +154,22 @@ pub async fn unit_cost(
         .as_deref()
         .and_then(|c| Currency::parse(c).ok());
     tracing::debug!(unit = %def.name, resets = inc.resets, "Counted a unit's increases.");
-    Ok(cost::build(
-        def,
-        from,
-        to,
-        group_by,
-        currency.as_ref(),
-        usage.cost_note,
-        &costs,
-        &inc.hours,
-        // A team lead sees units without cost only in namespaces their team's slices were held in.
-        |k| team.is_none() || namespaces.contains(&k.namespace),
-    ))
+    Ok(group_bys
+        .iter()
+        .map(|group_by| {
+            cost::build(
+                def,
+                from,
+                to,
+                group_by,
+                currency.as_ref(),
+                usage.cost_note.clone(),
+                &costs,
+                &inc.hours,
+                // A team lead sees units without cost only in namespaces their team's slices were
+                // held in.
+                |k| team.is_none() || namespaces.contains(&k.namespace),
+            )
+        })
+        .collect())
 }

@@ -71,18 +71,22 @@ pub async fn delete(pool: &PgPool, name: &str, actor: &Actor) -> Result<bool, sq
     Ok(gone)
 }
 
-/// Every definition, by name.
-pub async fn list(pool: &PgPool) -> Result<Vec<UnitDefinitionView>, sqlx::Error> {
-    let rows = sqlx::query!(
-        "select name, expression, model_label, namespace_label, pod_label, workload_label,
-                per_units, description, updated_at
-         from unit_definition order by name"
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| UnitDefinitionView {
+/// A row as stored.
+struct Row {
+    name: String,
+    expression: String,
+    model_label: Option<String>,
+    namespace_label: String,
+    pod_label: Option<String>,
+    workload_label: Option<String>,
+    per_units: i64,
+    description: Option<String>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<Row> for UnitDefinitionView {
+    fn from(r: Row) -> Self {
+        UnitDefinitionView {
             definition: UnitDefinition {
                 name: r.name,
                 expression: r.expression,
@@ -94,13 +98,27 @@ pub async fn list(pool: &PgPool) -> Result<Vec<UnitDefinitionView>, sqlx::Error>
                 description: r.description,
             },
             updated_at: r.updated_at,
-        })
-        .collect())
+        }
+    }
+}
+
+/// Every definition, by name.
+pub async fn list(pool: &PgPool) -> Result<Vec<UnitDefinitionView>, sqlx::Error> {
+    let rows = sqlx::query_as!(
+        Row,
+        "select name, expression, model_label, namespace_label, pod_label, workload_label,
+                per_units, description, updated_at
+         from unit_definition order by name"
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(Into::into).collect())
 }
 
 /// The definition `name`, if there is one.
 pub async fn get(pool: &PgPool, name: &str) -> Result<Option<UnitDefinitionView>, sqlx::Error> {
-    let r = sqlx::query!(
+    let row = sqlx::query_as!(
+        Row,
         "select name, expression, model_label, namespace_label, pod_label, workload_label,
                 per_units, description, updated_at
          from unit_definition where name = $1",
@@ -108,17 +126,5 @@ pub async fn get(pool: &PgPool, name: &str) -> Result<Option<UnitDefinitionView>
     )
     .fetch_optional(pool)
     .await?;
-    Ok(r.map(|r| UnitDefinitionView {
-        definition: UnitDefinition {
-            name: r.name,
-            expression: r.expression,
-            model_label: r.model_label,
-            namespace_label: r.namespace_label,
-            pod_label: r.pod_label,
-            workload_label: r.workload_label,
-            per_units: r.per_units,
-            description: r.description,
-        },
-        updated_at: r.updated_at,
-    }))
+    Ok(row.map(Into::into))
 }

@@ -12,6 +12,7 @@ mod pages;
 mod plan;
 mod scale;
 mod sources;
+mod units;
 
 use clap::{Parser, Subcommand};
 
@@ -40,6 +41,8 @@ enum Command {
     Scale(scale::ScaleBenchArgs),
     /// One scrape of a dcgm-exporter page, and `import prometheus` of a month from a real Prometheus.
     Sources(sources::SourcesBenchArgs),
+    /// The unit cost of a month for every team, against a real Prometheus serving vLLM counters.
+    Units(units::UnitsBenchArgs),
     /// The process `export` measures (not for people).
     #[command(hide = true)]
     FocusChild(export::FocusChildArgs),
@@ -65,6 +68,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Plan(args) => plan::plan(args).await,
         Command::Scale(args) => scale::scale(args).await,
         Command::Sources(args) => sources::sources(args).await,
+        Command::Units(args) => units::units(args).await,
         Command::FocusChild(args) => export::focus_child(args).await,
         Command::PostFleet(args) => fill::post_fleet(args).await,
     }

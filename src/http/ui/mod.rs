@@ -16,6 +16,7 @@ mod savings;
 mod signin;
 mod team;
 mod tokens;
+mod unit_costs;
 mod workloads;
 
 use axum::Router;

@@ -19,6 +19,7 @@ use super::layout::{
 };
 use super::over_time;
 use super::savings::{self, RIGHT_SIZING_DAYS};
+use super::unit_costs;
 use super::workloads::{self, TableOrder, WorkloadLine};
 use crate::billing::invoice::{Invoice, store as invoices};
 use crate::billing::rate_card::{Currency, store as rate_cards};
@@ -233,8 +234,10 @@ pub async fn team(
         &invoices,
         order,
     )?;
+    let unit_costs = unit_costs::kept(&state, month).await;
     let body = html! {
         (main)
+        (unit_costs::section(unit_costs.as_deref(), &team))
         (handovers::team_notice(&team, month, &handovers))
     };
     Ok(page(

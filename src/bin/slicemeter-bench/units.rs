@@ -1,0 +1,203 @@
+//! `units`: the unit cost of a month of `--gpus` GPUs for every team (`units::service`, as the
+//! report, the gauge and the team page read it), against a real Prometheus (Debian's package)
+//! serving the simulated vLLM counters of the fleet's chat pods (`sim::vllm`, scraped every
+//! minute), written into blocks with `promtool tsdb create-blocks-from openmetrics`. Printed beside
+//! its two parts measured alone in the same run: the usage report it prices from, and the counters
+//! read and counted.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use chrono::Utc;
+use slicemeter::collector::import::prometheus::Auth;
+use slicemeter::domain::time::Month;
+use slicemeter::reports::service::{self as reports, ReportCache};
+use slicemeter::reports::usage::{GroupBy, Step};
+use slicemeter::sim::SimFleet;
+use slicemeter::sim::prometheus::{LocalPrometheus, binary};
+use slicemeter::sim::vllm::{self, GENERATION_TOKENS};
+use slicemeter::units::cost::UnitGroupBy;
+use slicemeter::units::service::{self, UnitSource};
+
+use crate::common::{in_scratch_schema, load_month};
+
+#[derive(Debug, clap::Args)]
+pub struct UnitsBenchArgs {
+    /// The database to work in (a scratch schema is created and dropped); without one, a private
+    /// PostgreSQL is started for the run.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// GPUs in the simulated fleet.
+    #[arg(long, default_value_t = 1000)]
+    pub gpus: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// A size that runs in seconds (8 GPUs): CI runs it so that the benchmark cannot rot.
+    #[arg(long)]
+    pub smoke: bool,
+}
+
+/// Writes the chat pods' counters over `month`, a day an OpenMetrics file, into blocks under
+/// `storage`; returns the samples written.
+fn write_blocks(fleet: &SimFleet, month: Month, storage: &std::path::Path) -> anyhow::Result<u64> {
+    let promtool = binary("promtool").map_err(anyhow::Error::msg)?;
+    let mut samples = 0u64;
+    let mut day = month.start();
+    while day < month.end() {
+        let end = day + chrono::Duration::days(1);
+        let mut text = format!("# TYPE {GENERATION_TOKENS} counter\n");
+        for s in vllm::generation_tokens(
+            fleet,
+            day.timestamp_millis() - 1,
+            end.timestamp_millis() - 1,
+        ) {
+            let labels: Vec<String> = s
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{v}\""))
+                .collect();
+            let labels = labels.join(",");
+            for (t, v) in &s.samples {
+                text.push_str(&format!(
+                    "{GENERATION_TOKENS}{{{labels}}} {v} {}.{:03}\n",
+                    t.div_euclid(1000),
+                    t.rem_euclid(1000)
+                ));
+                samples += 1;
+            }
+        }
+        text.push_str("# EOF\n");
+        let file = storage.join("day.om");
+        std::fs::write(&file, &text)?;
+        let out = std::process::Command::new(&promtool)
+            .args([
+                "tsdb",
+                "create-blocks-from",
+                "--max-block-duration=24h",
+                "openmetrics",
+            ])
+            .arg(&file)
+            .arg(storage)
+            .output()
+            .context("running promtool")?;
+        if !out.status.success() {
+            bail!("promtool failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::fs::remove_file(&file)?;
+        day = end;
+    }
+    Ok(samples)
+}
+
+async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
+    let month = Month::of(Utc::now()).minus(1);
+    let gpus = if args.smoke { 8 } else { args.gpus };
+    load_month(&pool, gpus, args.seed, month).await?;
+    let fleet = SimFleet::generate(args.seed, gpus);
+    let dir = crate::common::tempfile_path("units");
+    let storage = dir.join("prometheus");
+    std::fs::create_dir_all(&storage)?;
+    let started = Instant::now();
+    let samples = {
+        let (fleet, storage) = (fleet.clone(), storage.clone());
+        tokio::task::spawn_blocking(move || write_blocks(&fleet, month, &storage)).await??
+    };
+    eprintln!(
+        "wrote {samples} counter samples of {gpus} GPUs' chat pods, {month}, into Prometheus blocks in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let prometheus = {
+        let storage = storage.clone();
+        tokio::task::spawn_blocking(move || {
+            LocalPrometheus::start(&storage, &[], Duration::from_secs(15))
+        })
+        .await?
+        .map_err(anyhow::Error::msg)?
+    };
+    let source = UnitSource {
+        url: prometheus.url.clone(),
+        auth: Auth::None,
+        timeout: Duration::from_secs(120),
+        max_answer_bytes: 1 << 30,
+    };
+    let def = slicemeter::units::presets()
+        .into_iter()
+        .find(|p| p.name == "generated_tokens")
+        .context("the ready-made generated_tokens unit")?;
+    let (from, to) = (month.start(), month.end());
+    let by: [UnitGroupBy; 2] = [
+        "team".parse().map_err(anyhow::Error::msg)?,
+        "team,model".parse().map_err(anyhow::Error::msg)?,
+    ];
+    // Each part alone, then the whole, each on a cache of its own (nothing kept between them).
+    let t = Instant::now();
+    let inc = service::increases(&source, &def, from, to).await?;
+    let counters = t.elapsed();
+    let dims: GroupBy = "team,namespace,workload,pod"
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    let t = Instant::now();
+    let usage = reports::usage_report(
+        &pool,
+        &ReportCache::new(Duration::ZERO),
+        from,
+        to,
+        &dims,
+        Step::Hour,
+        None,
+    )
+    .await?;
+    let usage_time = t.elapsed();
+    let t = Instant::now();
+    let unit_costs = service::unit_costs(
+        &pool,
+        &ReportCache::new(Duration::ZERO),
+        &source,
+        &def,
+        from,
+        to,
+        &by,
+        None,
+    )
+    .await?;
+    let took = t.elapsed();
+    let teams = &unit_costs[0];
+    anyhow::ensure!(
+        !teams.rows.is_empty(),
+        "the unit cost has no row: {teams:?}"
+    );
+    println!(
+        "unit cost, {gpus} GPUs, {month}, every team: {:.2} s ({} teams, {} team x model rows; total {} {} per 1M tokens over {} tokens)",
+        took.as_secs_f64(),
+        teams.rows.len(),
+        unit_costs[1].rows.len(),
+        teams.currency.as_deref().unwrap_or("?"),
+        teams
+            .total
+            .unit_cost
+            .map_or("none".to_owned(), |c| c.to_string()),
+        teams.total.units
+    );
+    println!(
+        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows)",
+        counters.as_secs_f64(),
+        inc.hours.len(),
+        usage_time.as_secs_f64(),
+        usage.rows.len()
+    );
+    println!(
+        "  target < 5 s: {}",
+        if took.as_secs_f64() < 5.0 {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+    drop(prometheus);
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+pub async fn units(args: UnitsBenchArgs) -> anyhow::Result<()> {
+    in_scratch_schema(args.database_url.as_deref(), 8, |pool, _| run(&args, pool)).await
+}
