@@ -6,7 +6,8 @@
 use axum::http::StatusCode;
 use serde_json::json;
 
-use crate::billing::{dec, draft_of, run};
+use crate::billing::{dec, draft_of, issue, run};
+use crate::exports::Csv;
 use crate::support::*;
 
 /// A 1g MIG slice (a seventh of the H100's compute) held 2 h by `search` on 1 September 2026, the
@@ -111,4 +112,55 @@ async fn unallocated_capacity_of_exactly_0_095_is_0_10() {
     assert_eq!(dec(&c["team_charges"]), dec(&json!("0.01")));
     assert_eq!(dec(&c["unallocated"]), dec(&json!("0.10")));
     assert_eq!(dec(&c["rounding_residual"]), dec(&json!("-0.01")));
+}
+
+/// The line of exactly 14.645 as the exports and the OpenCost API show it: 14.64 everywhere a
+/// finance tool reads it, never 14.65.
+#[tokio::test]
+async fn the_exports_and_the_opencost_api_show_the_half_cent_line_as_14_64() {
+    let app = TestApp::spawn().await;
+    two_sevenths_of_a_gpu_hour(&app).await;
+    let drafts = run(&app, "2026-09").await;
+    issue(&app, &draft_of(&drafts, "search")["id"]).await;
+
+    for version in ["1.2", "1.3"] {
+        let r = app
+            .get(
+                Some(&app.admin),
+                &format!("/v1/exports/focus?period=2026-09&version={version}"),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        let csv = Csv::parse(r.body.as_str().unwrap());
+        let team = csv.col("SubAccountId");
+        let search: Vec<_> = csv.rows.iter().filter(|r| r[team] == "search").collect();
+        assert_eq!(search.len(), 1, "one slice-day: {:?}", csv.rows);
+        assert_eq!(search[0][csv.col("BilledCost")], "14.64", "FOCUS {version}");
+    }
+
+    let erp = app
+        .get(Some(&app.admin), "/v1/exports/erp?period=2026-09")
+        .await;
+    assert_eq!(erp.status, StatusCode::OK, "{erp:?}");
+    let csv = Csv::parse(erp.body.as_str().unwrap());
+    let debits: Vec<_> = csv
+        .rows
+        .iter()
+        .map(|r| r[csv.col("debit")].as_str())
+        .filter(|d| !d.is_empty())
+        .collect();
+    assert_eq!(debits, ["14.64"], "{:?}", csv.rows);
+
+    let r = app
+        .get(
+            Some(&app.admin),
+            "/allocation?window=2026-09-01T00:00:00Z,2026-09-02T00:00:00Z&aggregate=namespace",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let cost = &r.body["data"][0]["search"]["totalCost"];
+    let cost = cost
+        .as_str()
+        .map_or_else(|| cost.to_string(), str::to_owned);
+    assert_eq!(cost, "14.64", "{r:?}");
 }
