@@ -164,3 +164,55 @@ async fn the_exports_and_the_opencost_api_show_the_half_cent_line_as_14_64() {
         .map_or_else(|| cost.to_string(), str::to_owned);
     assert_eq!(cost, "14.64", "{r:?}");
 }
+
+/// `search` holds the 1g slice `hours` hours from `start`, the GPU present as long.
+async fn a_seventh_held(app: &TestApp, start: chrono::DateTime<chrono::Utc>, hours: i64) {
+    let at = |h: i64| (start + chrono::Duration::hours(h)).to_rfc3339();
+    let windows = (0..hours)
+        .map(|h| window(MIG_1G_A, &at(h), &at(h + 1), "search", "ranker-0", 3600.0))
+        .collect();
+    let r = app
+        .ingest(&app.admin, &batch(&at(0), &at(hours), windows))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+}
+
+/// An `auto` budget averages the team's closed months: 21.97 and 14.64 average 18.305 exactly,
+/// which is 18.30 (the 0 is even), not 18.31.
+#[tokio::test]
+async fn an_auto_budget_averaging_a_half_cent_is_the_even_cent() {
+    let app = TestApp::spawn().await;
+    app.put_team("search", &["search"]).await;
+    let now = slicemeter::domain::time::Month::of(chrono::Utc::now());
+    let (before_last, last) = (now.minus(2), now.minus(1));
+    let r = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/rate-cards",
+            &json!({"effective_from": before_last.start().to_rfc3339(), "currency": "USD",
+                    "default_hourly_cost": "3.00", "weights": {"compute": "1", "memory": "0"},
+                    "isolation_factors": {"mig": "0.25"},
+                    "prices": {"NVIDIA H100 80GB HBM3": "205.03"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    // 3 h x 1/7 x 205.03 x 0.25 = 21.9675: 21.97; 2 h: 14.645, 14.64.
+    a_seventh_held(&app, before_last.start(), 3).await;
+    a_seventh_held(&app, last.start(), 2).await;
+    let r = app
+        .send_json(
+            "POST",
+            Some(&app.admin),
+            "/v1/budgets",
+            &json!({"team": "search", "amount": "auto", "auto_months": 2, "currency": "USD",
+                    "thresholds": [{"kind": "forecast", "percent": 100}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(
+        dec(&r.body["current"]["budget"]),
+        dec(&json!("18.30")),
+        "{r:?}"
+    );
+}
