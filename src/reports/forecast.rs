@@ -210,6 +210,29 @@ mod tests {
     }
 
     #[test]
+    fn a_forecast_on_a_half_cent_rounds_to_the_even_cent() {
+        // 0.12 a day is 0.005 an hour: over 7 days and 23 hours measured, 0.955 / 191 h. An hour
+        // before the month ends, the forecast is what was spent + 0.005, exactly a half cent.
+        let now = at("2026-12-31T23:00:00Z");
+        let pace = steady(now, d("0.12"));
+        let on = |spent: &str| {
+            let f = forecast(
+                TeamId::parse("nlp").unwrap(),
+                now,
+                at("2027-01-01T00:00:00Z"),
+                d(spent),
+                &pace,
+                &usd(),
+            );
+            assert_eq!(f.measured_hours, d("191"));
+            assert_eq!(f.hourly_rate, d("0.005"));
+            (f.forecast, f.low, f.high)
+        };
+        assert_eq!(on("10.00"), (d("10.00"), d("10.00"), d("10.00")), "10.005");
+        assert_eq!(on("10.01"), (d("10.02"), d("10.02"), d("10.02")), "10.015");
+    }
+
+    #[test]
     fn the_band_projects_the_10th_and_90th_percentile_days() {
         let now = at("2026-12-10T00:00:00Z");
         // Days of 10, 20, ..., 70: p10 = 16, p90 = 64.
