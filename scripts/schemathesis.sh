@@ -76,6 +76,8 @@ st() {
 #     balanced, a series named, no range or subquery over 31 days), label names Prometheus allows,
 #     pod_label and workload_label not both (400).
 #   GET /v1/ingest/coverage: to after from, by at most 31 days (400).
+#   GET /v1/gpus/{uuid}/ledger: a real calendar date, to after from, a range no longer than the
+#     step allows (93 days of hours, 366 of days), no hours of an issued month (400).
 #   GET /allocation, /allocation/compute: a window of real instants, its end after its start and no
 #     longer than the step allows; idle capacity for windows of whole months only (400).
 #   POST /v1/tokens: a team lead's team that exists, team only with team_lead and node only with
@@ -89,7 +91,7 @@ st() {
 semantic=("POST /v1/ingest" "POST /v1/rate-cards" "GET /v1/reports/usage" "PUT /v1/teams/{team}"
   "GET /v1/ingest/coverage" "GET /v1/reports/unit-cost" "PUT /v1/unit-definitions/{name}"
   "GET /allocation" "GET /allocation/compute" "POST /v1/tokens" "POST /v1/budgets"
-  "PUT /v1/budgets/{id}")
+  "PUT /v1/budgets/{id}" "GET /v1/gpus/{uuid}/ledger")
 printf '' >"$work/strict.toml"
 printf '[checks.positive_data_acceptance]\nexpected-statuses = ["2xx", 400, 401, 403, 404, 409, 413, 422, 429]\n' \
   >"$work/semantic.toml"
