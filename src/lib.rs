@@ -12,6 +12,8 @@ pub mod alerts;
 pub mod audit;
 /// API tokens and the dashboard's sessions.
 pub mod auth;
+/// The work `serve` runs beside the HTTP server: partitions ahead, retention, the alerts worker.
+pub mod background;
 /// Rate cards, pricing, monthly statements and invoices.
 pub mod billing;
 /// Budgets per team, their thresholds and channels, and where a month stands against them.

@@ -28,6 +28,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("alerts", &["billing", "budgets", "db", "domain", "reports"]),
     ("reports", &["billing", "db", "domain"]),
     ("plan", &["billing", "db", "domain"]),
+    // What `serve` runs beside the HTTP server: partitions, retention, the alerts worker.
+    (
+        "background",
+        &["alerts", "db", "domain", "ingest", "reports"],
+    ),
     ("collector", &["domain"]),
     // The unit cost reads Prometheus with the importer's query client.
     (
@@ -38,8 +43,21 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "http",
         &[
-            "alerts", "audit", "auth", "billing", "budgets", "db", "domain", "fleet", "ingest",
-            "plan", "process", "reports", "teams", "units",
+            "alerts",
+            "audit",
+            "auth",
+            "background",
+            "billing",
+            "budgets",
+            "db",
+            "domain",
+            "fleet",
+            "ingest",
+            "plan",
+            "process",
+            "reports",
+            "teams",
+            "units",
         ],
     ),
 ];

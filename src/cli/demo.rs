@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::alerts::{AlertConfig, Secret};
 use crate::auth::store as tokens;
+use crate::background;
 use crate::billing::rate_card::{RateCardInput, store as rate_cards};
 use crate::billing::service::{self as billing, BillingConfig};
 use crate::collector::Cadence;
@@ -29,7 +30,7 @@ use crate::domain::team::TeamId;
 use crate::domain::time::{Month, floor_to};
 use crate::fleet::store as fleet_store;
 use crate::http::server;
-use crate::http::state::ServerConfig;
+use crate::http::state::{AppState, ServerConfig};
 use crate::ingest::group::GroupCommit;
 use crate::ingest::service::Ingestor;
 use crate::ingest::validate::Limits;
@@ -170,7 +171,10 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         },
         ..ServerConfig::default()
     };
-    let mut serving = tokio::spawn(server::serve(pool.clone(), listener, config, async move {
+    let request_timeout = config.request_timeout;
+    let state = AppState::new(pool.clone(), config);
+    let background = background::start(state.background());
+    let mut serving = tokio::spawn(server::serve(state, listener, async move {
         let _ = server_stopped.changed().await;
     }));
     let mut collectors = Vec::new();
@@ -240,6 +244,7 @@ async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<(
         Some(r) => r,
         None => serving.await,
     };
+    background.stop(request_timeout).await;
     pool.close().await;
     served?.context("serving")
 }

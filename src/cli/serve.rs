@@ -7,11 +7,12 @@ use clap::Args;
 
 use super::args::{DbArgs, ExportArgs};
 use crate::alerts::{AlertConfig, Secret, Smtp};
+use crate::background;
 use crate::billing::service::BillingConfig;
 use crate::collector::import::prometheus::Auth;
 use crate::db;
 use crate::http::server;
-use crate::http::state::ServerConfig;
+use crate::http::state::{AppState, ServerConfig};
 use crate::ingest::group::GroupCommit;
 use crate::ingest::validate::Limits;
 use crate::process;
@@ -284,6 +285,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     tracing::info!(address = %listener.local_addr()?, "slicemeter is serving.");
-    server::serve(pool, listener, config, process::shutdown_signal()).await?;
+    let request_timeout = config.request_timeout;
+    let state = AppState::new(pool, config);
+    let background = background::start(state.background());
+    let served = server::serve(state, listener, process::shutdown_signal()).await;
+    background.stop(request_timeout).await;
+    served?;
     Ok(())
 }

@@ -1,53 +1,19 @@
-//! `serve`: the HTTP server (hyper, with header-read and idle timeouts), with partitions kept ahead
-//! and a graceful shutdown.
+//! The HTTP server (hyper, with header-read and idle timeouts) and its graceful shutdown. The work
+//! `serve` runs beside it (partitions, retention, alerts) is `background`'s.
 
 use std::time::Duration;
 
-use chrono::Utc;
-use sqlx::PgPool;
 use tokio::net::TcpListener;
 
-use super::state::{AppState, ServerConfig};
-use crate::domain::time::{month_of, next_month};
-
-/// Creates this month's and the next two months' partitions, now and every hour, so that ingest
-/// rarely has to; and drops the months of raw windows older than the server keeps.
-pub fn keep_partitions_ahead(state: &AppState) -> tokio::task::JoinHandle<()> {
-    let (pool, partitions) = (state.pool.clone(), state.partitions.clone());
-    let limits = state.config.ingest;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(3600));
-        loop {
-            tick.tick().await;
-            let this = month_of(Utc::now());
-            let months = [this, next_month(this), next_month(next_month(this))];
-            if let Err(e) = partitions.ensure(&pool, &months).await {
-                tracing::warn!(error = %e, "Creating partitions ahead failed; ingest will create them when needed.");
-            }
-            if let Some(kept) = limits.raw_kept_from(Utc::now()) {
-                match crate::db::drop_raw_partitions_before(&pool, kept).await {
-                    Ok(dropped) => {
-                        for partition in dropped {
-                            tracing::info!(%partition, kept_from = %kept, "Dropped a month of raw windows past retention; its rollups stay.");
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Dropping raw partitions past retention failed; retrying in an hour.")
-                    }
-                }
-            }
-        }
-    })
-}
+use super::state::AppState;
 
 /// Serves on `listener` until `shutdown` resolves, then finishes in-flight requests (for at most
 /// the request timeout). A connection that has not sent a whole header block within the header
 /// read timeout, or on which no byte has moved for the idle timeout, is closed: a client that
 /// opens connections and trickles bytes cannot hold the server's sockets.
 pub async fn serve(
-    pool: PgPool,
+    state: AppState,
     listener: TcpListener,
-    config: ServerConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -55,18 +21,9 @@ pub async fn serve(
     use hyper_util::service::TowerToHyperService;
 
     let (header_timeout, idle_timeout, request_timeout) = (
-        config.header_read_timeout,
-        config.idle_timeout,
-        config.request_timeout,
-    );
-    let state = AppState::new(pool, config);
-    let maintenance = keep_partitions_ahead(&state);
-    let (stop_alerts, alerts_stopped) = tokio::sync::watch::channel(false);
-    let alerts = crate::alerts::worker::spawn(
-        state.pool.clone(),
-        state.reports.clone(),
-        state.config.alerts.clone(),
-        alerts_stopped,
+        state.config.header_read_timeout,
+        state.config.idle_timeout,
+        state.config.request_timeout,
     );
     let app = super::router(state);
     let mut builder = Builder::new(TokioExecutor::new());
@@ -109,18 +66,6 @@ pub async fn serve(
         tracing::warn!(
             "Requests still running after the request timeout were cut off at shutdown."
         );
-    }
-    maintenance.abort();
-    // The alert worker stops between rounds: a delivery it is sending is finished and marked, not
-    // cut off half sent (which would send it again).
-    let _ = stop_alerts.send(true);
-    if let Some(mut worker) = alerts
-        && tokio::time::timeout(request_timeout, &mut worker)
-            .await
-            .is_err()
-    {
-        tracing::warn!("The alert worker was still busy after the request timeout; stopped.");
-        worker.abort();
     }
     Ok(())
 }

@@ -120,6 +120,18 @@ pub struct AppState {
 pub const GAUGES_MAX_AGE: Duration = Duration::from_secs(15);
 
 impl AppState {
+    /// What `background` needs of this server's state: it shares the pool, the partitions known
+    /// and the reports' cache.
+    pub fn background(&self) -> crate::background::Inputs {
+        crate::background::Inputs {
+            pool: self.pool.clone(),
+            partitions: self.partitions.clone(),
+            reports: self.reports.clone(),
+            limits: self.config.ingest,
+            alerts: self.config.alerts.clone(),
+        }
+    }
+
     /// The state of a server; starts ingest's group committer on the current Tokio runtime.
     pub fn new(pool: PgPool, config: ServerConfig) -> Self {
         let partitions = Arc::new(Partitions::default());

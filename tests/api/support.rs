@@ -441,8 +441,9 @@ pub fn minute_windows(n: usize) -> (String, String, Vec<Value>) {
     )
 }
 
-/// The real server (`http::server::serve`, with its timeouts) on a loopback port, for tests that
-/// need a socket: a browser, a child process, a client that misbehaves on the wire.
+/// The real server (`http::server::serve`, with its timeouts, and the `background` work `serve`
+/// runs beside it) on a loopback port, for tests that need a socket: a browser, a child process, a
+/// client that misbehaves on the wire.
 pub struct Served {
     /// `http://127.0.0.1:<port>`
     pub base: String,
@@ -450,6 +451,7 @@ pub struct Served {
     pub addr: String,
     stop: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: slicemeter::background::Background,
 }
 
 impl Served {
@@ -466,10 +468,11 @@ impl Served {
     ) -> Served {
         let addr = listener.local_addr().unwrap().to_string();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let state = slicemeter::http::state::AppState::new(pool, config);
+        let background = slicemeter::background::start(state.background());
         let server = tokio::spawn(slicemeter::http::server::serve(
-            pool,
+            state,
             listener,
-            config,
             async move {
                 let _ = stopped.changed().await;
             },
@@ -479,6 +482,7 @@ impl Served {
             addr,
             stop,
             server,
+            background,
         }
     }
 
@@ -486,6 +490,9 @@ impl Served {
     pub async fn stop(self) {
         self.stop.send(true).unwrap();
         self.server.await.unwrap().unwrap();
+        self.background
+            .stop(std::time::Duration::from_secs(30))
+            .await;
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::Utc;
 use slicemeter::auth::store as tokens;
+use slicemeter::background::{self, Background};
 use slicemeter::billing::rate_card::RateCardInput;
 use slicemeter::billing::service as billing;
 use slicemeter::cli::demo::register_teams;
@@ -16,7 +17,7 @@ use slicemeter::db::cluster::PrivateCluster;
 use slicemeter::domain::access::{Actor, Role};
 use slicemeter::domain::time::Month;
 use slicemeter::http::server;
-use slicemeter::http::state::ServerConfig;
+use slicemeter::http::state::{AppState, ServerConfig};
 use slicemeter::ingest::group::GroupCommit;
 use slicemeter::ingest::service::Ingestor;
 use slicemeter::ingest::validate::Limits;
@@ -178,6 +179,7 @@ pub struct Loopback {
     pub base: String,
     stop: tokio::sync::watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    background: Background,
     requests: sqlx::PgPool,
 }
 
@@ -194,18 +196,16 @@ impl Loopback {
             config.statement_timeout(),
         )
         .await?;
-        let serving = tokio::spawn(server::serve(
-            requests.clone(),
-            listener,
-            config,
-            async move {
-                let _ = stopped.changed().await;
-            },
-        ));
+        let state = AppState::new(requests.clone(), config);
+        let background = background::start(state.background());
+        let serving = tokio::spawn(server::serve(state, listener, async move {
+            let _ = stopped.changed().await;
+        }));
         Ok(Loopback {
             base,
             stop,
             serving,
+            background,
             requests,
         })
     }
@@ -216,6 +216,7 @@ impl Loopback {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.stop.send(true).ok();
         self.serving.await??;
+        self.background.stop(Duration::from_secs(30)).await;
         self.requests.close().await;
         Ok(())
     }

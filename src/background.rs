@@ -1,0 +1,99 @@
+//! The work a server does beside answering requests, started by `serve` (and `demo`) with the HTTP
+//! server and stopped after it: the partitions of this month and the next two kept ahead and the
+//! raw windows past retention dropped (every hour), and the alerts worker (`alerts::worker`).
+//! Nothing here answers a request; the HTTP layer neither starts nor knows it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use sqlx::PgPool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::alerts::AlertConfig;
+use crate::db::Partitions;
+use crate::domain::time::{month_of, next_month};
+use crate::ingest::validate::Limits;
+use crate::reports::service::ReportCache;
+
+/// What the background work needs: the pool and the caches the HTTP server shares with it.
+pub struct Inputs {
+    pub pool: PgPool,
+    /// The partitions known to exist (shared with ingest, which creates them on demand).
+    pub partitions: Arc<Partitions>,
+    /// The reports' cache the alerts worker reads through (shared with the HTTP server).
+    pub reports: Arc<ReportCache>,
+    /// Ingest's limits: how long raw windows are kept.
+    pub limits: Limits,
+    pub alerts: AlertConfig,
+}
+
+/// The background work, running.
+pub struct Background {
+    maintenance: JoinHandle<()>,
+    stop_alerts: watch::Sender<bool>,
+    alerts: Option<JoinHandle<()>>,
+}
+
+/// Starts the background work.
+pub fn start(inputs: Inputs) -> Background {
+    let Inputs {
+        pool,
+        partitions,
+        reports,
+        limits,
+        alerts,
+    } = inputs;
+    let (stop_alerts, alerts_stopped) = watch::channel(false);
+    let alerts = crate::alerts::worker::spawn(pool.clone(), reports, alerts, alerts_stopped);
+    Background {
+        maintenance: keep_partitions(pool, partitions, limits),
+        stop_alerts,
+        alerts,
+    }
+}
+
+impl Background {
+    /// Stops the work: partition upkeep at once; the alerts worker between rounds, waiting at
+    /// most `timeout` (a delivery it is sending is finished and marked, not cut off half sent,
+    /// which would send it again).
+    pub async fn stop(self, timeout: Duration) {
+        self.maintenance.abort();
+        let _ = self.stop_alerts.send(true);
+        if let Some(mut worker) = self.alerts
+            && tokio::time::timeout(timeout, &mut worker).await.is_err()
+        {
+            tracing::warn!("The alert worker was still busy after the request timeout; stopped.");
+            worker.abort();
+        }
+    }
+}
+
+/// Creates this month's and the next two months' partitions, now and every hour, so that ingest
+/// rarely has to; and drops the months of raw windows older than the server keeps.
+fn keep_partitions(pool: PgPool, partitions: Arc<Partitions>, limits: Limits) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tick.tick().await;
+            let this = month_of(Utc::now());
+            let months = [this, next_month(this), next_month(next_month(this))];
+            if let Err(e) = partitions.ensure(&pool, &months).await {
+                tracing::warn!(error = %e, "Creating partitions ahead failed; ingest will create them when needed.");
+            }
+            if let Some(kept) = limits.raw_kept_from(Utc::now()) {
+                match crate::db::drop_raw_partitions_before(&pool, kept).await {
+                    Ok(dropped) => {
+                        for partition in dropped {
+                            tracing::info!(%partition, kept_from = %kept, "Dropped a month of raw windows past retention; its rollups stay.");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Dropping raw partitions past retention failed; retrying in an hour.")
+                    }
+                }
+            }
+        }
+    })
+}
