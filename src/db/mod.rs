@@ -148,9 +148,123 @@ pub async fn without_statement_timeout(tx: &mut PgConnection) -> Result<(), sqlx
         .map(|_| ())
 }
 
-/// Applies the embedded migrations that the database has not seen yet.
+/// Applies the embedded migrations that the database has not seen yet, then every SQL function's
+/// current definition ([`FUNCTIONS`]).
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    MIGRATOR.run(pool).await
+    MIGRATOR.run(pool).await?;
+    apply_functions(pool)
+        .await
+        .map_err(sqlx::migrate::MigrateError::Execute)
+}
+
+/// Every SQL function the database holds, by name, with its current definition: one file each in
+/// `src/db/functions/`, the one place a function is read and changed. A migration creates a new
+/// function (a trigger needs it there); later changes are made in its file only, which
+/// [`migrate`] applies after the migrations every time (`create or replace`, so a changed
+/// definition reaches every database, once). A change of a function's arguments or result type
+/// needs a migration that drops the old one first.
+pub const FUNCTIONS: [(&str, &str); 25] = [
+    (
+        "audit_log_append_only",
+        include_str!("functions/audit_log_append_only.sql"),
+    ),
+    ("book_frozen", include_str!("functions/book_frozen.sql")),
+    (
+        "book_periods_not_issued",
+        include_str!("functions/book_periods_not_issued.sql"),
+    ),
+    (
+        "book_periods_writable",
+        include_str!("functions/book_periods_writable.sql"),
+    ),
+    (
+        "book_rows_inserted",
+        include_str!("functions/book_rows_inserted.sql"),
+    ),
+    (
+        "book_rows_removed",
+        include_str!("functions/book_rows_removed.sql"),
+    ),
+    (
+        "book_rows_updated",
+        include_str!("functions/book_rows_updated.sql"),
+    ),
+    (
+        "consumer_team_at",
+        include_str!("functions/consumer_team_at.sql"),
+    ),
+    ("day_bit", include_str!("functions/day_bit.sql")),
+    (
+        "drop_raw_partitions_before",
+        include_str!("functions/drop_raw_partitions_before.sql"),
+    ),
+    (
+        "ensure_month_partition",
+        include_str!("functions/ensure_month_partition.sql"),
+    ),
+    (
+        "fill_team_day_rollups",
+        include_str!("functions/fill_team_day_rollups.sql"),
+    ),
+    (
+        "invoice_frozen",
+        include_str!("functions/invoice_frozen.sql"),
+    ),
+    (
+        "invoice_line_frozen",
+        include_str!("functions/invoice_line_frozen.sql"),
+    ),
+    (
+        "namespace_team_at",
+        include_str!("functions/namespace_team_at.sql"),
+    ),
+    (
+        "period_gpu_day",
+        include_str!("functions/period_gpu_day.sql"),
+    ),
+    (
+        "period_model_day",
+        include_str!("functions/period_model_day.sql"),
+    ),
+    (
+        "period_slice_day",
+        include_str!("functions/period_slice_day.sql"),
+    ),
+    (
+        "period_slice_keys",
+        include_str!("functions/period_slice_keys.sql"),
+    ),
+    (
+        "period_slice_sums",
+        include_str!("functions/period_slice_sums.sql"),
+    ),
+    (
+        "period_team_lines",
+        include_str!("functions/period_team_lines.sql"),
+    ),
+    (
+        "period_usage_days",
+        include_str!("functions/period_usage_days.sql"),
+    ),
+    (
+        "rate_card_immutable",
+        include_str!("functions/rate_card_immutable.sql"),
+    ),
+    ("split_days", include_str!("functions/split_days.sql")),
+    ("workload_of", include_str!("functions/workload_of.sql")),
+];
+
+/// Applies [`FUNCTIONS`] in one transaction, under a lock of its own so that two servers starting
+/// at once do not replace a function under each other.
+async fn apply_functions(pool: &PgPool) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("select pg_advisory_xact_lock(hashtext('slicemeter functions'))")
+        .execute(&mut *tx)
+        .await?;
+    for (_, sql) in FUNCTIONS {
+        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+    }
+    tx.commit().await
 }
 
 /// The tables ingest writes, each with a partition per month made before a batch of that month is

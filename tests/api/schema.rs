@@ -337,3 +337,72 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
         );
     }
 }
+
+/// Every SQL function of a migrated database, by name, with PostgreSQL's rendering of its
+/// definition.
+async fn function_definitions(pool: &PgPool) -> BTreeMap<String, String> {
+    sqlx::query_as::<_, (String, String)>(
+        "select p.proname::text, pg_get_functiondef(p.oid) from pg_proc p \
+         join pg_namespace n on n.oid = p.pronamespace where n.nspname = current_schema()",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+#[tokio::test]
+async fn every_sql_function_has_one_file_that_holds_its_definition() {
+    let (pool, _) = fresh_pool().await;
+    let in_database = function_definitions(&pool).await;
+    let files: BTreeSet<&str> = slicemeter::db::FUNCTIONS.iter().map(|(n, _)| *n).collect();
+    let functions: BTreeSet<&str> = in_database.keys().map(String::as_str).collect();
+    assert_eq!(
+        files, functions,
+        "each function the migrations leave needs its file in src/db/functions/ (and no file a function the database lacks)"
+    );
+    for (name, sql) in slicemeter::db::FUNCTIONS {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/db/functions/");
+        let on_disk = std::fs::read_to_string(format!("{dir}{name}.sql")).unwrap();
+        assert_eq!(on_disk, sql, "{name}.sql is what the build embeds");
+        let defines: Vec<&str> = sql
+            .match_indices("create or replace function ")
+            .map(|(at, m)| sql[at + m.len()..].split('(').next().unwrap().trim())
+            .collect();
+        assert_eq!(
+            defines,
+            [name],
+            "{name}.sql defines {name} and nothing else"
+        );
+    }
+}
+
+#[tokio::test]
+async fn migrate_brings_a_database_whose_function_is_older_to_the_file_s_definition() {
+    let (pool, _) = fresh_pool().await;
+    let current = function_definitions(&pool).await;
+    // An older release's body for one function, as a database upgraded from it would hold.
+    sqlx::raw_sql(
+        "create or replace function workload_of(pod text, labels jsonb, job_id text, unix_user text) \
+         returns text[] language sql immutable as $$ select array['old'] $$",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let old: (String,) =
+        sqlx::query_as("select workload_of('web-7d9f-x1', '{}'::jsonb, null, null)::text")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(old.0, "{old}");
+    slicemeter::db::migrate(&pool).await.unwrap();
+    assert_eq!(function_definitions(&pool).await, current);
+    let now: (String,) =
+        sqlx::query_as("select workload_of('web-7d9f-x1', '{}'::jsonb, null, null)::text")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    // A pod without owner labels is its own workload.
+    assert_eq!(now.0, "{Pod,web-7d9f-x1}");
+}
