@@ -667,6 +667,27 @@ fn each_module_imports_only_the_layers_below_it() {
     }
 }
 
+#[test]
+fn the_dashboard_reads_through_the_features_not_their_stores() {
+    let mut bad = Vec::new();
+    for (from, to) in lib_graph() {
+        if !rel(&from).starts_with("src/http/ui/") {
+            continue;
+        }
+        for (to, line) in to {
+            let target = rel(&to);
+            if target.ends_with("/store.rs") || target.contains("/store/") {
+                bad.push(format!("{}:{line} imports {target}", rel(&from)));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "the dashboard reads a feature's store instead of the feature:\n{}",
+        bad.join("\n")
+    );
+}
+
 /// The identifiers a file's code (not its comments or strings) uses.
 fn idents(file: &Path) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();

@@ -1,6 +1,7 @@
 //! API tokens and their hashes: a token is shown once when created and only its SHA-256 is stored;
 //! comparison is constant-time. The roles and principals tokens name are `domain::access`.
 
+pub mod service;
 pub mod store;
 
 use rand::RngCore;

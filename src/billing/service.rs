@@ -471,3 +471,23 @@ pub async fn load_rate_card(pool: &PgPool, path: &Path, actor: &Actor) -> Result
     })?;
     Ok(publish_rate_card(pool, &card, actor).await?)
 }
+
+/// The invoices (without lines), of one period and one team where given, by period, team and id:
+/// what the dashboard lists.
+pub async fn invoices(
+    pool: &PgPool,
+    period: Option<Month>,
+    team: Option<&TeamId>,
+) -> Result<Vec<Invoice>, sqlx::Error> {
+    invoices::list(pool, period, team).await
+}
+
+/// One invoice with its lines.
+pub async fn invoice(pool: &PgPool, id: i64) -> Result<Option<Invoice>, sqlx::Error> {
+    invoices::get(pool, id).await
+}
+
+/// Every rate card, by id.
+pub async fn rate_cards(pool: &PgPool) -> Result<BTreeMap<i64, RateCard>, sqlx::Error> {
+    rate_cards::rate_cards(pool).await
+}

@@ -3,6 +3,9 @@
 
 pub mod store;
 
+/// What the dashboard and the API read of it (the web layer reads through these, not the store).
+pub use store::{FleetSliceRow, LastPresent, slices};
+
 use sqlx::PgPool;
 
 use crate::audit::{AuditAction, store as audit};

@@ -8,6 +8,9 @@
 
 pub mod store;
 
+/// What the dashboard and the API read of it (the web layer reads through these, not the store).
+pub use store::{TeamRow, VersionRow, changes_between, list};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
@@ -19,7 +22,7 @@ use crate::domain::access::Actor;
 use crate::domain::ownership::{self, Claim, Ownership};
 use crate::domain::team::TeamId;
 use crate::domain::window::Window;
-use store::{HourRow, Reach, SplitHour, TeamRow};
+use store::{HourRow, Reach, SplitHour};
 
 /// A change to a team: `None` leaves a field as it is (for a new team: its id as display name, no
 /// cost center, GL account or namespaces); `Some(None)` clears an optional field.

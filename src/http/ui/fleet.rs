@@ -19,20 +19,20 @@ use super::layout::{
     month_form, page, state_text,
 };
 use super::over_time;
-use crate::billing::invoice::{Invoice, InvoiceStatus, store as invoices};
+use crate::billing::invoice::{Invoice, InvoiceStatus};
 use crate::billing::period::PeriodState;
-use crate::billing::rate_card::{Currency, store as rate_cards};
+use crate::billing::rate_card::Currency;
+use crate::billing::service as billing;
 use crate::domain::access::Principal;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::time::Month;
-use crate::fleet::store::{self as fleet_store, FleetSliceRow, LastPresent};
+use crate::fleet::{self, FleetSliceRow, LastPresent};
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::reports::allocation::DayAllocation;
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
-use crate::reports::store as report_store;
-use crate::teams::store as team_store;
+use crate::teams;
 
 pub async fn fleet(
     State(state): State<AppState>,
@@ -47,8 +47,8 @@ pub async fn fleet(
     let month = q.month()?;
     let report =
         reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), None).await;
-    let cards = rate_cards::rate_cards(&state.pool).await?;
-    let invoices = invoices::list(&state.pool, Some(month), None).await?;
+    let cards = billing::rate_cards(&state.pool).await?;
+    let invoices = billing::invoices(&state.pool, Some(month), None).await?;
     let done = done_message(&q, month, &invoices);
     let body = match report {
         Err(e) => html! {
@@ -64,9 +64,9 @@ pub async fn fleet(
                 .get(&state.pool, &state.reports, month)
                 .await
                 .map_err(ApiError::from)?;
-            let capacity = report_store::capacity_by_day(&state.pool, month).await?;
-            let fleet = fleet_store::slices(&state.pool, Utc::now(), LastPresent::Skipped).await?;
-            let teams = team_store::list(&state.pool, None).await?;
+            let capacity = crate::reports::service::capacity_by_day(&state.pool, month).await?;
+            let fleet = fleet::slices(&state.pool, Utc::now(), LastPresent::Skipped).await?;
+            let teams = teams::list(&state.pool, None).await?;
             let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
             let map = MapView {
                 month,

@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::teams::store::{self as team_store, VersionRow};
+use crate::teams::{self, VersionRow};
 
 /// A change of a namespace's owner: the version that starts it and the owner before it.
 pub struct Handover {
@@ -21,19 +21,17 @@ pub struct Handover {
 /// The changes of owner that start inside `month`, by instant (a version that names the owner it
 /// follows is no change).
 pub async fn of_month(pool: &sqlx::PgPool, month: Month) -> Result<Vec<Handover>, sqlx::Error> {
-    Ok(
-        team_store::changes_between(pool, month.start(), month.end())
-            .await?
-            .into_iter()
-            .filter(|(v, before)| &v.team_id != before)
-            .map(|(v, before): (VersionRow, Option<String>)| Handover {
-                namespace: v.namespace,
-                at: v.effective_from,
-                before,
-                after: v.team_id,
-            })
-            .collect(),
-    )
+    Ok(teams::changes_between(pool, month.start(), month.end())
+        .await?
+        .into_iter()
+        .filter(|(v, before)| &v.team_id != before)
+        .map(|(v, before): (VersionRow, Option<String>)| Handover {
+            namespace: v.namespace,
+            at: v.effective_from,
+            before,
+            after: v.team_id,
+        })
+        .collect())
 }
 
 fn instant(t: DateTime<Utc>) -> String {

@@ -13,11 +13,9 @@ use serde::Deserialize;
 
 use super::format::{money, number};
 use super::layout::{MonthQuery, UiError, Viewer, latest_currency, page, same_origin};
-use crate::billing::invoice::{
-    Invoice, InvoiceKind, InvoiceLine, InvoiceStatus, store as invoices,
-};
+use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceLine, InvoiceStatus};
 use crate::billing::period::LineKind;
-use crate::billing::rate_card::{Currency, PriceSource, store as rate_cards};
+use crate::billing::rate_card::{Currency, PriceSource};
 use crate::billing::service as billing;
 use crate::domain::access::{Actor, Principal};
 use crate::domain::time::Month;
@@ -77,7 +75,7 @@ pub async fn confirm_issue_invoice(
     Path(id): Path<i64>,
 ) -> Result<Response, UiError> {
     require_finance(&viewer, "issue invoices")?;
-    let invoice = invoices::get(&state.pool, id)
+    let invoice = billing::invoice(&state.pool, id)
         .await?
         .filter(|i| i.status == InvoiceStatus::Draft)
         .ok_or(UiError::NotFound)?;
@@ -132,12 +130,12 @@ pub async fn confirm_issue_period(
 ) -> Result<Response, UiError> {
     require_finance(&viewer, "issue invoices")?;
     let month = q.month()?;
-    let drafts: Vec<Invoice> = invoices::list(&state.pool, Some(month), None)
+    let drafts: Vec<Invoice> = billing::invoices(&state.pool, Some(month), None)
         .await?
         .into_iter()
         .filter(|i| i.status == InvoiceStatus::Draft)
         .collect();
-    let currency = latest_currency(&rate_cards::rate_cards(&state.pool).await?);
+    let currency = latest_currency(&billing::rate_cards(&state.pool).await?);
     let m = |d: Decimal| money(d, &currency.code, currency.minor_units);
     let total: Decimal = drafts.iter().map(|i| i.total).sum();
     let body = html! {

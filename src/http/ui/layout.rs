@@ -15,7 +15,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::format::money;
-use crate::auth::store as tokens;
+use crate::auth::service as tokens;
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus};
 use crate::billing::period::PeriodState;
 use crate::billing::rate_card::{Currency, RateCard};

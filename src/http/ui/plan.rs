@@ -16,7 +16,7 @@ use crate::http::plans::mig_parted_response;
 use crate::http::state::AppState;
 use crate::plan::recommend::TargetProfile;
 use crate::plan::{self, CardPlan, ConsolidationPlan};
-use crate::teams::store as team_store;
+use crate::teams;
 
 #[derive(Deserialize)]
 pub struct PlanQuery {
@@ -60,7 +60,7 @@ pub async fn plan_page(
     Query(q): Query<PlanQuery>,
 ) -> Result<Response, UiError> {
     let plan = read(&state, &viewer, &q).await?;
-    let teams = team_store::list(&state.pool, None).await?;
+    let teams = teams::list(&state.pool, None).await?;
     let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
     let right_sized = q.right_size().is_some();
     let currency = plan.currency.clone().unwrap_or_default();

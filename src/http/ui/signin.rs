@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::layout::{
     COOKIE, SESSION_HOURS, UiError, Viewer, hash, page, same_origin, session_secret,
 };
-use crate::auth::store as tokens;
+use crate::auth::service as tokens;
 use crate::domain::access::Principal;
 use crate::http::state::AppState;
 

@@ -21,8 +21,9 @@ use super::over_time;
 use super::savings::{self, RIGHT_SIZING_DAYS};
 use super::unit_costs;
 use super::workloads::{self, TableOrder, WorkloadLine};
-use crate::billing::invoice::{Invoice, store as invoices};
-use crate::billing::rate_card::{Currency, store as rate_cards};
+use crate::billing::invoice::Invoice;
+use crate::billing::rate_card::Currency;
+use crate::billing::service as billing;
 use crate::budgets;
 use crate::budgets::standing::BudgetStanding;
 use crate::domain::access::Principal;
@@ -37,21 +38,21 @@ use crate::plan::{
 use crate::reports::forecast::TeamForecast;
 use crate::reports::monthly::MonthlyReport;
 use crate::reports::service as reports;
-use crate::teams::store as team_store;
+use crate::teams;
 
 /// The team `team` names, if `viewer` may see it: another team's page is not found for a lead.
 async fn visible_team(
     state: &AppState,
     viewer: &Principal,
     team: &str,
-) -> Result<(TeamId, team_store::TeamRow), UiError> {
+) -> Result<(TeamId, teams::TeamRow), UiError> {
     let team = TeamId::parse(team).map_err(|_| UiError::NotFound)?;
     match viewer {
         Principal::TeamLead { team: own, .. } if own != &team => return Err(UiError::NotFound),
         Principal::Collector { .. } | Principal::Importer { .. } => return Err(UiError::NotFound),
         _ => {}
     }
-    let exists = team_store::list(&state.pool, Some(&team)).await?;
+    let exists = teams::list(&state.pool, Some(&team)).await?;
     let info = exists.into_iter().next().ok_or(UiError::NotFound)?;
     Ok((team, info))
 }
@@ -74,7 +75,7 @@ async fn team_month(
     month: Month,
     evidence_wait: Option<Duration>,
 ) -> Result<TeamMonth, UiError> {
-    let cards = rate_cards::rate_cards(&state.pool).await?;
+    let cards = billing::rate_cards(&state.pool).await?;
     let report =
         reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(team)).await?;
     let currency = currency_of(&report, &cards);
@@ -211,7 +212,7 @@ pub async fn team(
         }
         _ => None,
     };
-    let invoices = invoices::list(&state.pool, None, Some(&team)).await?;
+    let invoices = billing::invoices(&state.pool, None, Some(&team)).await?;
     let handovers = handovers::of_month(&state.pool, month).await?;
     let current = month == Month::of(now);
     let charts = html! {

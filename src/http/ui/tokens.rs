@@ -10,13 +10,13 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::layout::{UiError, Viewer, page, same_origin};
-use crate::auth::store::{self as tokens, TokenRow};
+use crate::auth::service::{self as tokens, TokenRow};
 use crate::domain::access::{Actor, Principal, Role};
 use crate::domain::fields::FieldError;
 use crate::domain::time::start_of;
 use crate::http::state::AppState;
 use crate::http::tokens::{TokenCreate, TokenCreated, create};
-use crate::teams::store as teams;
+use crate::teams;
 
 /// The form, as the browser sends it: empty fields are left out.
 #[derive(Debug, Default, Deserialize)]

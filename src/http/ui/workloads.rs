@@ -19,8 +19,8 @@ use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
 use crate::http::state::AppState;
+use crate::plan::Evidence;
 use crate::plan::recommend::Recommendation;
-use crate::plan::store::Evidence;
 use crate::reports::service as reports;
 use crate::reports::usage::{Dimension, GroupBy, Step, UsageReport, UsageTotal};
 
