@@ -1,12 +1,13 @@
 //! slicemeter: chargeback for fractional GPUs. Bills each team for the physical share of the card it
 //! blocks (MIG instances, MPS shares, time-sliced replicas, vGPU fractions, whole GPUs).
 //!
-//! Dependencies point one way: `cli -> http -> {ingest, plan, units -> reports -> billing, teams, fleet,
-//! auth -> audit} -> db -> domain`; `collector -> domain` (it reaches the server over HTTP only); `sim ->
-//! collector` is the simulated fleet behind the collector's `Source` trait; `process` (logs,
-//! metrics, signals) stands alone. `tests/architecture.rs` holds the table and keeps it so.
+//! Dependencies point one way: `cli -> background, http -> {ingest, plan, alerts, units, exports ->
+//! reports -> billing, teams, fleet, auth -> audit} -> db -> domain`; `collector -> domain` (it
+//! reaches the server over HTTP only); `sim -> collector` is the simulated fleet behind the
+//! collector's `Source` trait; `process` (logs, metrics, signals) stands alone.
+//! `tests/architecture.rs` holds the table (docs/architecture.md draws it) and keeps it so.
 
-/// Budget alerts: evaluated by a worker in `serve`, each fired once, delivered with retries.
+/// Budget alerts: evaluated by a worker `background` runs, each fired once, delivered with retries.
 pub mod alerts;
 /// The audit log: what was changed, by whom, recorded with the change.
 pub mod audit;
@@ -26,6 +27,8 @@ pub mod collector;
 pub mod db;
 /// Pure domain types: slices, shares, the ingest contract, the occupancy window, teams, time.
 pub mod domain;
+/// The finance exports: FOCUS, the ERP journal, OpenCost's allocation API.
+pub mod exports;
 /// The fleet as it stands: GPUs, slices, holders, and which node reports each GPU.
 pub mod fleet;
 /// The HTTP API, the dashboard and the server.

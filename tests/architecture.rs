@@ -27,6 +27,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("budgets", &["audit", "billing", "db", "domain", "reports"]),
     ("alerts", &["billing", "budgets", "db", "domain", "reports"]),
     ("reports", &["billing", "db", "domain"]),
+    ("exports", &["billing", "db", "domain", "reports"]),
     ("plan", &["billing", "db", "domain"]),
     // What `serve` runs beside the HTTP server: partitions, retention, the alerts worker.
     (
@@ -51,6 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "budgets",
             "db",
             "domain",
+            "exports",
             "fleet",
             "ingest",
             "plan",

@@ -189,7 +189,7 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
     assert!(focus.starts_with(
         "AvailabilityZone,BilledCost,BillingAccountId,BillingAccountName,BillingAccountType,"
     ));
-    let criteria = slicemeter::reports::focus::FOCUS12_CRITERIA.join(",");
+    let criteria = slicemeter::exports::focus::FOCUS12_CRITERIA.join(",");
     for declared in [None, Some(criteria.as_str())] {
         focus_validate_1_2(&focus, declared);
     }

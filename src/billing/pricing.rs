@@ -10,7 +10,7 @@
 
 use rust_decimal::Decimal;
 
-use super::rate_card::{PriceSource, RateCard};
+use super::rate_card::{Currency, PriceSource, RateCard};
 use crate::domain::exact::Exact;
 use crate::domain::slice::{GpuGeometry, SliceKind};
 use crate::domain::team::TeamId;
@@ -172,6 +172,46 @@ pub fn stranded_cost(model: &str, stranded: &StrandedSeconds, card: &RateCard) -
     (Exact::from(w.compute) * &stranded.compute + Exact::from(w.memory) * &stranded.memory)
         * hourly_cost
         / HOUR
+}
+
+/// Rounds a stream of exact amounts so that every prefix sums to the rounded prefix total, and the
+/// whole group to a given target: each row is off its own exact amount by less than one minor unit,
+/// and only the running total is kept, whatever the number of rows.
+#[derive(Debug)]
+pub struct CarryRounder {
+    exact: Exact,
+    emitted: Decimal,
+}
+
+impl CarryRounder {
+    pub fn new() -> Self {
+        CarryRounder {
+            exact: Exact::zero(),
+            emitted: Decimal::ZERO,
+        }
+    }
+
+    /// The rounded amount of the next row.
+    pub fn next(&mut self, exact: impl Into<Exact>, currency: &Currency) -> Decimal {
+        self.exact += exact.into();
+        let amount = currency.round(self.exact.clone()) - self.emitted;
+        self.emitted += amount;
+        amount
+    }
+
+    /// The last row of a group: whatever makes the group sum to `target`.
+    pub fn last(&mut self, exact: impl Into<Exact>, target: Decimal) -> Decimal {
+        self.exact += exact.into();
+        let amount = target - self.emitted;
+        self.emitted = target;
+        amount
+    }
+}
+
+impl Default for CarryRounder {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::collector::Cadence;
-use crate::reports::erp::{Layout, Platform};
-use crate::reports::exports::ExportConfig;
-use crate::reports::focus::Issuer;
+use crate::exports::erp::{Layout, Platform};
+use crate::exports::focus::Issuer;
+use crate::exports::service::ExportConfig;
 use crate::sim::SimFleet;
 
 #[derive(Args)]

@@ -9,8 +9,8 @@ use super::args::{DbArgs, ExportArgs, output};
 use crate::db;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::reports::exports;
-use crate::reports::focus::Version;
+use crate::exports::focus::Version;
+use crate::exports::service as exports;
 use crate::reports::service::ReportCache;
 
 #[derive(Subcommand)]

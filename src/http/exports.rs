@@ -16,8 +16,8 @@ use super::state::AppState;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
 use crate::domain::time::Month;
-use crate::reports::exports::{self, ExportError};
-use crate::reports::focus::Version;
+use crate::exports::focus::Version;
+use crate::exports::service::{self as exports, ExportError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -1,5 +1,5 @@
 //! `GET /allocation` and `GET /allocation/compute`: OpenCost's allocation API, for `kubectl cost`,
-//! OpenCost's UI and whatever else reads it, answered from the usage report (`reports::opencost`).
+//! OpenCost's UI and whatever else reads it, answered from the usage report (`exports::opencost`).
 //! The same tokens and scoping as the rest of the API: a team lead sees their team's allocations.
 
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ use crate::billing::rate_card::Currency;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
 use crate::domain::time::Month;
-use crate::reports::opencost::{self, Idle};
+use crate::exports::opencost::{self, Idle};
 use crate::reports::service as reports;
 use crate::reports::usage::Step;
 

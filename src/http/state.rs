@@ -10,11 +10,11 @@ use sqlx::PgPool;
 use super::limits;
 use crate::billing::service::BillingConfig;
 use crate::db::Partitions;
+use crate::exports::service::ExportConfig;
 use crate::ingest::group::GroupCommit;
 use crate::ingest::service::Ingestor;
 use crate::ingest::validate::Limits;
 use crate::reports::allocation::AllocationCache;
-use crate::reports::exports::ExportConfig;
 use crate::reports::service::ReportCache;
 use crate::units::kept::{self, KeptUnitCosts};
 

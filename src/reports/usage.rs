@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 
 pub use group_by::{Dimension, GroupBy, MAX_DIMENSIONS, Step};
 
-use super::focus::CarryRounder;
+use crate::billing::pricing::CarryRounder;
 use crate::billing::pricing::{UsageAggregate, price};
 use crate::billing::rate_card::{Currency, RateCard};
 use crate::domain::batch::DraClaim;

@@ -262,7 +262,7 @@ async fn a_simulated_month_passes_the_finops_foundation_focus_validator() {
     focus_validate(Validator::V1_0, v10.body.as_str().unwrap(), None);
     // ... and the default, FOCUS 1.2, 1.2's: with no applicability criteria declared and with every
     // one the export supports.
-    let criteria = slicemeter::reports::focus::FOCUS12_CRITERIA.join(",");
+    let criteria = slicemeter::exports::focus::FOCUS12_CRITERIA.join(",");
     let text = reply.body.as_str().unwrap();
     focus_validate(Validator::V1_2, text, None);
     focus_validate(Validator::V1_2, text, Some(&criteria));
@@ -371,7 +371,7 @@ async fn a_thirty_day_month_of_eight_gpus_passes_the_focus_1_2_validator() {
     assert_eq!(details["x_IsolationFactor"], 1.0);
     let unit = csv.col("PricingUnit");
     assert!(csv.rows.iter().any(|r| r[unit] == "GPU-Hours"));
-    let criteria = slicemeter::reports::focus::FOCUS12_CRITERIA.join(",");
+    let criteria = slicemeter::exports::focus::FOCUS12_CRITERIA.join(",");
     let text = reply.body.as_str().unwrap();
     focus_validate(Validator::V1_2, text, None);
     focus_validate(Validator::V1_2, text, Some(&criteria));
@@ -764,7 +764,7 @@ async fn the_focus_export_sends_its_header_before_any_row_is_read() {
     // The header line alone, as its own chunk: the client sees the export start at once.
     assert_eq!(
         first.trim_end(),
-        slicemeter::reports::focus::Version::V1_2
+        slicemeter::exports::focus::Version::V1_2
             .columns()
             .join(","),
         "the first chunk is the header alone"

@@ -11,7 +11,7 @@ use chrono::{Datelike, Utc};
 use rust_decimal::Decimal;
 use slicemeter::collector::Cadence;
 use slicemeter::domain::access::Role;
-use slicemeter::reports::focus::{FOCUS12_CRITERIA, FOCUS13_CRITERIA};
+use slicemeter::exports::focus::{FOCUS12_CRITERIA, FOCUS13_CRITERIA};
 
 use crate::billing::{dec, rate_card};
 use crate::exports::{Csv, Validator, focus_validate, simulated_month};

@@ -11,8 +11,8 @@ use chrono::Utc;
 use futures_util::StreamExt;
 use slicemeter::db;
 use slicemeter::domain::time::Month;
-use slicemeter::reports::exports::{self, ExportConfig};
-use slicemeter::reports::focus::Version;
+use slicemeter::exports::focus::Version;
+use slicemeter::exports::service::{self as exports, ExportConfig};
 use slicemeter::reports::service::ReportCache;
 
 use crate::common::{in_scratch_schema, load_month, peak_rss_kib, tempfile_path};

@@ -7,10 +7,10 @@ use serde::Deserialize;
 
 use super::layout::{UiError, Viewer};
 use crate::domain::time::Month;
+use crate::exports::focus::Version;
 use crate::http::error::ApiError;
 use crate::http::state::AppState;
 use crate::http::{exports, ledger};
-use crate::reports::focus::Version;
 
 #[derive(Deserialize)]
 pub struct PeriodQuery {

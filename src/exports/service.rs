@@ -22,19 +22,19 @@ use tokio::sync::mpsc;
 use super::chunks::{Chunk, ChunkWriter, Piece, checked_stream};
 use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::{
-    self, Allocated, CarryRounder, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id,
-    usage_row,
+    self, Allocated, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id, usage_row,
 };
-use super::service::{self, ReportCache};
-use super::slices::Unpriced;
-use super::store;
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::{LineKind, PeriodBill};
+use crate::billing::pricing::CarryRounder;
 use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
 use crate::billing::service::Error as BillingError;
 use crate::domain::exact::Exact;
 use crate::domain::team::{TeamId, UNATTRIBUTED};
 use crate::domain::time::Month;
+use crate::reports::service::{self, ReportCache};
+use crate::reports::slices::Unpriced;
+use crate::reports::store;
 
 /// Who the exports name as issuer and where the platform's journal credit goes.
 #[derive(Debug, Clone)]

@@ -13,11 +13,11 @@ use rust_decimal::prelude::ToPrimitive;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::focus::CarryRounder;
-use super::usage::{Dimension, GroupBy, Step, UsageFigures, UsageReport};
+use crate::billing::pricing::CarryRounder;
 use crate::billing::rate_card::Currency;
 use crate::domain::exact::Exact;
 use crate::domain::time::{Month, floor_hour, start_of};
+use crate::reports::usage::{Dimension, GroupBy, Step, UsageFigures, UsageReport};
 
 /// The cluster every allocation is in: OpenCost's default `CLUSTER_ID`.
 pub const CLUSTER: &str = "default-cluster";

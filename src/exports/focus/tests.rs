@@ -1,6 +1,7 @@
 //! Rounding carried across rows, and the columns' formats.
 
 use super::*;
+use crate::billing::pricing::CarryRounder;
 use rust_decimal_macros::dec;
 
 #[test]

@@ -13,13 +13,13 @@ use rust_decimal::Decimal;
 use rust_decimal::RoundingStrategy::MidpointNearestEven;
 use rust_decimal::prelude::ToPrimitive;
 
-use super::slices::{SliceDay, Unpriced};
 use crate::billing::rate_card::{Currency, RateCard};
 use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
 use crate::domain::time::Month;
+use crate::reports::slices::{SliceDay, Unpriced};
 
 mod columns;
 
@@ -372,46 +372,6 @@ pub fn resource_type(kind: SliceKind) -> &'static str {
         SliceKind::Timeslice => "Time-sliced replica",
         SliceKind::Vgpu => "vGPU",
         SliceKind::Whole => "GPU",
-    }
-}
-
-/// Rounds a stream of exact amounts so that every prefix sums to the rounded prefix total, and the
-/// whole group to a given target: each row is off its own exact amount by less than one minor unit,
-/// and only the running total is kept, whatever the number of rows.
-#[derive(Debug)]
-pub struct CarryRounder {
-    exact: Exact,
-    emitted: Decimal,
-}
-
-impl CarryRounder {
-    pub fn new() -> Self {
-        CarryRounder {
-            exact: Exact::zero(),
-            emitted: Decimal::ZERO,
-        }
-    }
-
-    /// The rounded amount of the next row.
-    pub fn next(&mut self, exact: impl Into<Exact>, currency: &Currency) -> Decimal {
-        self.exact += exact.into();
-        let amount = currency.round(self.exact.clone()) - self.emitted;
-        self.emitted += amount;
-        amount
-    }
-
-    /// The last row of a group: whatever makes the group sum to `target`.
-    pub fn last(&mut self, exact: impl Into<Exact>, target: Decimal) -> Decimal {
-        self.exact += exact.into();
-        let amount = target - self.emitted;
-        self.emitted = target;
-        amount
-    }
-}
-
-impl Default for CarryRounder {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
