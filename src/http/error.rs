@@ -312,6 +312,10 @@ impl From<IngestError> for ApiError {
                 "the batch was refused whole: it reports GPUs that belong to another node",
                 fields,
             ),
+            IngestError::NodeNotAllowed(message) => ApiError::forbidden(message),
+            e @ (IngestError::RollupOverflow | IngestError::BadFingerprint(_)) => {
+                ApiError::internal(e)
+            }
             IngestError::Db(e) => e.into(),
         }
     }

@@ -14,7 +14,7 @@ use super::state::AppState;
 use crate::domain::access::Principal;
 use crate::domain::batch::{Batch, Coverage, IngestOutcome, is_node_name};
 use crate::domain::fields::FieldError;
-use crate::ingest::{IngestError, decode::decode};
+use crate::ingest::IngestError;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -44,10 +44,9 @@ async fn post_ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<IngestOutcome>, ApiError> {
-    let mut windows = 0;
-    let outcome = ingest(&state, &principal, &headers, body, &mut windows).await;
+    let outcome = ingest(&state, &principal, &headers, body).await;
     if let Err(e) = &outcome {
-        refused(e, windows);
+        refused(e);
     }
     outcome.map(Json)
 }
@@ -141,11 +140,10 @@ async fn get_coverage(
     Ok(Json(state.ingestor.coverage(&node, from, to).await?))
 }
 
-/// Counts a refused batch by its error code, and the windows it carried (once it could be read).
-fn refused(e: &ApiError, windows: usize) {
+/// Counts a refused batch by its error code (its windows, once read, are counted by
+/// `Ingestor::receive`).
+fn refused(e: &ApiError) {
     metrics::counter!("slicemeter_ingest_refusals_total", "reason" => e.code.name()).increment(1);
-    metrics::counter!("slicemeter_ingest_windows_total", "result" => "refused")
-        .increment(windows as u64);
 }
 
 /// Every refusal reason at zero, and the window counters, so that a scrape shows each series before
@@ -172,12 +170,13 @@ pub fn register_metrics() {
     }
 }
 
+/// What HTTP has to do before ingest's one way in (`Ingestor::receive`): the token's rate, the
+/// body read up to the limit, its `Content-Encoding`.
 async fn ingest(
     state: &AppState,
     principal: &Principal,
     headers: &HeaderMap,
     body: Body,
-    windows: &mut usize,
 ) -> Result<IngestOutcome, ApiError> {
     if let Err(wait) = state
         .ingest_limiter
@@ -205,20 +204,16 @@ async fn ingest(
             ));
         }
     };
-    let batch = decode(&bytes, gzip, limit)?;
-    *windows = batch.windows.len();
-    if !principal.may_ingest_for(&batch.node) {
-        return Err(ApiError::forbidden(match principal {
-            Principal::Collector { node, .. } => format!(
-                "this collector token reports for node {node:?}, not {:?}",
-                batch.node
-            ),
-            other => format!("a {} token may not ingest", other.role()),
-        }));
-    }
     Ok(state
         .ingestor
-        .ingest(batch, Utc::now(), &state.config.ingest)
+        .receive(
+            principal,
+            &bytes,
+            gzip,
+            limit,
+            Utc::now(),
+            &state.config.ingest,
+        )
         .await?)
 }
 

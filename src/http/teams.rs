@@ -351,6 +351,7 @@ async fn put_team(
         TeamError::IssuedMonth { .. } | TeamError::RawWindowsGone { .. } => {
             ApiError::conflict(ErrorCode::OwnershipConflict, &e)
         }
+        e @ TeamError::WindowUnsplittable { .. } => ApiError::internal(e),
         TeamError::Db(e) => e.into(),
     })?;
     tracing::info!(team = %team, by = principal.token_id(), from = ?done.effective_from,

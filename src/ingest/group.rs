@@ -6,30 +6,32 @@
 //! them (a group with a few new consumers registers those few), one presence check, one insert of
 //! presence and its rollups, one `COPY` of every window and one upsert of the rollups.
 //!
-//! Each batch was validated on its own and is answered on its own. The fast path only stores
-//! batches that are new and consistent; anything else a batch can meet (a re-sent period, a
+//! Each batch was validated on its own and is answered on its own. Groups and single batches are
+//! written by one path (`write_batches`), in one of two modes: a group ([`Mode::Group`]) stores
+//! only batches that are new and consistent; anything else a batch can meet (a re-sent period, a
 //! duplicate window, another node's GPU, a changed slice, a database error) rolls the group back
-//! and stores its batches one by one ([`store_batch`]), so that each gets
-//! the answer it would have had alone and one bad batch never fails its neighbours. Batches that
-//! report the same GPU are never in one group (a later one waits for the next), so a group never
-//! checks a GPU's period against a period it is itself writing.
+//! (the reason is a [`Fallback`]) and its batches are written one by one, each alone in its own
+//! transaction with every check ([`Mode::Alone`]), so that each gets the answer it would have had
+//! alone and one bad batch never fails its neighbours. Batches that report the same GPU are never
+//! in one group (a later one waits for the next), so a group never checks a GPU's period against a
+//! period it is itself writing.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::attribution;
-use super::known::Known;
-use super::registry::{self, RegisteredSlice};
+use super::known::{Consumers, Known};
+use super::registry::{self, RegisteredGpu, RegisteredSlice};
 use super::resent;
 use super::validate::ValidBatch;
 use super::{IngestError, store};
 use crate::domain::batch::IngestOutcome;
-use crate::domain::window::Rollup;
+use crate::domain::window::{Rollup, Window};
 
 /// How batches are gathered into groups (`serve --ingest-group-*`).
 #[derive(Debug, Clone)]
@@ -208,114 +210,286 @@ async fn gather(
     }
 }
 
-/// Why a group was stored batch by batch instead.
-struct Fallback(&'static str);
+/// Why a group was rolled back and its batches written alone: the `reason` label of
+/// `slicemeter_ingest_group_fallbacks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fallback {
+    /// A window of the group was already stored.
+    StoredWindow,
+    /// The database failed, or holds what ingest never writes: what was committed is in doubt,
+    /// so the [`Known`] cache is forgotten.
+    DatabaseError,
+    /// A batch is refused (another node's GPU, a changed GPU or slice): alone, it gets its answer.
+    BatchRefused,
+    /// A batch re-sends or overlaps a period already stored for one of its GPUs.
+    StoredPeriod,
+    /// A rollup sum overflowed: alone, only the batch that overflows fails.
+    RollupOverflow,
+}
 
-impl From<sqlx::Error> for Fallback {
-    fn from(e: sqlx::Error) -> Self {
-        match &e {
-            sqlx::Error::Database(d) if d.code().as_deref() == Some(store::UNIQUE_VIOLATION) => {
-                Fallback("a stored window")
+impl Fallback {
+    fn label(self) -> &'static str {
+        match self {
+            Fallback::StoredWindow => "a stored window",
+            Fallback::DatabaseError => "database error",
+            Fallback::BatchRefused => "a batch refused",
+            Fallback::StoredPeriod => "a re-sent or overlapping period",
+            Fallback::RollupOverflow => "a rollup sum overflowed",
+        }
+    }
+}
+
+impl From<Stop> for Fallback {
+    fn from(stop: Stop) -> Self {
+        match stop {
+            Stop::StoredPeriod => Fallback::StoredPeriod,
+            Stop::Refused(IngestError::Db(sqlx::Error::Database(d)))
+                if d.code().as_deref() == Some(store::UNIQUE_VIOLATION) =>
+            {
+                Fallback::StoredWindow
             }
-            _ => {
+            Stop::Refused(e @ (IngestError::Db(_) | IngestError::BadFingerprint(_))) => {
                 tracing::debug!(error = %e, "A group of batches met a database error; storing them one by one.");
-                Fallback("database error")
+                Fallback::DatabaseError
             }
+            Stop::Refused(IngestError::RollupOverflow) => Fallback::RollupOverflow,
+            Stop::Refused(_) => Fallback::BatchRefused,
         }
     }
 }
 
-impl From<IngestError> for Fallback {
+/// Why a write was rolled back.
+enum Stop {
+    /// The batch's answer when it is written alone; in a group, a reason to fall back.
+    Refused(IngestError),
+    /// A group met a period already stored for one of its GPUs: only a batch written alone is
+    /// checked against one.
+    StoredPeriod,
+}
+
+impl From<IngestError> for Stop {
     fn from(e: IngestError) -> Self {
-        match e {
-            IngestError::Db(e) => e.into(),
-            _ => Fallback("a batch refused"),
-        }
+        Stop::Refused(e)
     }
 }
 
+impl From<sqlx::Error> for Stop {
+    fn from(e: sqlx::Error) -> Self {
+        Stop::Refused(IngestError::Db(e))
+    }
+}
+
+/// How a write meets what is already stored.
+#[derive(Clone, Copy)]
+enum Mode<'k> {
+    /// A group of batches taken to be new and consistent: registrations the cache knows are not
+    /// registered again, and a stored period, a stored window or a refusal rolls it back.
+    Group(&'k Known),
+    /// One batch, after its group fell back: everything registered, a re-sent period checked
+    /// against the stored windows (a repeated window left out as a duplicate), a refusal its
+    /// answer.
+    Alone,
+}
+
+/// Writes a group; if it is rolled back, writes its batches alone, each answered with what it
+/// would have had on its own.
 async fn write(pool: &PgPool, jobs: Vec<Job>, known: &Known) {
     metrics::histogram!("slicemeter_ingest_group_batches").record(jobs.len() as f64);
     let batches: Vec<&ValidBatch> = jobs.iter().map(|j| &j.batch).collect();
-    let stored = store_group(pool, &batches, known).await;
-    match stored {
+    let reason = match write_batches(pool, &batches, Mode::Group(known)).await {
         Ok(outcomes) => {
             for (job, outcome) in jobs.into_iter().zip(outcomes) {
                 let _ = job.reply.send(Ok(outcome));
             }
+            return;
         }
-        Err(Fallback(reason)) => {
-            metrics::counter!("slicemeter_ingest_group_fallbacks_total", "reason" => reason)
-                .increment(1);
-            if reason == "database error" {
-                known.forget();
+        Err(stop) => Fallback::from(stop),
+    };
+    metrics::counter!("slicemeter_ingest_group_fallbacks_total", "reason" => reason.label())
+        .increment(1);
+    if reason == Fallback::DatabaseError {
+        known.forget();
+    }
+    for job in jobs {
+        let outcome = match write_batches(pool, &[&job.batch], Mode::Alone).await {
+            // One outcome per batch written.
+            Ok(outcomes) => Ok(outcomes[0]),
+            Err(Stop::Refused(e)) => Err(e),
+            Err(Stop::StoredPeriod) => {
+                unreachable!("a batch written alone is checked against a stored period")
             }
-            for job in jobs {
-                let outcome = store_batch(pool, &job.batch).await;
-                let _ = job.reply.send(outcome);
-            }
-        }
+        };
+        let _ = job.reply.send(outcome);
     }
 }
 
-/// Stores a group of new, consistent batches that report disjoint GPUs in one transaction, or
-/// rolls it back and says why.
-async fn store_group(
+/// Writes batches that report disjoint GPUs in one transaction (a group, or one batch alone: see
+/// [`Mode`]) and returns each one's outcome, or rolls it back and says why. Batches that report
+/// the same GPU are serialised by the GPUs' advisory locks (taken in one global order, so never a
+/// deadlock), so the presence and re-sent checks cannot race.
+async fn write_batches(
     pool: &PgPool,
     batches: &[&ValidBatch],
-    known: &Known,
-) -> Result<Vec<IngestOutcome>, Fallback> {
+    mode: Mode<'_>,
+) -> Result<Vec<IngestOutcome>, Stop> {
+    let known = match mode {
+        Mode::Group(known) => Some(known),
+        Mode::Alone => None,
+    };
     let mut tx = pool.begin().await?;
     store::lock_gpus(&mut tx, batches).await?;
-    let insert = !known.all_gpus_known(batches);
-    let mut registered: HashMap<String, registry::RegisteredGpu> =
-        store::register_gpus(&mut tx, batches, insert)
+    let registered = register(&mut tx, batches, known).await?;
+    let fresh = record_periods(&mut tx, batches, &registered, mode).await?;
+    let slice_gpus: Vec<Vec<i32>> = batches
+        .iter()
+        .zip(&registered.gpus)
+        .map(|(b, gpus)| registry::slice_gpus(b, gpus))
+        .collect();
+    let ids: Vec<store::WindowIds> = (0..batches.len())
+        .map(|i| store::WindowIds {
+            slices: &registered.slices[i],
+            slice_gpus: &slice_gpus[i],
+            consumers: &registered.consumers[i],
+        })
+        .collect();
+    // Before the windows are written: a batch writes windows and rollups only while it holds the
+    // owners' lock, so that, holding it, it never waits on a batch that waits for a change of
+    // ownership.
+    let owners = store::read_ownership(&mut tx, &attribution::namespaces(batches)).await?;
+    let new: Vec<Vec<&Window>> = match mode {
+        // One `COPY` of every window; a stored one fails it (and the group falls back).
+        Mode::Group(_) => {
+            let mut rows = String::new();
+            for (windows, ids) in fresh.iter().zip(&ids) {
+                store::copy_rows(&mut rows, windows, *ids);
+            }
+            if !rows.is_empty() {
+                store::copy_windows(&mut tx, rows.as_bytes()).await?;
+            }
+            fresh
+        }
+        Mode::Alone => {
+            let mut new = Vec::with_capacity(fresh.len());
+            for (windows, ids) in fresh.iter().zip(&ids) {
+                new.push(store::insert_windows(&mut tx, windows, *ids).await?);
+            }
+            new
+        }
+    };
+    let mut teams = attribution::Teams::default();
+    let mut rollup = Rollup::new();
+    for ((b, windows), ids) in batches.iter().zip(&new).zip(&ids) {
+        // Validation bounds every figure, so these sums fit; were one not to, a group is written
+        // batch by batch, where the batch that overflows fails alone.
+        attribution::add(
+            &mut rollup,
+            &mut teams,
+            windows.iter().copied(),
+            *ids,
+            &b.consumers,
+            &owners,
+        )
+        .ok_or(IngestError::RollupOverflow)?;
+    }
+    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
+    tx.commit().await?;
+    // An unchanged inventory costs nothing here either.
+    if let Some(known) = known
+        && (registered.gpus_inserted
+            || registered.slices_registered
+            || !registered.new_consumers.is_empty())
+    {
+        known.remember(batches, &registered.slice_rows, &registered.new_consumers);
+    }
+    Ok(batches
+        .iter()
+        .zip(&new)
+        .map(|(b, new)| {
+            let inserted = new.len() as u64;
+            IngestOutcome {
+                inserted,
+                duplicates: b.windows.len() as u64 - inserted,
+            }
+        })
+        .collect())
+}
+
+/// The batches' GPUs, slices and consumers, registered and checked against their registrations.
+struct Registered {
+    /// Each batch's GPU ids, slice ids and consumer ids, by the batch's own indexes.
+    gpus: Vec<Vec<i32>>,
+    slices: Vec<Vec<i32>>,
+    consumers: Vec<Vec<i64>>,
+    /// What a group's cache is to remember once it commits: whether the GPUs were inserted, the
+    /// slices' rows and whether they were registered, the consumers registered.
+    gpus_inserted: bool,
+    slice_rows: Vec<RegisteredSlice>,
+    slices_registered: bool,
+    new_consumers: HashMap<[u8; 32], i64>,
+}
+
+/// Registers the batches' GPUs, slices and consumers where `known` (a group's cache; none for a
+/// batch alone) has not seen them committed, and checks each batch's against their registrations
+/// (another node's GPU, a changed GPU or slice: the batch is refused).
+async fn register(
+    tx: &mut PgConnection,
+    batches: &[&ValidBatch],
+    known: Option<&Known>,
+) -> Result<Registered, Stop> {
+    let gpus_inserted = !known.is_some_and(|k| k.all_gpus_known(batches));
+    let mut stored_gpus: HashMap<String, RegisteredGpu> =
+        store::register_gpus(tx, batches, gpus_inserted)
             .await?
             .into_iter()
             .map(|g| (g.gpu_uuid.clone(), g))
             .collect();
-    let mut gpu_ids = Vec::with_capacity(batches.len());
+    let mut gpus = Vec::with_capacity(batches.len());
     for b in batches {
         let own: Vec<_> = b
             .gpus
             .iter()
-            .filter_map(|g| registered.remove(&g.uuid))
+            .filter_map(|g| stored_gpus.remove(&g.uuid))
             .collect();
-        let gpus = registry::check_gpus(b, &own)?;
-        for &(gpu, mig) in &gpus.mig_changed {
-            store::set_mig_mode(&mut tx, gpu, mig).await?;
+        let checked = registry::check_gpus(b, &own)?;
+        for &(gpu, mig) in &checked.mig_changed {
+            store::set_mig_mode(tx, gpu, mig).await?;
         }
-        gpu_ids.push(gpus.ids);
+        gpus.push(checked.ids);
     }
     let placed: Vec<(&ValidBatch, &[i32])> = batches
         .iter()
         .copied()
-        .zip(gpu_ids.iter().map(Vec::as_slice))
+        .zip(gpus.iter().map(Vec::as_slice))
         .collect();
-    let known_slices = known.slices(batches);
-    let registered_slices = known_slices.is_none();
-    let slices = match known_slices {
-        Some(slices) => slices,
-        None => store::register_slices(&mut tx, &placed).await?,
+    let known_slices = known.and_then(|k| k.slices(batches));
+    let slices_registered = known_slices.is_none();
+    let slice_rows = match known_slices {
+        Some(rows) => rows,
+        None => store::register_slices(tx, &placed).await?,
     };
-    let mut by_uuid: HashMap<&str, &RegisteredSlice> =
-        slices.iter().map(|s| (s.slice_uuid.as_str(), s)).collect();
-    let mut slice_ids = Vec::with_capacity(batches.len());
+    let mut by_uuid: HashMap<&str, &RegisteredSlice> = slice_rows
+        .iter()
+        .map(|s| (s.slice_uuid.as_str(), s))
+        .collect();
+    let mut slices = Vec::with_capacity(batches.len());
     for (b, gpus) in &placed {
         let own: Vec<RegisteredSlice> = b
             .slices
             .iter()
             .filter_map(|s| by_uuid.remove(s.uuid.as_str()).cloned())
             .collect();
-        slice_ids.push(registry::check_slices(b, gpus, &own)?);
+        slices.push(registry::check_slices(b, gpus, &own)?);
     }
-    let known_consumers = known.consumers(batches);
-    let registered_consumers = if known_consumers.unknown.is_empty() {
+    let known_consumers = match known {
+        Some(known) => known.consumers(batches),
+        None => Consumers::none_known(batches),
+    };
+    let new_consumers = if known_consumers.unknown.is_empty() {
         HashMap::new()
     } else {
-        store::register_consumers(&mut tx, &known_consumers.unknown).await?
+        store::register_consumers(tx, &known_consumers.unknown).await?
     };
-    let consumer_ids: Vec<Vec<i64>> = known_consumers
+    let consumers: Vec<Vec<i64>> = known_consumers
         .ids
         .into_iter()
         .zip(batches)
@@ -323,149 +497,82 @@ async fn store_group(
             ids.into_iter()
                 .zip(&b.consumers)
                 .map(|(id, c)| {
-                    id.or_else(|| registered_consumers.get(&c.fingerprint).copied())
+                    id.or_else(|| new_consumers.get(&c.fingerprint).copied())
                         .ok_or(sqlx::Error::RowNotFound)
                 })
                 .collect::<Result<_, _>>()
         })
         .collect::<Result<_, _>>()?;
+    Ok(Registered {
+        gpus,
+        slices,
+        consumers,
+        gpus_inserted,
+        slice_rows,
+        slices_registered,
+        new_consumers,
+    })
+}
+
+/// Records each batch's GPUs as present for its period and returns each batch's windows to
+/// write. A group stops at a period already stored; a batch alone re-sending its period records
+/// no presence again for the GPUs it re-sends, and its windows are checked against the stored
+/// ones (`resent`), a repeated one left out.
+async fn record_periods<'b>(
+    tx: &mut PgConnection,
+    batches: &[&'b ValidBatch],
+    registered: &Registered,
+    mode: Mode<'_>,
+) -> Result<Vec<Vec<&'b Window>>, Stop> {
     let (mut gpu, mut start, mut end) = (Vec::new(), Vec::new(), Vec::new());
-    for (b, ids) in &placed {
-        for &g in *ids {
+    for (b, ids) in batches.iter().zip(&registered.gpus) {
+        for &g in ids {
             gpu.push(g);
             start.push(b.period_start);
             end.push(b.period_end);
         }
     }
-    if !store::overlapping_periods(&mut tx, &gpu, &start, &end)
-        .await?
-        .is_empty()
-    {
-        return Err(Fallback("a re-sent or overlapping period"));
+    let overlapping = store::overlapping_periods(tx, &gpu, &start, &end).await?;
+    if matches!(mode, Mode::Group(_)) && !overlapping.is_empty() {
+        return Err(Stop::StoredPeriod);
     }
-    store::record_presence(&mut tx, &placed).await?;
-    let owners = store::read_ownership(&mut tx, &attribution::namespaces(batches)).await?;
-    let mut teams = attribution::Teams::default();
-    let mut rows = String::new();
-    let mut rollup = Rollup::new();
-    for (i, (b, gpus)) in placed.iter().enumerate() {
-        let slice_gpus = registry::slice_gpus(b, gpus);
-        let ids = store::WindowIds {
-            slices: &slice_ids[i],
-            slice_gpus: &slice_gpus,
-            consumers: &consumer_ids[i],
-        };
-        let windows: Vec<_> = b.windows.iter().collect();
-        store::copy_rows(&mut rows, &windows, ids);
-        // Validation bounds every figure, so these sums fit; were one not to, the group is
-        // stored batch by batch, where the batch that overflows fails alone.
-        attribution::add(&mut rollup, &mut teams, windows, ids, &b.consumers, &owners)
-            .ok_or(Fallback("a rollup sum overflowed"))?;
-    }
-    if !rows.is_empty() {
-        store::copy_windows(&mut tx, rows.as_bytes()).await?;
-    }
-    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
-    tx.commit().await?;
-    // An unchanged inventory costs nothing here either.
-    if insert || registered_slices || !registered_consumers.is_empty() {
-        known.remember(batches, &slices, &registered_consumers);
-    }
-    Ok(batches
+    // Each batch's GPUs whose period it re-sends (none in a group).
+    let resent: Vec<Vec<i32>> = batches
         .iter()
-        .map(|b| IngestOutcome {
-            inserted: b.windows.len() as u64,
-            duplicates: 0,
+        .zip(&registered.gpus)
+        .map(|(b, gpus)| registry::resent_gpus(b, gpus, &overlapping))
+        .collect::<Result<_, _>>()?;
+    let new_gpus: Vec<Vec<i32>> = registered
+        .gpus
+        .iter()
+        .zip(&resent)
+        .map(|(gpus, resent)| {
+            gpus.iter()
+                .copied()
+                .filter(|g| !resent.contains(g))
+                .collect()
         })
-        .collect())
-}
-
-/// Stores a valid batch in one transaction, with every check a batch can meet: the path a group of
-/// batches falls back to. Batches that report the same GPU are serialised by the
-/// GPUs' advisory locks (taken in one global order, so never a deadlock), so the presence and
-/// re-sent checks cannot race.
-async fn store_batch(pool: &PgPool, b: &ValidBatch) -> Result<IngestOutcome, IngestError> {
-    let mut tx = pool.begin().await?;
-    store::lock_gpus(&mut tx, &[b]).await?;
-    let registered = store::register_gpus(&mut tx, &[b], true).await?;
-    let gpus = registry::check_gpus(b, &registered).inspect_err(|e| {
-        if let IngestError::Forbidden(foreign) = e {
-            // Logged here, where the batch's answer is final (a group that met it falls back here).
-            tracing::warn!(node = %b.node, gpus = foreign.len(), "A batch reported GPUs of another node; it was refused.");
-        }
-    })?;
-    for &(gpu, mig) in &gpus.mig_changed {
-        store::set_mig_mode(&mut tx, gpu, mig).await?;
-    }
-    let slices = store::register_slices(&mut tx, &[(b, &gpus.ids)]).await?;
-    let slice_ids = registry::check_slices(b, &gpus.ids, &slices)?;
-    let consumers: Vec<_> = b.consumers.iter().collect();
-    let registered = store::register_consumers(&mut tx, &consumers).await?;
-    let consumer_ids = b
-        .consumers
-        .iter()
-        .map(|c| registered.get(&c.fingerprint).copied())
-        .collect::<Option<Vec<i64>>>()
-        .ok_or(sqlx::Error::RowNotFound)?;
-    let n = gpus.ids.len();
-    let overlapping = store::overlapping_periods(
-        &mut tx,
-        &gpus.ids,
-        &vec![b.period_start; n],
-        &vec![b.period_end; n],
-    )
-    .await?;
-    let resent = registry::resent_gpus(b, &gpus.ids, &overlapping)?;
-    let new_gpus: Vec<i32> = gpus
-        .ids
+        .collect();
+    let present: Vec<(&ValidBatch, &[i32])> = batches
         .iter()
         .copied()
-        .filter(|g| !resent.contains(g))
+        .zip(new_gpus.iter().map(Vec::as_slice))
         .collect();
-    store::record_presence(&mut tx, &[(b, &new_gpus)]).await?;
-    let fresh = if resent.is_empty() {
-        b.windows.iter().collect()
-    } else {
-        let stored = store::stored_windows(&mut tx, &resent, b.period_start, b.period_end).await?;
-        let ids = resent::BatchIds {
-            gpus: &gpus.ids,
-            slices: &slice_ids,
-            consumers: &consumer_ids,
-        };
-        resent::check(b, ids, &resent, &stored)?
-    };
-    let slice_gpus = registry::slice_gpus(b, &gpus.ids);
-    let ids = store::WindowIds {
-        slices: &slice_ids,
-        slice_gpus: &slice_gpus,
-        consumers: &consumer_ids,
-    };
-    // Before the windows are written, as a group does: a batch writes windows and rollups only
-    // while it holds the owners' lock, so that, holding it, it never waits on a batch that waits
-    // for a change of ownership.
-    let owners = store::read_ownership(&mut tx, &attribution::namespaces(&[b])).await?;
-    let new = store::insert_windows(&mut tx, &fresh, ids).await?;
-    let mut teams = attribution::Teams::default();
-    let mut rollup = Rollup::new();
-    // Validation bounds every figure, so these sums fit; were one not to, the batch fails whole.
-    attribution::add(
-        &mut rollup,
-        &mut teams,
-        new.iter().copied(),
-        ids,
-        &b.consumers,
-        &owners,
-    )
-    .ok_or_else(|| {
-        IngestError::Db(sqlx::Error::Protocol(
-            "an hourly rollup sum overflowed".into(),
-        ))
-    })?;
-    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
-    tx.commit().await?;
-    let inserted = new.len() as u64;
-    Ok(IngestOutcome {
-        inserted,
-        duplicates: b.windows.len() as u64 - inserted,
-    })
+    store::record_presence(tx, &present).await?;
+    let mut fresh = Vec::with_capacity(batches.len());
+    for (i, &b) in batches.iter().enumerate() {
+        fresh.push(if resent[i].is_empty() {
+            b.windows.iter().collect()
+        } else {
+            let stored =
+                store::stored_windows(tx, &resent[i], b.period_start, b.period_end).await?;
+            let ids = resent::BatchIds {
+                gpus: &registered.gpus[i],
+                slices: &registered.slices[i],
+                consumers: &registered.consumers[i],
+            };
+            resent::check(b, ids, &resent[i], &stored)?
+        });
+    }
+    Ok(fresh)
 }

@@ -74,6 +74,22 @@ pub struct Consumers<'b> {
     pub unknown: Vec<&'b ValidConsumer>,
 }
 
+impl<'b> Consumers<'b> {
+    /// Every batch's consumers as unknown: what a batch written without the cache registers.
+    pub fn none_known(batches: &[&'b ValidBatch]) -> Self {
+        let mut unknown: Vec<&ValidConsumer> = batches.iter().flat_map(|b| &b.consumers).collect();
+        unknown.sort_unstable_by_key(|c| c.fingerprint);
+        unknown.dedup_by_key(|c| c.fingerprint);
+        Consumers {
+            ids: batches
+                .iter()
+                .map(|b| vec![None; b.consumers.len()])
+                .collect(),
+            unknown,
+        }
+    }
+}
+
 impl Known {
     /// A cache of at most `cap` entries of each kind per generation.
     pub fn new(cap: usize) -> Self {

@@ -157,7 +157,9 @@ pub fn check_slices(
         }
         if !same {
             let (kind, profile) = match &r.reservation {
-                Some(Reservation::Mig { profile, .. }) => ("mig", profile.as_str()),
+                Some(stored @ Reservation::Mig { profile, .. }) => {
+                    (stored.kind().as_str(), profile.as_str())
+                }
                 Some(other) => (other.kind().as_str(), ""),
                 None => ("an unreadable reservation", ""),
             };

@@ -1,10 +1,11 @@
-//! Ingest's SQL, run inside the one transaction `service` owns per batch: registering a batch's GPUs,
-//! slices and consumers, the GPUs' presence, reading what a re-sent period already holds, the
-//! windows themselves (`COPY`, falling back to a staged `INSERT ... ON CONFLICT DO NOTHING` only when
-//! a window is already stored) and the hourly rollups of what was new. The rules that decide what
-//! these rows mean are `registry`'s and `resent`'s.
+//! Ingest's SQL, run inside the one transaction `group` owns per group of batches (or per batch
+//! written alone): registering the batches' GPUs, slices and consumers, the GPUs' presence,
+//! reading what a re-sent period already holds, the windows themselves (`COPY`, falling back to a
+//! staged `INSERT ... ON CONFLICT DO NOTHING` only when a window is already stored) and the hourly
+//! rollups of what was new. The rules that decide what these rows mean are `registry`'s and
+//! `resent`'s.
 //!
-//! The file stays whole: these are the statements of one transaction, in the order `service` runs
+//! The file stays whole: these are the statements of one transaction, in the order `group` runs
 //! them, each reading what the one before wrote, over the same tables and their row mappings.
 
 use std::collections::HashMap;
@@ -13,6 +14,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 
+use super::IngestError;
 use super::registry::{RegisteredGpu, RegisteredSlice, StoredPeriod};
 use super::resent::StoredWindow;
 use super::rules::SliceUse;
@@ -20,7 +22,7 @@ use super::validate::{ValidBatch, ValidConsumer};
 use crate::domain::batch::bounds;
 use crate::domain::layout::{self, Stranded};
 use crate::domain::ownership::{OwnerVersion, Ownership};
-use crate::domain::slice::Reservation;
+use crate::domain::slice::{Reservation, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::seconds_by_hour;
 use crate::domain::window::{Rollup, Window};
@@ -197,27 +199,26 @@ fn reservation_of(
     replicas: Option<i16>,
     replica: Option<i16>,
 ) -> Option<Reservation> {
-    Some(match kind {
-        "mig" => Reservation::Mig {
+    Some(match kind.parse().ok()? {
+        SliceKind::Mig => Reservation::Mig {
             profile: profile?,
             profile_id: None,
             compute_slices: u8::try_from(compute_slices?).ok()?,
             memory_slices: u8::try_from(memory_slices?).ok()?,
             memory_bytes: u64::try_from(memory_bytes?).ok()?,
         },
-        "mps" => Reservation::Mps {
+        SliceKind::Mps => Reservation::Mps {
             active_thread_percentage: u8::try_from(threads?).ok()?,
             pinned_memory_bytes: u64::try_from(pinned?).ok()?,
         },
-        "vgpu" => Reservation::Vgpu {
+        SliceKind::Vgpu => Reservation::Vgpu {
             fraction: fraction?,
         },
-        "timeslice" => Reservation::Timeslice {
+        SliceKind::Timeslice => Reservation::Timeslice {
             replicas: u16::try_from(replicas?).ok()?,
             replica: u16::try_from(replica?).ok()?,
         },
-        "whole" => Reservation::Whole,
-        _ => return None,
+        SliceKind::Whole => Reservation::Whole,
     })
 }
 
@@ -329,7 +330,7 @@ pub async fn register_slices(
 pub async fn register_consumers(
     tx: &mut PgConnection,
     consumers: &[&ValidConsumer],
-) -> Result<HashMap<[u8; 32], i64>, sqlx::Error> {
+) -> Result<HashMap<[u8; 32], i64>, IngestError> {
     // Rows other batches may insert at the same time are inserted in sorted order, so that two
     // batches never wait on each other's rows in opposite orders.
     let mut labelled: Vec<String> = consumers
@@ -404,9 +405,11 @@ pub async fn register_consumers(
     stored
         .into_iter()
         .map(|r| {
-            let fingerprint: [u8; 32] = r.fingerprint.as_slice().try_into().map_err(|_| {
-                sqlx::Error::Protocol("a consumer fingerprint is not 32 bytes".into())
-            })?;
+            let fingerprint: [u8; 32] = r
+                .fingerprint
+                .as_slice()
+                .try_into()
+                .map_err(|_| IngestError::BadFingerprint(r.fingerprint.len()))?;
             Ok((fingerprint, r.consumer_id))
         })
         .collect()

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::domain::batch::{ConsumerReport, GpuReport, SliceReport};
 use crate::domain::profiles;
+use crate::domain::slice::SliceKind;
 
 /// SplitMix64's finaliser: a fast, well-mixed hash of one word.
 pub fn mix(mut z: u64) -> u64 {
@@ -85,6 +86,8 @@ pub const SHARED_NAMESPACE: &str = "shared-inference";
 #[derive(Debug, Clone)]
 pub struct SimSlice {
     pub report: SliceReport,
+    /// Its kind, the enum of the text the report carries.
+    pub kind: SliceKind,
     /// The slice's number in the fleet, the seed of its workloads.
     pub id: u64,
     /// Bytes its memory readings are relative to.
@@ -261,17 +264,22 @@ impl SimFleet {
         };
         let gpu_memory = profiles::memory_bytes(model.table);
         let mut slices = Vec::new();
-        let mut push = |report: SliceReport, reserved: u64, scale: f64, rng: &mut Rng| {
-            *slice_id += 1;
-            slices.push(SimSlice {
-                report,
-                id: *slice_id,
-                memory_reserved_bytes: reserved,
-                scale,
-                home_team: rng.below(teams),
-                forgotten: false,
-            });
-        };
+        let mut push =
+            |kind: SliceKind, report: SliceReport, reserved: u64, scale: f64, rng: &mut Rng| {
+                *slice_id += 1;
+                slices.push(SimSlice {
+                    report: SliceReport {
+                        kind: kind.to_string(),
+                        ..report
+                    },
+                    kind,
+                    id: *slice_id,
+                    memory_reserved_bytes: reserved,
+                    scale,
+                    home_team: rng.below(teams),
+                    forgotten: false,
+                });
+            };
         let base = SliceReport {
             gpu_uuid: uuid.clone(),
             ..SliceReport::default()
@@ -284,7 +292,6 @@ impl SimFleet {
                     let p = profiles::by_id(model.table, id).expect("layout profiles exist");
                     let s = SliceReport {
                         uuid: rng.uuid("MIG"),
-                        kind: "mig".into(),
                         profile: Some(p.profile.clone()),
                         profile_id: Some(i64::from(p.profile_id)),
                         compute_slices: Some(i64::from(p.compute_slices)),
@@ -293,7 +300,7 @@ impl SimFleet {
                         gpu_instance_id: Some(gi),
                         ..base.clone()
                     };
-                    push(s, p.memory_bytes(), 1.0, rng);
+                    push(SliceKind::Mig, s, p.memory_bytes(), 1.0, rng);
                 }
             }
             45..60 => {
@@ -301,12 +308,17 @@ impl SimFleet {
                 for r in 0..replicas {
                     let s = SliceReport {
                         uuid: format!("{uuid}::{r}"),
-                        kind: "timeslice".into(),
                         replicas: Some(replicas as i64),
                         replica: Some(r as i64),
                         ..base.clone()
                     };
-                    push(s, gpu_memory, 1.0 / replicas as f64, rng);
+                    push(
+                        SliceKind::Timeslice,
+                        s,
+                        gpu_memory,
+                        1.0 / replicas as f64,
+                        rng,
+                    );
                 }
             }
             60..75 => {
@@ -315,12 +327,11 @@ impl SimFleet {
                 for c in 0..clients {
                     let s = SliceReport {
                         uuid: format!("{uuid}::mps{c}"),
-                        kind: "mps".into(),
                         active_thread_percentage: Some((100 / clients) as i64),
                         pinned_memory_bytes: Some(pinned as i64),
                         ..base.clone()
                     };
-                    push(s, pinned, 1.0, rng);
+                    push(SliceKind::Mps, s, pinned, 1.0, rng);
                 }
             }
             75..80 => {
@@ -328,20 +339,18 @@ impl SimFleet {
                 for v in 0..parts {
                     let s = SliceReport {
                         uuid: format!("{uuid}::vgpu{v}"),
-                        kind: "vgpu".into(),
                         fraction: Some(1.0 / parts as f64),
                         ..base.clone()
                     };
-                    push(s, gpu_memory / parts as u64, 1.0, rng);
+                    push(SliceKind::Vgpu, s, gpu_memory / parts as u64, 1.0, rng);
                 }
             }
             _ => {
                 let s = SliceReport {
                     uuid: uuid.clone(),
-                    kind: "whole".into(),
                     ..base.clone()
                 };
-                push(s, gpu_memory, 1.0, rng);
+                push(SliceKind::Whole, s, gpu_memory, 1.0, rng);
             }
         }
         SimGpu { report, slices }

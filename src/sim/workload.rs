@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::{SCRATCH_NAMESPACE, SHARED_NAMESPACE, SimFleet, SimSlice, hash, unit};
 use crate::domain::batch::{ConsumerReport, DraClaim};
+use crate::domain::slice::SliceKind;
 
 /// The DRA driver of NVIDIA's GPUs, as its DeviceClass names it.
 const DRA_DRIVER: &str = "gpu.nvidia.com";
@@ -113,15 +114,15 @@ impl SimFleet {
         if slice.forgotten {
             return Some(Workload::IdleHeld);
         }
-        let large = match slice.report.kind.as_str() {
-            "mig" => slice.report.memory_slices.unwrap_or(0) >= 4,
-            "whole" => true,
+        let large = match slice.kind {
+            SliceKind::Mig => slice.report.memory_slices.unwrap_or(0) >= 4,
+            SliceKind::Whole => true,
             _ => false,
         };
         let r = unit(hash(&[self.seed, slice.id, 21]));
         if large && r < 0.5 {
             Some(Workload::Oversized)
-        } else if slice.report.kind != "timeslice" && r > 0.9 {
+        } else if slice.kind != SliceKind::Timeslice && r > 0.9 {
             Some(Workload::IdleHeld)
         } else {
             None
@@ -215,7 +216,7 @@ impl SimFleet {
             }
             // A third of the pods on MIG instances and whole GPUs get theirs through a DRA claim
             // made from the pod's ResourceClaimTemplate (named after the pod, as Kubernetes does).
-            let dra_claim = (matches!(slice.report.kind.as_str(), "mig" | "whole")
+            let dra_claim = (matches!(slice.kind, SliceKind::Mig | SliceKind::Whole)
                 && unit(hash(&[pod_hash, 12])) < 0.33)
                 .then(|| DraClaim {
                     namespace: namespace.clone(),
@@ -267,7 +268,7 @@ impl SimFleet {
             }
             Workload::IdleHeld => (0.03 + 0.07 * level, 0.005 * noise),
             Workload::Oversized => {
-                let need = if slice.report.kind == "whole" {
+                let need = if slice.kind == SliceKind::Whole {
                     10.0
                 } else {
                     6.0
@@ -344,7 +345,7 @@ mod tests {
                 assert!(r.compute_active_ppm < 40_000, "{r:?}");
             }
             // It holds at least twice what it needs.
-            let need: u64 = if s.report.kind == "whole" {
+            let need: u64 = if s.kind == SliceKind::Whole {
                 10 << 30
             } else {
                 6 << 30

@@ -68,6 +68,10 @@ pub enum TeamError {
         "the change falls inside the hour from {hour}, whose raw windows are no longer kept (retention), so that hour cannot be split at {at}; choose an effective_from on an hour boundary"
     )]
     RawWindowsGone { hour: String, at: String },
+    /// A stored window that ingest split by its owners could not be split again: a bug, or a row
+    /// not written by ingest.
+    #[error("a stored window from {start} could not be split again at the change of owner")]
+    WindowUnsplittable { start: String },
     #[error(transparent)]
     Db(#[from] sqlx::Error),
 }
@@ -290,10 +294,10 @@ fn split_hours(
         let parts = window
             .as_ref()
             .and_then(|w| ownership::attribute(w, Claim::Namespace(ns), owners))
-            .ok_or_else(|| {
-                TeamError::Db(sqlx::Error::Protocol(
-                    "a stored window could not be split again".into(),
-                ))
+            .ok_or_else(|| TeamError::WindowUnsplittable {
+                start: r
+                    .window_start
+                    .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
             })?;
         for (hour, team, part) in parts.into_iter().filter(|p| p.0 == r.hour) {
             let f = found.entry(key).or_default();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::domain::batch::{ConsumerReport, GpuReport, SliceReport};
+use crate::domain::slice::SliceKind;
 
 /// The GPUs and slices of one node.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,16 +120,16 @@ impl CardFit {
                 let g = inventory.gpus.iter().position(|g| g.uuid == s.gpu_uuid);
                 let whole = g.map_or(0, |g| gpu_memory[g]);
                 let bytes = |v: Option<i64>| v.and_then(|b| u64::try_from(b).ok()).unwrap_or(whole);
-                match s.kind.as_str() {
-                    "mig" => (bytes(s.memory_bytes), None),
-                    "mps" => (bytes(s.pinned_memory_bytes), None),
-                    "vgpu" => (
+                match s.kind.parse() {
+                    Ok(SliceKind::Mig) => (bytes(s.memory_bytes), None),
+                    Ok(SliceKind::Mps) => (bytes(s.pinned_memory_bytes), None),
+                    Ok(SliceKind::Vgpu) => (
                         s.fraction
                             .map_or(whole, |f| (whole as f64 * f.clamp(0.0, 1.0)) as u64),
                         None,
                     ),
-                    "timeslice" => (whole, g),
-                    _ => (whole, None),
+                    Ok(SliceKind::Timeslice) => (whole, g),
+                    Ok(SliceKind::Whole) | Err(_) => (whole, None),
                 }
             })
             .collect();
@@ -214,7 +215,7 @@ mod tests {
         let replica = |r: i64| SliceReport {
             uuid: format!("GPU-1::{r}"),
             gpu_uuid: "GPU-1".into(),
-            kind: "timeslice".into(),
+            kind: SliceKind::Timeslice.to_string(),
             replicas: Some(2),
             replica: Some(r),
             ..SliceReport::default()

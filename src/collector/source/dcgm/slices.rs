@@ -13,6 +13,7 @@ use crate::collector::source::nvml::Sharing;
 use crate::collector::source::{Inventory, Reading};
 use crate::domain::batch::{ConsumerReport, GpuReport, SliceReport, bounds};
 use crate::domain::profiles;
+use crate::domain::slice::SliceKind;
 
 /// Where an inventory slice's figures come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +96,7 @@ impl NodeScrape {
                     SliceReport {
                         uuid: mig_slice_uuid(uuid, *id, name),
                         gpu_uuid: uuid.clone(),
-                        kind: "mig".into(),
+                        kind: SliceKind::Mig.to_string(),
                         profile: Some(p.profile.clone()),
                         profile_id: Some(i64::from(p.profile_id)),
                         gpu_instance_id: Some(i64::from(*id)),
@@ -116,7 +117,7 @@ impl NodeScrape {
                         SliceReport {
                             uuid: uuid.clone(),
                             gpu_uuid: uuid.clone(),
-                            kind: "whole".into(),
+                            kind: SliceKind::Whole.to_string(),
                             ..SliceReport::default()
                         },
                         SliceAt::Device {
@@ -133,11 +134,11 @@ impl NodeScrape {
                                 ..SliceReport::default()
                             };
                             if matches!(sharing, Sharing::Mps(_)) {
-                                s.kind = "mps".into();
+                                s.kind = SliceKind::Mps.to_string();
                                 s.active_thread_percentage = Some(i64::from(100 / n));
                                 s.pinned_memory_bytes = Some(pinned);
                             } else {
-                                s.kind = "timeslice".into();
+                                s.kind = SliceKind::Timeslice.to_string();
                                 s.replicas = Some(i64::from(n));
                                 s.replica = Some(i64::from(r));
                             }

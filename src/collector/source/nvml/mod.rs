@@ -21,6 +21,7 @@ use super::{Inventory, Reading, Source, SourceError};
 use crate::collector::attribution::{Attribution, same_holder};
 use crate::domain::batch::{ConsumerReport, GpuReport, SliceReport};
 use crate::domain::profiles;
+use crate::domain::slice::SliceKind;
 use api::{GpuDesc, GpuProcess, MigDesc, NvmlApi, NvmlFailure};
 
 /// How the node's device plugin shares GPUs that are not in MIG mode.
@@ -47,9 +48,9 @@ impl std::str::FromStr for Sharing {
         if !(2..=48).contains(&n) {
             return Err(bad());
         }
-        match kind {
-            "timeslice" => Ok(Sharing::Timeslice(n)),
-            "mps" => Ok(Sharing::Mps(n)),
+        match kind.parse() {
+            Ok(SliceKind::Timeslice) => Ok(Sharing::Timeslice(n)),
+            Ok(SliceKind::Mps) => Ok(Sharing::Mps(n)),
             _ => Err(bad()),
         }
     }
@@ -156,7 +157,7 @@ impl<A: NvmlApi> NvmlSource<A> {
         SliceReport {
             uuid: m.uuid.clone(),
             gpu_uuid: g.uuid.clone(),
-            kind: "mig".into(),
+            kind: SliceKind::Mig.to_string(),
             profile: Some(profile),
             profile_id,
             compute_slices: Some(i64::from(m.gpu_instance_slices)),
@@ -224,7 +225,7 @@ impl<A: NvmlApi> NvmlSource<A> {
                     inventory.slices.push(SliceReport {
                         uuid: g.uuid.clone(),
                         gpu_uuid: g.uuid.clone(),
-                        kind: "whole".into(),
+                        kind: SliceKind::Whole.to_string(),
                         ..SliceReport::default()
                     });
                     slices.push(at(g.uuid.clone(), Place::Whole));
@@ -238,7 +239,7 @@ impl<A: NvmlApi> NvmlSource<A> {
                             SliceReport {
                                 uuid: uuid.clone(),
                                 gpu_uuid: g.uuid.clone(),
-                                kind: "mps".into(),
+                                kind: SliceKind::Mps.to_string(),
                                 active_thread_percentage: Some(i64::from(100 / n)),
                                 pinned_memory_bytes: Some(pinned as i64),
                                 ..SliceReport::default()
@@ -247,7 +248,7 @@ impl<A: NvmlApi> NvmlSource<A> {
                             SliceReport {
                                 uuid: uuid.clone(),
                                 gpu_uuid: g.uuid.clone(),
-                                kind: "timeslice".into(),
+                                kind: SliceKind::Timeslice.to_string(),
                                 replicas: Some(i64::from(n)),
                                 replica: Some(i64::from(r)),
                                 ..SliceReport::default()
