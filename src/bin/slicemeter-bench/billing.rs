@@ -1,5 +1,6 @@
 //! `billing`: a simulated month of a fleet; the time to run every team's invoices against, in the
-//! same run, one `SELECT ... GROUP BY team` over the same rollups (reading the data once).
+//! same run, one `SELECT ... GROUP BY team` over the same rollups (reading the data once); and one
+//! card's ledger of the month (`GET /v1/gpus/{uuid}/ledger`'s read), by hour and by day.
 
 use std::time::Instant;
 
@@ -7,6 +8,8 @@ use chrono::Utc;
 use slicemeter::billing::service as billing;
 use slicemeter::domain::access::Actor;
 use slicemeter::domain::time::Month;
+use slicemeter::reports::ledger::service::card_ledger;
+use slicemeter::reports::usage::Step;
 
 use crate::common::{group_by_floor, in_scratch_schema, load_month};
 
@@ -56,5 +59,24 @@ async fn run(args: &BillingBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> 
         "ratio run / floor             {:>8.2}",
         run_time.as_secs_f64() / floor_time.as_secs_f64()
     );
+    // One card's ledger of the month, the median of five reads (the first warms the caches).
+    let (uuid,): (String,) = sqlx::query_as("select gpu_uuid from gpu order by gpu_id limit 1")
+        .fetch_one(&pool)
+        .await?;
+    for (step, name) in [(Step::Hour, "hour"), (Step::Day, "day")] {
+        let mut times = Vec::new();
+        let mut steps = 0;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let l = card_ledger(&pool, &uuid, month.start(), month.end(), step).await?;
+            times.push(t.elapsed().as_secs_f64());
+            steps = l.steps.len();
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "one card's ledger, step={name:<5} {:>7.3} s  ({steps} steps, median of 5)",
+            times[2]
+        );
+    }
     Ok(())
 }
