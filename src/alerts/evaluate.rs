@@ -7,8 +7,9 @@ use rust_decimal::Decimal;
 use serde_json::json;
 use sqlx::PgPool;
 
+use super::AlertConfig;
+use super::kind::AlertKind;
 use super::store::{self, Fire};
-use super::{AlertConfig, AlertKind};
 use crate::billing::rate_card::Currency;
 use crate::billing::service::Error;
 use crate::budgets::standing::{self, BudgetStanding};

@@ -4,7 +4,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgConnection;
 use sqlx::types::Json;
 
-use super::{AlertKind, DeliveryState};
+use super::kind::{AlertKind, DeliveryState};
 use crate::budgets::Channel;
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;

@@ -82,6 +82,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_stored_period_is_month_or_quarter_and_nothing_else() {
+        assert_eq!(
+            BudgetPeriod::try_from("quarter".to_owned()),
+            Ok(BudgetPeriod::Quarter)
+        );
+        assert_eq!(BudgetPeriod::Month.to_string(), "month");
+        for bad in ["", "Month", "year", "2026-12"] {
+            assert!(BudgetPeriod::try_from(bad.to_owned()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_quarter_is_its_three_calendar_months() {
         let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
         let q = BudgetPeriod::Quarter.holding(at("2026-12-02T07:00:00Z"));

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
-use super::BudgetPeriod;
+use super::period::BudgetPeriod;
 use crate::domain::team::TeamId;
 
 /// A budget as stored; its team and period are parsed where the row is read (one that does not
