@@ -35,7 +35,7 @@ pub mod fleet;
 pub mod http;
 /// Validation and storage of collector batches.
 pub mod ingest;
-/// The consolidation planner: each GPU model's MIG instances packed onto the fewest cards.
+/// The consolidation plan: each GPU model's MIG instances packed onto the fewest cards.
 pub mod plan;
 /// Logs, the Prometheus recorder and shutdown signals, the same in every process.
 pub mod process;

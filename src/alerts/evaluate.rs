@@ -8,6 +8,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::AlertConfig;
+use super::kind::AlertKind;
 use super::store::{self, Fire};
 use crate::billing::rate_card::Currency;
 use crate::billing::service::Error;
@@ -37,7 +38,7 @@ pub async fn evaluate(
     if all.is_empty() {
         return Ok(0);
     }
-    let link = |team: &str, month: Month| {
+    let link = |team: &TeamId, month: Month| {
         format!(
             "{}/ui/team/{team}?month={month}",
             config.public_url.trim_end_matches('/')
@@ -78,7 +79,7 @@ pub async fn evaluate(
         let idle = reports::idle_slices(pool, cache, today, days as u32).await?;
         let currency = currency_now(pool).await?;
         for b in all.iter().filter(|b| b.idle_days == Some(days)) {
-            for s in idle.iter().filter(|s| s.team.as_str() == b.team_id) {
+            for s in idle.iter().filter(|s| s.team == b.team_id) {
                 let Some(c) = &currency else { continue };
                 let fire = idle_fire(b, s, days, this_month, c, &link(&b.team_id, this_month));
                 fires.push((fire, b));
@@ -95,9 +96,7 @@ pub async fn evaluate(
             let (Some(k), Some(c)) = (b.spend_change, &currency) else {
                 continue;
             };
-            let Ok(team) = TeamId::parse(&b.team_id) else {
-                continue;
-            };
+            let team = &b.team_id;
             let trailing: Vec<Decimal> = (1..=SPEND_CHANGE_DAYS as i64)
                 .map(|n| {
                     costs
@@ -127,7 +126,7 @@ pub async fn evaluate(
     for (fire, budget) in &fires {
         if let Some(id) = store::fire(&mut tx, fire, &budget.channels()).await? {
             fired += 1;
-            tracing::info!(alert = id, team = %fire.team, kind = fire.kind, key = %fire.key, "Alert fired.");
+            tracing::info!(alert = id, team = %fire.team, kind = fire.kind.as_str(), key = %fire.key, "Alert fired.");
         }
     }
     tx.commit().await?;
@@ -171,7 +170,7 @@ fn threshold_fire(
 ) -> Fire {
     let (kind, figure, subject) = match t.kind {
         ThresholdKind::Actual => (
-            "actual",
+            AlertKind::Actual,
             s.spent,
             format!(
                 "{}{} has spent {} of its {} budget for {}: past its {} % threshold",
@@ -184,7 +183,7 @@ fn threshold_fire(
             ),
         ),
         ThresholdKind::Forecast => (
-            "forecast",
+            AlertKind::Forecast,
             s.forecast,
             format!(
                 "{}{} is forecast to spend {} in {}, against a budget of {}: past its {} % forecast threshold",
@@ -199,8 +198,8 @@ fn threshold_fire(
     };
     Fire {
         budget_id: b.budget_id,
-        team: TeamId::parse(&b.team_id).unwrap_or_else(|_| TeamId::unattributed()),
-        period: Month::of(s.period_start).first_day(),
+        team: b.team_id.clone(),
+        period: Month::of(s.period_start),
         kind,
         key: t.percent.to_string(),
         subject,
@@ -241,8 +240,8 @@ fn idle_fire(
     Fire {
         budget_id: b.budget_id,
         team: s.team.clone(),
-        period: month.first_day(),
-        kind: "idle",
+        period: month,
+        kind: AlertKind::Idle,
         key: format!(
             "{}/{}/{}",
             s.gpu_uuid,
@@ -276,9 +275,9 @@ fn spend_fire(
 ) -> Fire {
     Fire {
         budget_id: b.budget_id,
-        team: TeamId::parse(&b.team_id).unwrap_or_else(|_| TeamId::unattributed()),
-        period: Month::of(start_of(day)).first_day(),
-        kind: "spend_change",
+        team: b.team_id.clone(),
+        period: Month::of(start_of(day)),
+        kind: AlertKind::SpendChange,
         key: day.to_string(),
         subject: format!(
             "{} spent {} on {day}, more than {factor} times its median day of {} over the {SPEND_CHANGE_DAYS} days before",

@@ -8,12 +8,14 @@
 
 pub mod deliver;
 pub mod evaluate;
+pub mod kind;
 pub mod store;
 pub mod worker;
 
 use std::time::Duration;
 
 use crate::budgets::Channel;
+pub use kind::{AlertKind, DeliveryState};
 
 /// How the alert worker runs and where it sends.
 #[derive(Clone)]

@@ -4,16 +4,18 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::PgConnection;
 use sqlx::types::Json;
 
+use super::kind::{AlertKind, DeliveryState};
 use crate::budgets::Channel;
 use crate::domain::team::TeamId;
+use crate::domain::time::Month;
 
 /// An alert to fire: its key is what makes it once per period.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fire {
     pub budget_id: i64,
     pub team: TeamId,
-    pub period: NaiveDate,
-    pub kind: &'static str,
+    pub period: Month,
+    pub kind: AlertKind,
     pub key: String,
     pub subject: String,
     pub details: serde_json::Value,
@@ -34,8 +36,8 @@ pub async fn fire(
     )
     .bind(fire.budget_id)
     .bind(fire.team.as_str())
-    .bind(fire.period)
-    .bind(fire.kind)
+    .bind(fire.period.first_day())
+    .bind(fire.kind.as_str())
     .bind(&fire.key)
     .bind(&fire.subject)
     .bind(Json(&fire.details))
@@ -63,14 +65,18 @@ pub async fn try_lock_evaluation(conn: &mut PgConnection) -> Result<bool, sqlx::
         .await
 }
 
-/// An alert as stored.
+/// An alert as stored; its team and kind are parsed where the row is read (one that does not
+/// parse is an error).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct AlertRow {
     pub alert_id: i64,
     pub budget_id: Option<i64>,
-    pub team_id: String,
+    #[sqlx(try_from = "String")]
+    pub team_id: TeamId,
+    /// The month it is about, as its first day.
     pub period: NaiveDate,
-    pub kind: String,
+    #[sqlx(try_from = "String")]
+    pub kind: AlertKind,
     pub key: String,
     pub subject: String,
     pub details: Json<serde_json::Value>,
@@ -83,7 +89,8 @@ pub struct DeliveryRow {
     pub delivery_id: i64,
     pub alert_id: i64,
     pub channel: Json<Channel>,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: DeliveryState,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
     pub last_error: Option<String>,

@@ -45,8 +45,9 @@ pub enum PeriodState {
 }
 
 impl PeriodState {
-    pub fn of(month: Month, now: DateTime<Utc>, books_frozen: bool) -> PeriodState {
-        if books_frozen {
+    /// `month`'s state at `now`: issued as its books say, else open until it ends, then closed.
+    pub fn of(month: Month, now: DateTime<Utc>, books: Books) -> PeriodState {
+        if books.issued() {
             PeriodState::Issued
         } else if now < month.end() {
             PeriodState::Open
@@ -115,21 +116,23 @@ pub enum BillingError {
     UnknownRateCard(i64),
 }
 
-/// Where a period's books stand.
+/// Where a period's books stand: what [`PeriodState`] is derived from, with what the state does
+/// not say (whether a run wrote them, when they were frozen).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Books {
     /// No invoice run yet (or none since the last credit note unfroze them).
     None,
     /// Written by a run; drafts may be made again.
     Drafted,
-    /// Issued: read from here, whatever arrives later.
-    Frozen { at: DateTime<Utc> },
+    /// The period is issued (its first invoice at `at`): its books are frozen, and read from here
+    /// whatever arrives later.
+    Issued { at: DateTime<Utc> },
 }
 
 impl Books {
-    /// Whether figures of the period are read from the books rather than the rollups.
-    pub fn frozen(self) -> bool {
-        matches!(self, Books::Frozen { .. })
+    /// Whether the period is issued: its figures are then read from the books, not the rollups.
+    pub fn issued(self) -> bool {
+        matches!(self, Books::Issued { .. })
     }
 }
 

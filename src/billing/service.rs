@@ -101,11 +101,11 @@ pub async fn frozen_periods(
 /// where its books stand.
 pub async fn period_bill(pool: &PgPool, month: Month) -> Result<(PeriodBill, Books), Error> {
     let mut conn = pool.acquire().await?;
-    let state = store::books(&mut conn, month).await?;
-    let bill = bill_in(&mut conn, month, state.frozen())
+    let books = store::books(&mut conn, month).await?;
+    let bill = bill_in(&mut conn, month, books.issued())
         .await?
         .publishable()?;
-    Ok((bill, state))
+    Ok((bill, books))
 }
 
 /// What the issued period `month` would be billed now, less what was billed for it, per team: late
@@ -148,7 +148,7 @@ pub async fn pending_corrections(
     month: Month,
 ) -> Result<BTreeMap<TeamId, Vec<period::Line>>, Error> {
     let mut conn = pool.acquire().await?;
-    if !store::books(&mut conn, month).await?.frozen() {
+    if !store::books(&mut conn, month).await?.issued() {
         return Ok(BTreeMap::new());
     }
     corrections_of(&mut conn, month).await
@@ -180,7 +180,7 @@ pub async fn run_drafts(
     period::may_draft(month, now)?;
     let mut tx = pool.begin().await?;
     store::lock_period(&mut tx, month).await?;
-    if !store::books(&mut tx, month).await?.frozen() {
+    if !store::books(&mut tx, month).await?.issued() {
         store::write_books(&mut tx, month).await?;
     }
     let bill = bill_in(&mut tx, month, true).await?.publishable()?;

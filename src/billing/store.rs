@@ -52,7 +52,7 @@ pub async fn books(conn: &mut PgConnection, month: Month) -> Result<Books, sqlx:
     Ok(match row {
         None => Books::None,
         Some(r) => match r.frozen_at {
-            Some(at) => Books::Frozen { at },
+            Some(at) => Books::Issued { at },
             None => Books::Drafted,
         },
     })

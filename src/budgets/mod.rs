@@ -259,7 +259,7 @@ impl BudgetSpec {
                 .scope
                 .as_ref()
                 .map_or(String::new(), UsageScope::stored),
-            period: self.period.as_str().to_owned(),
+            period: self.period,
             amount,
             auto_months,
             currency: self.currency.code.clone(),
@@ -273,7 +273,7 @@ impl BudgetSpec {
 
 impl store::Columns {
     /// What the audit log keeps of a budget: channel URLs only to their origin.
-    fn audited(&self, team: &str) -> serde_json::Value {
+    fn audited(&self, team: &TeamId) -> serde_json::Value {
         let channels: Vec<Channel> =
             serde_json::from_value(self.channels.clone()).unwrap_or_default();
         let shown: Vec<ChannelView> = channels.iter().map(Channel::redacted).collect();
@@ -301,14 +301,10 @@ impl BudgetRow {
         UsageScope::of_stored(&self.scope)
     }
 
-    pub fn period(&self) -> BudgetPeriod {
-        BudgetPeriod::parse(&self.period).unwrap_or(BudgetPeriod::Month)
-    }
-
     fn stored(&self) -> store::Columns {
         store::Columns {
             scope: self.scope.clone(),
-            period: self.period.clone(),
+            period: self.period,
             amount: self.amount,
             auto_months: self.auto_months,
             currency: self.currency.clone(),
@@ -373,7 +369,7 @@ pub async fn create(
         actor,
         AuditAction::BudgetCreate,
         &row.budget_id.to_string(),
-        columns.audited(team.as_str()),
+        columns.audited(team),
     )
     .await?;
     tx.commit().await?;

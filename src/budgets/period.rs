@@ -14,6 +14,20 @@ pub enum BudgetPeriod {
     Quarter,
 }
 
+/// A stored period is read as one: an unknown word is an error, not a month.
+impl TryFrom<String> for BudgetPeriod {
+    type Error = String;
+    fn try_from(s: String) -> Result<BudgetPeriod, String> {
+        BudgetPeriod::parse(&s)
+    }
+}
+
+impl std::fmt::Display for BudgetPeriod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// One period of a budget: its first month, its bounds, and its name (`2026-12`, `2026-Q4`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeriodBounds {
@@ -66,6 +80,18 @@ impl BudgetPeriod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_period_is_month_or_quarter_and_nothing_else() {
+        assert_eq!(
+            BudgetPeriod::try_from("quarter".to_owned()),
+            Ok(BudgetPeriod::Quarter)
+        );
+        assert_eq!(BudgetPeriod::Month.to_string(), "month");
+        for bad in ["", "Month", "year", "2026-12"] {
+            assert!(BudgetPeriod::try_from(bad.to_owned()).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_quarter_is_its_three_calendar_months() {

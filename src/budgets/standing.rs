@@ -12,7 +12,6 @@ use utoipa::ToSchema;
 use super::store::BudgetRow;
 use super::{BudgetPeriod, Threshold, ThresholdKind};
 use crate::billing::service::Error;
-use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::reports::service::{self as reports, ForecastReport, ReportCache};
 
@@ -58,23 +57,23 @@ pub async fn standing(
     report: &ForecastReport,
 ) -> Result<BudgetStanding, Error> {
     let month = report.month;
-    let team = TeamId::parse(&row.team_id).map_err(|e| Error::Db(sqlx::Error::Decode(e.into())))?;
-    let period = row.period().holding(report.as_of);
+    let team = &row.team_id;
+    let period = row.period.holding(report.as_of);
     let scope = row.scope();
     // A team's month is the invoices' (`report`); a narrower scope or a quarter is the usage
     // report's cost of it.
-    let (spent, forecast, low, high) = if scope.is_none() && row.period() == BudgetPeriod::Month {
+    let (spent, forecast, low, high) = if scope.is_none() && row.period == BudgetPeriod::Month {
         report
             .teams
             .iter()
-            .find(|f| f.team == team)
+            .find(|f| f.team == *team)
             .map_or(Default::default(), |f| (f.spent, f.forecast, f.low, f.high))
     } else {
         reports::period_forecast(
             pool,
             cache,
             report.as_of,
-            &team,
+            team,
             scope.as_ref(),
             period.start,
             period.end,
@@ -86,14 +85,9 @@ pub async fn standing(
     let budget = match (row.amount, row.auto_months) {
         (Some(amount), _) => Some(amount),
         (None, Some(months)) => {
-            let avg = reports::average_cost(
-                pool,
-                cache,
-                month,
-                &team,
-                u32::try_from(months).unwrap_or(1),
-            )
-            .await?;
+            let avg =
+                reports::average_cost(pool, cache, month, team, u32::try_from(months).unwrap_or(1))
+                    .await?;
             if avg.is_none_or(|a| a <= Decimal::ZERO) {
                 note = Some(format!(
                     "no cost in the last {months} closed months to average: no budget this month"

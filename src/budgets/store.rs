@@ -4,17 +4,20 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
+use super::period::BudgetPeriod;
 use crate::domain::team::TeamId;
 
-/// A budget as stored.
+/// A budget as stored; its team and period are parsed where the row is read (one that does not
+/// parse is an error, never a default).
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct BudgetRow {
     pub budget_id: i64,
-    pub team_id: String,
+    #[sqlx(try_from = "String")]
+    pub team_id: TeamId,
     /// `""`, `namespace:<ns>` or `label:<key>=<value>` (`domain::scope`).
     pub scope: String,
-    /// `month` or `quarter`.
-    pub period: String,
+    #[sqlx(try_from = "String")]
+    pub period: BudgetPeriod,
     pub amount: Option<Decimal>,
     pub auto_months: Option<i16>,
     pub currency: String,
@@ -30,7 +33,7 @@ pub struct BudgetRow {
 #[derive(Debug, Clone)]
 pub struct Columns {
     pub scope: String,
-    pub period: String,
+    pub period: BudgetPeriod,
     pub amount: Option<Decimal>,
     pub auto_months: Option<i16>,
     pub currency: String,
@@ -111,7 +114,7 @@ pub async fn insert(
     .bind(c.idle_days)
     .bind(c.spend_change)
     .bind(&c.scope)
-    .bind(&c.period)
+    .bind(c.period.as_str())
     .fetch_optional(conn)
     .await
 }

@@ -104,7 +104,7 @@ impl FocusPlan {
         version: Version,
     ) -> Result<FocusPlan, ExportError> {
         let inputs = service::month(pool, cache, month).await?;
-        let (bill, frozen) = (inputs.bill().clone(), inputs.books().frozen());
+        let (bill, frozen) = (inputs.bill().clone(), inputs.books().issued());
         let mut documents = Vec::new();
         let mut voided = BTreeMap::new();
         for i in invoices::list(pool, Some(month), team.as_ref()).await? {

@@ -13,7 +13,7 @@ use utoipa_axum::routes;
 use super::auth::{require, team_in_scope};
 use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
-use crate::alerts;
+use crate::alerts::{self, AlertKind, DeliveryState};
 use crate::budgets::ChannelView;
 use crate::domain::access::{Principal, Role};
 use crate::domain::fields::FieldError;
@@ -49,8 +49,8 @@ pub struct Alert {
     #[schema(example = "2026-12")]
     pub period: String,
     /// `actual`, `forecast`, `idle` or `spend_change`.
-    #[schema(example = "forecast")]
-    pub kind: String,
+    #[schema(value_type = String, example = "forecast")]
+    pub kind: AlertKind,
     /// What makes it one of its kind in the period: the threshold's percent, the idle slice
     /// (`gpu uuid/instance/workload`), the day.
     pub key: String,
@@ -68,8 +68,8 @@ pub struct Delivery {
     pub id: i64,
     pub channel: ChannelView,
     /// `pending` (to be sent, or retried at `next_attempt_at`), `delivered` or `failed` (given up).
-    #[schema(example = "delivered")]
-    pub state: String,
+    #[schema(value_type = String, example = "delivered")]
+    pub state: DeliveryState,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
     /// Why the last attempt failed.
@@ -125,7 +125,7 @@ async fn list_alerts(
             .map(|(a, deliveries)| Alert {
                 id: a.alert_id,
                 budget_id: a.budget_id,
-                team: a.team_id,
+                team: a.team_id.into(),
                 period: month_of(a.period),
                 kind: a.kind,
                 key: a.key,

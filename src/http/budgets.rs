@@ -164,12 +164,12 @@ async fn answer(
         id: row.budget_id,
         namespace,
         label,
-        period: row.period(),
+        period: row.period,
         thresholds: row.thresholds(),
         channels: row.channels().iter().map(Channel::redacted).collect(),
         idle_days: row.idle_days,
         spend_change: row.spend_change,
-        team: row.team_id,
+        team: row.team_id.into(),
         amount: row.amount,
         auto_months: row.auto_months,
         currency: row.currency,
@@ -345,13 +345,9 @@ async fn get_budget(
     let id = id_of(&id)?;
     let row = budgets::get(&state.pool, id)
         .await?
-        .filter(|b| {
-            principal
-                .team_scope()
-                .is_none_or(|own| own.as_str() == b.team_id)
-        })
+        .filter(|b| principal.team_scope().is_none_or(|own| *own == b.team_id))
         .ok_or_else(|| ApiError::not_found(format!("there is no budget {id}")))?;
-    let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
+    let team = row.team_id.clone();
     let f = forecasts(&state, Some(&team)).await?;
     Ok(Json(answer(&state, row, &f).await?))
 }
@@ -383,7 +379,7 @@ async fn put_budget(
     // What a budget is of does not change: its team, scope and period (make another budget).
     let mut moved = Vec::new();
     if let Some(team) = &body.team
-        && *team != existing.team_id
+        && *team != existing.team_id.as_str()
     {
         moved.push(FieldError::new(
             "team",
@@ -411,7 +407,7 @@ async fn put_budget(
             ),
         ));
     }
-    if body.period.is_some() && spec.period != existing.period() {
+    if body.period.is_some() && spec.period != existing.period {
         moved.push(FieldError::new(
             "period",
             format!(
@@ -426,16 +422,16 @@ async fn put_budget(
     // Left out, they stay what they are.
     let spec = BudgetSpec {
         scope: existing.scope(),
-        period: existing.period(),
+        period: existing.period,
         ..spec
     }
-    .for_scope(existing.scope(), existing.period())
+    .for_scope(existing.scope(), existing.period)
     .map_err(|all| ApiError::invalid_fields("the budget is invalid", all))?;
     let row = budgets::update(&state.pool, id, &spec, &Actor::of(&principal))
         .await
         .map_err(refused)?
         .ok_or_else(|| ApiError::not_found(format!("there is no budget {id}")))?;
-    let team = TeamId::parse(&row.team_id).map_err(ApiError::internal)?;
+    let team = row.team_id.clone();
     let f = forecasts(&state, Some(&team)).await?;
     Ok(Json(answer(&state, row, &f).await?))
 }

@@ -1,4 +1,4 @@
-//! The consolidation planner (issue 13): each GPU model's MIG instances packed onto the fewest
+//! The consolidation plan (issue 13): each GPU model's MIG instances packed onto the fewest
 //! cards ([`pack`]), with each card's new layout and explicit placements, a `mig-parted` config, the
 //! ordered moves, the cards freed and what they cost a month. Advice only: nothing here
 //! reconfigures a GPU.
@@ -105,19 +105,59 @@ pub struct PlannedMove {
     /// workload restarts); `move`: create on `to`, move the workload, delete on `from`; `stop`:
     /// delete on `from` first (the workload is down) because every destination is full;
     /// `start`: create it on `to` again.
-    #[schema(example = "move")]
-    pub action: String,
+    #[schema(value_type = String, example = "move")]
+    pub action: MoveAction,
     pub slice_uuid: String,
     pub profile: String,
     pub from_gpu: String,
     pub to_gpu: String,
 }
 
+/// What a step of the plan does to an instance (`PlannedMove::action`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MoveAction {
+    Release,
+    Shrink,
+    Move,
+    Stop,
+    Start,
+}
+
+impl MoveAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveAction::Release => "release",
+            MoveAction::Shrink => "shrink",
+            MoveAction::Move => "move",
+            MoveAction::Stop => "stop",
+            MoveAction::Start => "start",
+        }
+    }
+}
+
+impl From<StepKind> for MoveAction {
+    fn from(k: StepKind) -> MoveAction {
+        match k {
+            StepKind::Move => MoveAction::Move,
+            StepKind::Stop => MoveAction::Stop,
+            StepKind::Start => MoveAction::Start,
+        }
+    }
+}
+
+/// Its word, padded as asked (`{:<7}` in the CLI's table).
+impl std::fmt::Display for MoveAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error("{model}: {source}")]
     Pack { model: String, source: PackError },
-    #[error("the planner stopped: {0}")]
+    #[error("making the plan stopped: {0}")]
     Solver(String),
     #[error(transparent)]
     Db(#[from] sqlx::Error),
@@ -311,7 +351,7 @@ fn plan_model(
                 Some(Change::Release) => {
                     in_place.push(PlannedMove {
                         order: 0,
-                        action: "release".into(),
+                        action: MoveAction::Release,
                         slice_uuid: i.slice_uuid.clone(),
                         profile: i.profile.clone(),
                         from_gpu: c.gpu_uuid.clone(),
@@ -326,7 +366,7 @@ fn plan_model(
                 }) => {
                     in_place.push(PlannedMove {
                         order: 0,
-                        action: "shrink".into(),
+                        action: MoveAction::Shrink,
                         slice_uuid: i.slice_uuid.clone(),
                         profile: profile.clone(),
                         from_gpu: c.gpu_uuid.clone(),
@@ -360,7 +400,7 @@ fn plan_model(
             refs.push(i);
         }
     }
-    in_place.sort_by_key(|m| m.action != "release");
+    in_place.sort_by_key(|m| m.action != MoveAction::Release);
     let packing = pack::pack(
         &shapes,
         &items,
@@ -405,23 +445,19 @@ fn plan_model(
     for c in &mut planned {
         c.instances.sort_by_key(|i| (i.start, i.slice_uuid.clone()));
     }
-    let released = in_place.iter().filter(|m| m.action == "release").count();
+    let released = in_place
+        .iter()
+        .filter(|m| m.action == MoveAction::Release)
+        .count();
     let moves: Vec<PlannedMove> = in_place
         .into_iter()
-        .chain(packing.steps.iter().map(|s| {
-            PlannedMove {
-                order: 0,
-                action: match s.kind {
-                    StepKind::Move => "move",
-                    StepKind::Stop => "stop",
-                    StepKind::Start => "start",
-                }
-                .to_owned(),
-                slice_uuid: refs[s.item].slice_uuid.clone(),
-                profile: shapes[items[s.item].shape].profile.clone(),
-                from_gpu: cards[s.from].gpu_uuid.clone(),
-                to_gpu: cards[s.to].gpu_uuid.clone(),
-            }
+        .chain(packing.steps.iter().map(|s| PlannedMove {
+            order: 0,
+            action: s.kind.into(),
+            slice_uuid: refs[s.item].slice_uuid.clone(),
+            profile: shapes[items[s.item].shape].profile.clone(),
+            from_gpu: cards[s.from].gpu_uuid.clone(),
+            to_gpu: cards[s.to].gpu_uuid.clone(),
         }))
         .enumerate()
         .map(|(k, m)| PlannedMove { order: k + 1, ..m })

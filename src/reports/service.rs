@@ -124,7 +124,7 @@ pub async fn usage_report(
         // An issued month's books are as issued; these rows are what its hours cost now, late data
         // included: the issued lines plus the corrections billed on a later period. (Issued since
         // the check above, it is read here as issued.)
-        if bill.negative.is_some() || inputs.books().frozen() {
+        if bill.negative.is_some() || inputs.books().issued() {
             continue;
         }
         for (t, lines) in &bill.lines {
@@ -204,7 +204,7 @@ pub async fn monthly_report(
     let inputs = self::month(pool, cache, month).await?;
     Ok(monthly::monthly(
         month,
-        PeriodState::of(month, now, inputs.books.frozen()),
+        PeriodState::of(month, now, inputs.books),
         &inputs.bill,
         &inputs.pending,
         if team.is_none() {

@@ -184,7 +184,7 @@ pub async fn team(
             let budget = match budgets::list(&state.pool, Some(&team))
                 .await?
                 .into_iter()
-                .find(|b| b.scope().is_none() && b.period() == budgets::BudgetPeriod::Month)
+                .find(|b| b.scope().is_none() && b.period == budgets::BudgetPeriod::Month)
             {
                 Some(row) => Some(
                     crate::budgets::standing::standing(&state.pool, &state.reports, &row, &report)
