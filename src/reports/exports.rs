@@ -399,6 +399,10 @@ async fn write_focus(
                                 "AllocatedRatio".into(),
                                 r.to_f64().unwrap_or_default().into(),
                             );
+                            // Reckoned from the team's charges under the version; the row's own
+                            // unit (the validator asks every element for a UsageUnit once any
+                            // element of the column has a UsageQuantity).
+                            element.insert("UsageUnit".into(), focus::SHARE_UNIT.into());
                             let mut details = serde_json::Map::new();
                             details.insert(
                                 "Elements".into(),
