@@ -23,6 +23,7 @@ use crate::domain::time::Month;
 
 mod columns;
 pub mod split;
+pub mod store;
 
 pub use columns::{
     COLUMNS, FOCUS12_CRITERIA, FOCUS13_CRITERIA, MINOR_UNIT, PRICING_UNIT, SHARE_UNIT, Version,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use serde_json::{Map, Value};
-use sqlx::{PgConnection, Row as _};
+use sqlx::PgConnection;
 
 use super::{Allocated, PHYSICAL_SHARE, PRICING_UNIT, json_number};
 use crate::billing::rate_card::RateCard;
@@ -66,23 +66,11 @@ impl Split {
         month: Month,
         from_book: bool,
     ) -> Result<Split, sqlx::Error> {
-        let rows = sqlx::query(
-            "select gpu_uuid, model, rate_card_id, day, present_seconds
-             from period_gpu_day($1, $2) where rate_card_id is not null",
-        )
-        .bind(month.first_day())
-        .bind(from_book)
-        .fetch_all(conn)
-        .await?;
+        let rows = super::store::card_days(conn, month, from_book).await?;
         let mut days = BTreeMap::new();
         for r in rows {
-            let key = (
-                r.try_get::<String, _>("model")?,
-                r.try_get::<i64, _>("rate_card_id")?,
-                r.try_get::<DateTime<Utc>, _>("day")?,
-                r.try_get::<String, _>("gpu_uuid")?,
-            );
-            let present: Decimal = r.try_get("present_seconds")?;
+            let key = (r.model, r.rate_card, r.day, r.gpu_uuid);
+            let present = r.present_seconds;
             days.entry(key)
                 .or_insert_with(|| CardDay {
                     present_seconds: Decimal::ZERO,
