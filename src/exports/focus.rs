@@ -22,6 +22,8 @@ use crate::domain::time::Month;
 use crate::reports::slices::{SliceDay, Unpriced};
 
 mod columns;
+pub mod split;
+pub mod store;
 
 pub use columns::{
     COLUMNS, FOCUS12_CRITERIA, FOCUS13_CRITERIA, MINOR_UNIT, PRICING_UNIT, SHARE_UNIT, Version,
@@ -97,20 +99,18 @@ pub struct Row {
     pub allocation: Option<Allocated>,
 }
 
-/// Split cost allocation (FOCUS 1.3): the origin charge is a GPU model's day under one rate card
-/// (its GPUs' hours present at the model's hourly cost), split into the slices that held it (at
-/// list price: their physical share of it) and what no slice held (the unallocated portion).
+/// Split cost allocation (FOCUS 1.3): the origin charge is a card's day under one rate card (its
+/// hours present at its model's hourly cost), split into the slices that held it (at list price:
+/// their physical share of it) and what no slice held (the unallocated portion); see [`split`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocated {
     /// `AllocatedMethodId`: [`PHYSICAL_SHARE`] or [`IDLE_SPREAD`].
     pub method: &'static str,
     /// `AllocatedResourceId` and `AllocatedResourceName`; none for the unallocated portion.
     pub resource: Option<(String, String)>,
-    /// The `AllocatedMethodDetails` element's data generator-defined (`x_`) properties and
-    /// `UsageUnit`/`UsageQuantity`; none where there are no details.
-    pub element: Option<serde_json::Map<String, serde_json::Value>>,
-    /// The row's share of its origin charge (`AllocatedRatio`), once known.
-    pub ratio: Option<Decimal>,
+    /// `AllocatedMethodDetails`: `Elements` (each with its `AllocatedRatio`) and the data
+    /// generator's own (`x_`) properties; none where there are no details.
+    pub details: Option<serde_json::Map<String, serde_json::Value>>,
     /// `AllocatedTags`: the allocated resource's own, none of them in `Tags`.
     pub tags: BTreeMap<String, String>,
 }
@@ -129,14 +129,11 @@ fn json_number(x: Decimal) -> serde_json::Value {
 }
 
 impl Allocated {
-    /// `AllocatedMethodDetails`: `{"Elements": [{"AllocatedRatio": ..., ...}]}`.
+    /// `AllocatedMethodDetails` as written.
     fn details(&self) -> Option<String> {
-        let mut element = self.element.clone()?;
-        element.insert(
-            "AllocatedRatio".into(),
-            json_number(self.ratio?.round_dp(9)),
-        );
-        Some(serde_json::json!({ "Elements": [element] }).to_string())
+        self.details
+            .as_ref()
+            .map(|d| serde_json::Value::Object(d.clone()).to_string())
     }
 }
 
@@ -418,23 +415,6 @@ pub fn usage_row(
         (d.team.to_string(), d.team_name.clone())
     };
     let (hourly, _) = card.hourly_cost(&d.model);
-    // The slice's part of its GPU model's day, and how it was reckoned.
-    let mut element = serde_json::Map::new();
-    element.insert("UsageUnit".into(), PRICING_UNIT.into());
-    element.insert(
-        "UsageQuantity".into(),
-        json_number(charge.gpu_equivalent_hours.round_dp(6)),
-    );
-    element.insert("x_SliceKind".into(), d.kind.as_str().into());
-    element.insert("x_ComputeShare".into(), json_number(d.compute_share));
-    element.insert("x_MemoryShare".into(), json_number(d.memory_share));
-    element.insert("x_ComputeWeight".into(), json_number(card.weights.compute));
-    element.insert("x_MemoryWeight".into(), json_number(card.weights.memory));
-    element.insert(
-        "x_IsolationFactor".into(),
-        json_number(card.factors.of(d.kind)),
-    );
-    element.insert("x_IdlePolicy".into(), card.idle_policy.as_str().into());
     let mut allocated_tags = BTreeMap::from([(
         "slicemeter/slice-kind".to_owned(),
         d.kind.as_str().to_owned(),
@@ -445,8 +425,8 @@ pub fn usage_row(
     let allocation = Allocated {
         method: PHYSICAL_SHARE,
         resource: Some((d.slice_uuid.clone(), format!("{} {}", d.node, d.slice_uuid))),
-        element: Some(element),
-        ratio: None,
+        // Its ratios, once its card's day is known (`split::Split::slice`).
+        details: None,
         tags: allocated_tags,
     };
     let row = Row {
@@ -573,25 +553,8 @@ pub fn platform_row(
             "sharing-discount" => "Sharing discount",
             _ => "Rounding",
         },
-        // What no slice held of the model's day: the unallocated portion, with no resource.
-        allocation: (what == "unallocated").then(|| {
-            let (hourly, _) = card.hourly_cost(model);
-            let mut element = serde_json::Map::new();
-            element.insert("UsageUnit".into(), PRICING_UNIT.into());
-            if !hourly.is_zero() {
-                element.insert(
-                    "UsageQuantity".into(),
-                    json_number((exact / hourly).round_dp(6)),
-                );
-            }
-            Allocated {
-                method: PHYSICAL_SHARE,
-                resource: None,
-                element: Some(element),
-                ratio: None,
-                tags: BTreeMap::new(),
-            }
-        }),
+        // The unallocated portion of its cards' days, once known (`split::Split::unallocated`).
+        allocation: None,
     }
 }
 

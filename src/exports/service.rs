@@ -16,11 +16,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use futures_util::{Stream, StreamExt};
 use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
 use super::chunks::{Chunk, ChunkWriter, Piece, checked_stream};
 use super::erp::{self, Document, JournalError, Layout, Platform};
+use super::focus::split::{Split, idle_spread_ratios};
 use super::focus::{
     self, Allocated, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id, usage_row,
 };
@@ -267,30 +269,17 @@ async fn write_focus(
     // Per (model, rate card, day): what the slices took of the fleet cost, and the discount.
     let mut allocated: BTreeMap<(String, i64, DateTime<Utc>), (Decimal, Decimal)> = BTreeMap::new();
 
-    // Each GPU model's day under each rate card at list price: the origin charge that slices'
-    // rows and the unallocated rows split (FOCUS 1.3's AllocatedRatio).
     let days = {
         let mut conn = pool.acquire().await?;
         store::model_days(&mut conn, month, frozen).await?
     };
-    let fleet_of: BTreeMap<(String, i64, DateTime<Utc>), Decimal> = days
-        .iter()
-        .filter_map(|d| {
-            let card = cards.get(&d.rate_card?)?;
-            let cost = card.hourly_cost(&d.model).0 * d.present_seconds / Decimal::from(3600);
-            Some(((d.model.clone(), card.id, d.day), cost))
-        })
-        .collect();
-    let ratio = |row: &mut Row| {
-        let (Some(a), Some(model), Some(card)) =
-            (row.allocation.as_mut(), &row.gpu_model, row.rate_card)
-        else {
-            return;
-        };
-        a.ratio = fleet_of
-            .get(&(model.clone(), card, row.charge_start))
-            .filter(|f| !f.is_zero())
-            .map(|f| row.list_cost / f);
+    // FOCUS 1.3's split cost allocation: each card's day, the origin charge that its slices' rows
+    // and the unallocated rows split (from the books when the month is issued).
+    let mut split = if version == Version::V1_3 {
+        let mut conn = pool.acquire().await?;
+        Split::read(&mut conn, month, frozen).await?
+    } else {
+        Split::default()
     };
 
     // The rows stream for as long as the client reads them: past any request's statement timeout.
@@ -304,7 +293,10 @@ async fn write_focus(
         let next = match next {
             Some(day) => {
                 let (group, mut row, exact) = usage_row(&day, &cards, &number_of, issuer)?;
-                ratio(&mut row);
+                row.allocation = match (version, row.allocation.take()) {
+                    (Version::V1_3, Some(a)) => split.slice(&day, day.card(&cards)?, a),
+                    _ => None,
+                };
                 Some((group, row, exact))
             }
             None => None,
@@ -340,7 +332,14 @@ async fn write_focus(
     drop(rows);
     drop(tx);
 
-    // Idle capacity spread to teams, one row per team and rate card for the month.
+    // Idle capacity spread to teams, one row per team and rate card for the month; each team's
+    // share of the version's idle capacity is its ratio.
+    let spread_ratios = idle_spread_ratios(bill.lines.iter().flat_map(|(t, lines)| {
+        lines
+            .iter()
+            .filter(|l| l.key.kind == LineKind::IdleSpread)
+            .map(move |l| (t.as_str(), l.key.rate_card, l.amount))
+    }));
     for (t, lines) in &bill.lines {
         if team.as_ref().is_some_and(|own| own != t) {
             continue;
@@ -392,8 +391,27 @@ async fn write_focus(
                         format!("idle-capacity/{t}"),
                         format!("Idle capacity spread to {t}"),
                     )),
-                    element: None,
-                    ratio: None,
+                    details: spread_ratios
+                        .get(&(t.to_string(), l.key.rate_card))
+                        .map(|r| {
+                            let mut element = serde_json::Map::new();
+                            element.insert(
+                                "AllocatedRatio".into(),
+                                r.to_f64().unwrap_or_default().into(),
+                            );
+                            // Reckoned from the team's charges under the version; the row's own
+                            // unit (the validator asks every element for a UsageUnit once any
+                            // element of the column has a UsageQuantity).
+                            element.insert("UsageUnit".into(), focus::SHARE_UNIT.into());
+                            let mut details = serde_json::Map::new();
+                            details.insert(
+                                "Elements".into(),
+                                vec![serde_json::Value::Object(element)].into(),
+                            );
+                            details
+                                .insert("x_OriginRateCardVersion".into(), l.key.rate_card.into());
+                            details
+                        }),
                     tags: BTreeMap::new(),
                 }),
             };
@@ -498,6 +516,10 @@ async fn write_focus(
         let c = &bill.conservation;
         let mut platform: Vec<(Row, Decimal)> = Vec::new();
         let mut discounts: Vec<(Row, Decimal)> = Vec::new();
+        // FOCUS 1.3: a day whose idle capacity was spread to teams still has its cards' unallocated
+        // portions, each card-day's ratios summing to 1: a row of its own at no cost (the cost is
+        // on the teams' idle-capacity rows).
+        let mut spread_days: Vec<Row> = Vec::new();
         for d in &days {
             let Some(card) = d.rate_card.and_then(|id| cards.get(&id)) else {
                 continue;
@@ -519,8 +541,25 @@ async fn write_focus(
                     fleet - taken,
                     issuer,
                 );
-                ratio(&mut row);
+                row.allocation = split.unallocated(&d.model, card.id, d.day, false);
                 platform.push((row, fleet - taken));
+            } else if let Some(a) = split.unallocated(&d.model, card.id, d.day, true) {
+                let mut row = platform_row(
+                    month,
+                    d.day,
+                    &d.model,
+                    card,
+                    "unallocated",
+                    Decimal::ZERO,
+                    issuer,
+                );
+                row.description = format!(
+                    "Unallocated capacity of {}: the share of its GPUs no slice held, spread to teams (on their idle capacity rows)",
+                    d.model
+                );
+                row.allocation = Some(a);
+                row.invoice_number = platform_document.map(str::to_owned);
+                spread_days.push(row);
             }
             if !discount.is_zero() {
                 discounts.push((
@@ -553,6 +592,14 @@ async fn write_focus(
                 {
                     return Ok(());
                 }
+            }
+        }
+        for row in spread_days {
+            if !w
+                .write(&row.record(month, &currency, issuer, version))
+                .await
+            {
+                return Ok(());
             }
         }
         if !c.rounding_residual.is_zero() {
