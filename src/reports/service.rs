@@ -3,6 +3,8 @@
 //! is made of is read once for every team and kept while the database has not changed
 //! ([`ReportCache`]), so the fleet page, every team's page and the API share one read; so are the
 //! usage report's sums, priced to add up to those months' invoice lines.
+//! The file stays whole: the monthly report, the usage report and its costs alone share that cache
+//! and one reading of the open months' invoice lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

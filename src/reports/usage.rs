@@ -434,11 +434,14 @@ pub fn build(
     }
 }
 
+/// A row of the report: its bucket and its values in `group_by`'s order.
+pub type RowKey = (DateTime<Utc>, Vec<Option<String>>);
+
 /// Each row's cost alone, as [`build`] gives it (`None`: some hour of the row has no rate card),
 /// with the report's currency and cost note: for readers that need no other figure (the unit cost).
 pub struct RowCosts {
     /// Per (bucket, the row's values in `group_by`'s order).
-    pub rows: BTreeMap<(DateTime<Utc>, Vec<Option<String>>), Option<Decimal>>,
+    pub rows: BTreeMap<RowKey, Option<Decimal>>,
     pub currency: Option<Currency>,
     pub cost_note: Option<String>,
 }

@@ -162,7 +162,13 @@ pub async fn increases(
     // Evaluation k (1..=hours) closes the hour starting at from + (k - 1) hours.
     let hours = (to_ms - from_ms) / HOUR_MS;
     let mut points: HashMap<Series, Vec<(i64, Point)>> = HashMap::new();
-    let mut todo = vec![(1, hours)];
+    // A day of points a query (Prometheus reads every sample of the range at once: a month in one
+    // query takes it many times as long), each day's three at once; halved if still too large.
+    let mut todo: Vec<(i64, i64)> = (0..)
+        .map(|d| (1 + d * 24, ((d + 1) * 24).min(hours)))
+        .take_while(|(k0, _)| *k0 <= hours)
+        .collect();
+    todo.reverse();
     while let Some((k0, k1)) = todo.pop() {
         if k0 > k1 {
             continue;
