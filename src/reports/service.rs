@@ -3,6 +3,8 @@
 //! is made of is read once for every team and kept while the database has not changed
 //! ([`ReportCache`]), so the fleet page, every team's page and the API share one read; so are the
 //! usage report's sums, priced to add up to those months' invoice lines.
+//! The file stays whole: the monthly report, the usage report and its costs alone share that cache
+//! and one reading of the open months' invoice lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -102,6 +104,40 @@ pub async fn usage_report(
 ) -> Result<UsageReport, Error> {
     let sums = usage_sums(pool, cache, from, to, group_by, step, team).await?;
     let cards = rate_cards::rate_cards(pool).await?;
+    let invoiced = invoiced(pool, cache, from, to, &sums, team).await?;
+    // GPU-equivalent hours by the newest rate card's weights, as the dashboard has always drawn them.
+    let weights = cards.values().last().map(|c| c.weights).unwrap_or_default();
+    Ok(usage::build(
+        from, to, group_by, step, weights, &sums, &cards, &invoiced,
+    ))
+}
+
+/// The usage report's costs alone (`usage::costs`): each row's cost as [`usage_report`] gives it.
+pub async fn usage_costs(
+    pool: &PgPool,
+    cache: &ReportCache,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: &GroupBy,
+    step: Step,
+    team: Option<&TeamId>,
+) -> Result<usage::RowCosts, Error> {
+    let sums = usage_sums(pool, cache, from, to, group_by, step, team).await?;
+    let cards = rate_cards::rate_cards(pool).await?;
+    let invoiced = invoiced(pool, cache, from, to, &sums, team).await?;
+    Ok(usage::costs(from, to, group_by, &sums, &cards, &invoiced))
+}
+
+/// The usage lines of the open months `[from, to)` covers whole, as billing prices them now: what
+/// the usage report's costs add up to.
+async fn invoiced(
+    pool: &PgPool,
+    cache: &ReportCache,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    sums: &[UsageSums],
+    team: Option<&TeamId>,
+) -> Result<Invoiced, Error> {
     let months: BTreeSet<Month> = sums
         .iter()
         .map(|s| Month::of(s.bucket))
@@ -151,11 +187,7 @@ pub async fn usage_report(
             }
         }
     }
-    // GPU-equivalent hours by the newest rate card's weights, as the dashboard has always drawn them.
-    let weights = cards.values().last().map(|c| c.weights).unwrap_or_default();
-    Ok(usage::build(
-        from, to, group_by, step, weights, &sums, &cards, &invoiced,
-    ))
+    Ok(invoiced)
 }
 
 impl MonthInputs {

@@ -284,7 +284,9 @@ struct Priced {
     cost_note: Option<String>,
 }
 
-/// Prices the rollup sums and apportions each (month, invoice line) over the rows it spans.
+/// Prices the rollup sums and apportions each (month, invoice line) over the rows it spans (the
+/// other figures summed too unless `cost_only`).
+#[allow(clippy::too_many_arguments)]
 fn priced(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -293,6 +295,7 @@ fn priced(
     sums: &[UsageSums],
     cards: &BTreeMap<i64, RateCard>,
     invoiced: &Invoiced,
+    cost_only: bool,
 ) -> Priced {
     let mut rows: BTreeMap<(DateTime<Utc>, Key), Acc> = BTreeMap::new();
     // Each month's invoice line, and its exact amount per row.
@@ -302,7 +305,9 @@ fn priced(
     for s in sums {
         let row = (s.bucket, s.key(group_by));
         let acc = rows.entry(row.clone()).or_default();
-        acc.add_sums(s, weights);
+        if !cost_only {
+            acc.add_sums(s, weights);
+        }
         let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
             acc.cost_unknown = true;
             unpriced.get_or_insert(s.bucket);
@@ -390,7 +395,7 @@ pub fn build(
         rows,
         currency,
         cost_note,
-    } = priced(from, to, group_by, &weights, sums, cards, invoiced);
+    } = priced(from, to, group_by, &weights, sums, cards, invoiced, false);
     let names: Vec<String> = group_by.dimensions().iter().map(Dimension::name).collect();
     let named = |key: &Key| -> BTreeMap<String, Option<String>> {
         names.iter().cloned().zip(key.iter().cloned()).collect()
@@ -426,6 +431,44 @@ pub fn build(
             })
             .collect(),
         total: total.figures(c),
+    }
+}
+
+/// A row of the report: its bucket and its values in `group_by`'s order.
+pub type RowKey = (DateTime<Utc>, Vec<Option<String>>);
+
+/// Each row's cost alone, as [`build`] gives it (`None`: some hour of the row has no rate card),
+/// with the report's currency and cost note: for readers that need no other figure (the unit cost).
+pub struct RowCosts {
+    /// Per (bucket, the row's values in `group_by`'s order).
+    pub rows: BTreeMap<RowKey, Option<Decimal>>,
+    pub currency: Option<Currency>,
+    pub cost_note: Option<String>,
+}
+
+/// [`build`]'s costs, none of its other figures.
+pub fn costs(
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    group_by: &GroupBy,
+    sums: &[UsageSums],
+    cards: &BTreeMap<i64, RateCard>,
+    invoiced: &Invoiced,
+) -> RowCosts {
+    let weights = ShareWeights::default();
+    let Priced {
+        rows,
+        currency,
+        cost_note,
+    } = priced(from, to, group_by, &weights, sums, cards, invoiced, true);
+    let c = currency.as_ref();
+    RowCosts {
+        rows: rows
+            .into_iter()
+            .map(|(k, acc)| (k, c.filter(|_| !acc.cost_unknown).map(|_| acc.cost)))
+            .collect(),
+        currency,
+        cost_note,
     }
 }
 

@@ -189,6 +189,61 @@ struct Acc {
     hours: BTreeSet<DateTime<Utc>>,
 }
 
+/// Each hour's costs and units at each place (hour, namespace, pod or workload), joined once for
+/// every grouping asked for.
+pub struct Joined {
+    by_pod: bool,
+    /// (hour, namespace, join) → (team, workload) → cost.
+    cost_at: BTreeMap<Place, Holders>,
+    /// (hour, namespace, join) → model → units.
+    units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>>,
+    /// Units at places no cost joins, by key and hour.
+    orphans: Vec<(UnitKey, DateTime<Utc>, Decimal)>,
+}
+
+type Place = (DateTime<Utc>, Option<String>, Option<String>);
+type Holders = BTreeMap<(Option<String>, Option<String>), Decimal>;
+
+/// Places costs and units hour by hour (`by_pod`: series join pods, else workloads).
+pub fn join(
+    by_pod: bool,
+    costs: &[CostRow],
+    units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
+) -> Joined {
+    let mut cost_at: BTreeMap<Place, Holders> = BTreeMap::new();
+    for c in costs {
+        let join = if by_pod { &c.pod } else { &c.workload };
+        *cost_at
+            .entry((c.hour, c.namespace.clone(), join.clone()))
+            .or_default()
+            .entry((c.team.clone(), c.workload.clone()))
+            .or_default() += c.cost;
+    }
+    let mut units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>> = BTreeMap::new();
+    let mut orphans = Vec::new();
+    for ((hour, k), u) in units {
+        let u = Decimal::from_f64(*u).unwrap_or_default();
+        let place = (*hour, k.namespace.clone(), k.join.clone());
+        if !cost_at.contains_key(&place) {
+            if !u.is_zero() {
+                orphans.push((k.clone(), *hour, u));
+            }
+            continue;
+        }
+        *units_at
+            .entry(place)
+            .or_default()
+            .entry(k.model.clone())
+            .or_default() += u;
+    }
+    Joined {
+        by_pod,
+        cost_at,
+        units_at,
+        orphans,
+    }
+}
+
 /// Joins costs and units hour by hour. `keep_units`: which units without cost the caller may see
 /// (a team lead: those of their team's namespaces).
 #[allow(clippy::too_many_arguments)]
@@ -203,127 +258,120 @@ pub fn build(
     units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
     keep_units: impl Fn(&UnitKey) -> bool,
 ) -> UnitCostReport {
-    let by_pod = def.pod_label.is_some();
-    // (hour, namespace, join) → (team, workload) → cost.
-    type Place = (DateTime<Utc>, Option<String>, Option<String>);
-    type Holders = BTreeMap<(Option<String>, Option<String>), Decimal>;
-    let mut cost_at: BTreeMap<Place, Holders> = BTreeMap::new();
-    for c in costs {
-        let join = if by_pod { &c.pod } else { &c.workload };
-        *cost_at
-            .entry((c.hour, c.namespace.clone(), join.clone()))
-            .or_default()
-            .entry((c.team.clone(), c.workload.clone()))
-            .or_default() += c.cost;
-    }
-    // (hour, namespace, join) → model → units.
-    let mut units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>> = BTreeMap::new();
-    for ((hour, k), u) in units {
-        let u = Decimal::from_f64(*u).unwrap_or_default();
-        *units_at
-            .entry((*hour, k.namespace.clone(), k.join.clone()))
-            .or_default()
-            .entry(k.model.clone())
-            .or_default() += u;
-    }
-    let mut rows: BTreeMap<Key, Acc> = BTreeMap::new();
-    let mut idle: BTreeMap<Key, Acc> = BTreeMap::new();
-    for (place, holders) in &cost_at {
-        let counted = units_at
-            .get(place)
-            .filter(|m| m.values().any(|u| *u > Decimal::ZERO));
-        let place_cost: Decimal = holders.values().sum();
-        for ((team, workload), cost) in holders {
-            match counted {
-                Some(models) => {
-                    let total_units: Decimal = models.values().sum();
-                    // A holder's part of the place's units (one holder a pod, nearly always).
-                    let part = if place_cost.is_zero() {
-                        Decimal::ONE / Decimal::from(holders.len())
-                    } else {
-                        *cost / place_cost
-                    };
-                    for (model, u) in models {
-                        let acc = rows
-                            .entry(group_by.key(team, &place.1, workload, Some(model)))
+    join(def.pod_label.is_some(), costs, units)
+        .report(def, from, to, group_by, currency, cost_note, keep_units)
+}
+
+impl Joined {
+    /// The report grouped by `group_by`.
+    // long: the rows, the cost without units and the units without cost, each from the one join
+    #[allow(clippy::too_many_arguments)]
+    pub fn report(
+        &self,
+        def: &UnitDefinition,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        group_by: &UnitGroupBy,
+        currency: Option<&Currency>,
+        cost_note: Option<String>,
+        keep_units: impl Fn(&UnitKey) -> bool,
+    ) -> UnitCostReport {
+        let by_pod = self.by_pod;
+        let (cost_at, units_at) = (&self.cost_at, &self.units_at);
+        let mut rows: BTreeMap<Key, Acc> = BTreeMap::new();
+        let mut idle: BTreeMap<Key, Acc> = BTreeMap::new();
+        for (place, holders) in cost_at {
+            let counted = units_at
+                .get(place)
+                .filter(|m| m.values().any(|u| *u > Decimal::ZERO));
+            let place_cost: Decimal = holders.values().sum();
+            for ((team, workload), cost) in holders {
+                match counted {
+                    Some(models) => {
+                        let total_units: Decimal = models.values().sum();
+                        // A holder's part of the place's units (one holder a pod, nearly always).
+                        let part = if place_cost.is_zero() {
+                            Decimal::ONE / Decimal::from(holders.len())
+                        } else {
+                            *cost / place_cost
+                        };
+                        for (model, u) in models {
+                            let acc = rows
+                                .entry(group_by.key(team, &place.1, workload, Some(model)))
+                                .or_default();
+                            acc.cost += *cost * *u / total_units;
+                            acc.units += *u * part;
+                            acc.hours.insert(place.0);
+                        }
+                    }
+                    None => {
+                        let acc = idle
+                            .entry(group_by.key(team, &place.1, workload, None))
                             .or_default();
-                        acc.cost += *cost * *u / total_units;
-                        acc.units += *u * part;
+                        acc.cost += *cost;
                         acc.hours.insert(place.0);
                     }
                 }
-                None => {
-                    let acc = idle
-                        .entry(group_by.key(team, &place.1, workload, None))
-                        .or_default();
-                    acc.cost += *cost;
-                    acc.hours.insert(place.0);
-                }
             }
         }
-    }
-    let mut orphans: BTreeMap<UnitKey, Acc> = BTreeMap::new();
-    for ((hour, k), u) in units {
-        let place = (*hour, k.namespace.clone(), k.join.clone());
-        if cost_at.contains_key(&place) || !keep_units(k) {
-            continue;
+        let mut orphans: BTreeMap<UnitKey, Acc> = BTreeMap::new();
+        for (k, hour, u) in &self.orphans {
+            if !keep_units(k) {
+                continue;
+            }
+            let acc = orphans.entry(k.clone()).or_default();
+            acc.units += *u;
+            acc.hours.insert(*hour);
         }
-        let u = Decimal::from_f64(*u).unwrap_or_default();
-        if u.is_zero() {
-            continue;
+        let money = |d: Decimal| currency.map_or(d, |c| c.round(d)).normalize();
+        let row = |key: Key, acc: &Acc| UnitCostRow {
+            key,
+            cost: money(acc.cost),
+            units: acc.units.normalize(),
+            unit_cost: (acc.units > Decimal::ZERO)
+                .then(|| money(acc.cost * Decimal::from(def.per_units) / acc.units)),
+            hours: acc.hours.len() as i64,
+        };
+        let mut total = Acc::default();
+        for acc in rows.values() {
+            total.cost += acc.cost;
+            total.units += acc.units;
+            total.hours.extend(acc.hours.iter().copied());
         }
-        let acc = orphans.entry(k.clone()).or_default();
-        acc.units += u;
-        acc.hours.insert(*hour);
-    }
-    let money = |d: Decimal| currency.map_or(d, |c| c.round(d)).normalize();
-    let row = |key: Key, acc: &Acc| UnitCostRow {
-        key,
-        cost: money(acc.cost),
-        units: acc.units.normalize(),
-        unit_cost: (acc.units > Decimal::ZERO)
-            .then(|| money(acc.cost * Decimal::from(def.per_units) / acc.units)),
-        hours: acc.hours.len() as i64,
-    };
-    let mut total = Acc::default();
-    for acc in rows.values() {
-        total.cost += acc.cost;
-        total.units += acc.units;
-        total.hours.extend(acc.hours.iter().copied());
-    }
-    let idle_total: Decimal = idle.values().map(|a| a.cost).sum();
-    let orphan_total: Decimal = orphans.values().map(|a| a.units).sum();
-    UnitCostReport {
-        unit: def.name.clone(),
-        from,
-        to,
-        group_by: group_by.names(),
-        per_units: def.per_units,
-        joined_by: if by_pod { "pod" } else { "workload" }.into(),
-        currency: currency.map(|c| c.code.clone()),
-        cost_note,
-        rows: rows.iter().map(|(k, a)| row(k.clone(), a)).collect(),
-        total: row(BTreeMap::new(), &total),
-        cost_without_units: idle
-            .iter()
-            .map(|(k, a)| CostWithoutUnits {
-                key: k.clone(),
-                cost: money(a.cost),
-                hours: a.hours.len() as i64,
-            })
-            .collect(),
-        cost_without_units_total: money(idle_total),
-        units_without_cost: orphans
-            .into_iter()
-            .map(|(k, a)| UnitsWithoutCost {
-                namespace: k.namespace,
-                join: k.join,
-                model: k.model,
-                units: a.units.normalize(),
-                hours: a.hours.len() as i64,
-            })
-            .collect(),
-        units_without_cost_total: orphan_total.normalize(),
+        let idle_total: Decimal = idle.values().map(|a| a.cost).sum();
+        let orphan_total: Decimal = orphans.values().map(|a| a.units).sum();
+        UnitCostReport {
+            unit: def.name.clone(),
+            from,
+            to,
+            group_by: group_by.names(),
+            per_units: def.per_units,
+            joined_by: if by_pod { "pod" } else { "workload" }.into(),
+            currency: currency.map(|c| c.code.clone()),
+            cost_note,
+            rows: rows.iter().map(|(k, a)| row(k.clone(), a)).collect(),
+            total: row(BTreeMap::new(), &total),
+            cost_without_units: idle
+                .iter()
+                .map(|(k, a)| CostWithoutUnits {
+                    key: k.clone(),
+                    cost: money(a.cost),
+                    hours: a.hours.len() as i64,
+                })
+                .collect(),
+            cost_without_units_total: money(idle_total),
+            units_without_cost: orphans
+                .into_iter()
+                .map(|(k, a)| UnitsWithoutCost {
+                    namespace: k.namespace,
+                    join: k.join,
+                    model: k.model,
+                    units: a.units.normalize(),
+                    hours: a.hours.len() as i64,
+                })
+                .collect(),
+            units_without_cost_total: orphan_total.normalize(),
+        }
     }
 }
 

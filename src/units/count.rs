@@ -42,42 +42,65 @@ pub struct Increases {
     pub resets: u64,
 }
 
+impl UnitKey {
+    /// The key of a series with these labels (its name aside).
+    pub fn of(series: &[(String, String)], labels: &Labels<'_>) -> UnitKey {
+        let get = |l: &str| series.iter().find(|(k, _)| k == l).map(|(_, v)| v.clone());
+        UnitKey {
+            namespace: get(labels.namespace),
+            join: get(labels.join),
+            model: labels.model.and_then(get),
+        }
+    }
+}
+
+/// The hour (its start) a sample at `t_ms` counts in: a sample on the hour closes the hour before.
+pub fn hour_of(t_ms: i64) -> DateTime<Utc> {
+    let hour = (t_ms - 1).div_euclid(HOUR_MS) * HOUR_MS;
+    DateTime::from_timestamp_millis(hour).expect("a sample's hour")
+}
+
+/// Counts one series' samples from where it stood (`prev`): each sample after `from_ms` adds its
+/// increase to its hour through `add`; a value that is not a finite number at least 0 is passed
+/// over. Returns where the series stands after them.
+pub fn count_samples(
+    samples: &[(i64, f64)],
+    mut prev: Option<f64>,
+    from_ms: i64,
+    resets: &mut u64,
+    mut add: impl FnMut(DateTime<Utc>, f64),
+) -> Option<f64> {
+    for (t, v) in samples {
+        if !v.is_finite() || *v < 0.0 {
+            continue;
+        }
+        if let Some(p) = prev
+            && *t > from_ms
+        {
+            let delta = if *v >= p {
+                *v - p
+            } else {
+                *resets += 1;
+                *v
+            };
+            add(hour_of(*t), delta);
+        }
+        prev = Some(*v);
+    }
+    prev
+}
+
 impl Increases {
     /// Adds a chunk's series; samples at or before `from_ms` only set where counting starts.
     pub fn add(&mut self, series: Vec<RawSeries>, from_ms: i64, labels: &Labels<'_>) {
         for s in series {
-            let get = |l: &str| {
-                s.labels
-                    .iter()
-                    .find(|(k, _)| k == l)
-                    .map(|(_, v)| v.clone())
-            };
-            let key = UnitKey {
-                namespace: get(labels.namespace),
-                join: get(labels.join),
-                model: labels.model.and_then(get),
-            };
-            let mut prev = self.last.remove(&(s.name.clone(), s.labels.clone()));
-            for (t, v) in &s.samples {
-                if !v.is_finite() || *v < 0.0 {
-                    continue;
-                }
-                if let Some(p) = prev
-                    && *t > from_ms
-                {
-                    let delta = if *v >= p {
-                        *v - p
-                    } else {
-                        self.resets += 1;
-                        *v
-                    };
-                    let hour = (t - 1).div_euclid(HOUR_MS) * HOUR_MS;
-                    let at = DateTime::from_timestamp_millis(hour).expect("a sample's hour");
-                    *self.hours.entry((at, key.clone())).or_default() += delta;
-                }
-                prev = Some(*v);
-            }
-            if let Some(p) = prev {
+            let key = UnitKey::of(&s.labels, labels);
+            let prev = self.last.remove(&(s.name.clone(), s.labels.clone()));
+            let hours = &mut self.hours;
+            let last = count_samples(&s.samples, prev, from_ms, &mut self.resets, |at, d| {
+                *hours.entry((at, key.clone())).or_default() += d;
+            });
+            if let Some(p) = last {
                 self.last.insert((s.name, s.labels), p);
             }
         }

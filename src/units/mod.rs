@@ -3,12 +3,13 @@
 //! to a workload); the unit cost of a period is the exact cost of the slices that served the units,
 //! from the same books as invoices (the usage report's pricing), over the units counted in the same
 //! hours. `promql` checks an expression before it is stored, `count` turns raw counter samples into
-//! each hour's increase (a reset counted once, never negative), `cost` joins the two, `store` holds
-//! the SQL, `service` reads Prometheus and the books, and `kept` keeps the month so far for
-//! `/metrics` and the team page.
+//! each hour's increase (a reset counted once, never negative), `hourly` reads them server-side an
+//! hour a point to the same figures, `cost` joins the two, `store` holds the SQL, `service` reads
+//! Prometheus and the books, and `kept` keeps the month so far for `/metrics` and the team page.
 
 pub mod cost;
 pub mod count;
+pub mod hourly;
 pub mod kept;
 pub mod promql;
 pub mod service;

@@ -1,9 +1,10 @@
-//! The unit cost of a period: the definition's counters read from the configured Prometheus (raw
-//! samples through a range selector, in chunks; an expression that is not a selector through a
-//! subquery at [`SUBQUERY_STEP_MS`]), each hour's increase counted (`count`), and the hour's cost
-//! of each pod's slices from the usage report (`reports::service::usage_report`: the rate cards in
-//! force, each open month adding up to its invoice lines, an issued month to its issued lines plus
-//! the corrections its late data brings), joined (`cost`).
+//! The unit cost of a period: the definition's counters read from the configured Prometheus (an
+//! hour a point server-side, `hourly`, the hours that are not a steady rise from raw samples; an
+//! expression that is not a selector through a subquery at [`SUBQUERY_STEP_MS`]), each hour's
+//! increase counted (`count`), and the hour's cost of each pod's slices as the usage report prices
+//! it (`reports::service::usage_costs`: the rate cards in force, each open month adding up to its
+//! invoice lines, an issued month to its issued lines plus the corrections its late data brings),
+//! both read at once and joined (`cost`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -14,7 +15,6 @@ use sqlx::PgPool;
 use super::UnitDefinition;
 use super::cost::{self, CostRow, UnitCostReport, UnitGroupBy};
 use super::count::{Increases, Labels};
-use crate::billing::rate_card::Currency;
 use crate::billing::service::Error as BooksError;
 use crate::collector::import::prometheus::{Auth, Prometheus, QueryError};
 use crate::domain::team::TeamId;
@@ -26,7 +26,8 @@ pub const SUBQUERY_STEP_MS: i64 = 30_000;
 /// How far before the period a series' last sample is looked for: where its counting starts.
 const LOOK_BACK_MS: i64 = 10 * 60_000;
 /// Each query reads this much time.
-const CHUNK_MS: i64 = 6 * 3_600_000;
+const CHUNK_MS: i64 = 6 * HOUR_MS;
+const HOUR_MS: i64 = 3_600_000;
 
 /// The Prometheus unit definitions are read from (`serve --units-prometheus-url`).
 #[derive(Debug, Clone)]
@@ -47,29 +48,46 @@ pub enum UnitCostError {
     Client(String),
 }
 
-/// Every hour's increase of `def`'s counters in `[from, to)`.
+/// Every hour's increase of `def`'s counters in `[from, to)`: read server-side an hour a point
+/// (`hourly`), the hours that are not a steady rise read raw; all of it raw where the server cannot
+/// answer so (a range not on the hour, a selector of several names).
 pub async fn increases(
     source: &UnitSource,
     def: &UnitDefinition,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<Increases, UnitCostError> {
-    let client = Prometheus::new(
-        &source.url,
-        source.auth.clone(),
-        source.timeout,
-        source.max_answer_bytes,
-    )
-    .map_err(UnitCostError::Client)?;
-    let labels = Labels {
-        namespace: &def.namespace_label,
-        join: def
-            .pod_label
-            .as_deref()
-            .or(def.workload_label.as_deref())
-            .unwrap_or("pod"),
-        model: def.model_label.as_deref(),
-    };
+    let client = client(source)?;
+    let labels = labels(def);
+    let (from_ms, to_ms) = (from.timestamp_millis(), to.timestamp_millis());
+    if from_ms.rem_euclid(HOUR_MS) == 0 && to_ms.rem_euclid(HOUR_MS) == 0 && to_ms > from_ms {
+        let read = super::hourly::increases(
+            &client,
+            &def.expression,
+            super::promql::is_selector(&def.expression),
+            SUBQUERY_STEP_MS,
+            LOOK_BACK_MS,
+            from_ms,
+            to_ms,
+            &labels,
+        )
+        .await?;
+        if let Some(inc) = read {
+            return Ok(inc);
+        }
+    }
+    raw_increases(source, def, from, to).await
+}
+
+/// Every hour's increase of `def`'s counters in `[from, to)`, from every raw sample.
+pub async fn raw_increases(
+    source: &UnitSource,
+    def: &UnitDefinition,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Increases, UnitCostError> {
+    let client = client(source)?;
+    let labels = labels(def);
     let selector = super::promql::is_selector(&def.expression);
     let from_ms = from.timestamp_millis();
     // A sample exactly at `to` closes the period's last hour.
@@ -89,6 +107,28 @@ pub async fn increases(
         a = b;
     }
     Ok(inc)
+}
+
+fn client(source: &UnitSource) -> Result<Prometheus, UnitCostError> {
+    Prometheus::new(
+        &source.url,
+        source.auth.clone(),
+        source.timeout,
+        source.max_answer_bytes,
+    )
+    .map_err(UnitCostError::Client)
+}
+
+fn labels(def: &UnitDefinition) -> Labels<'_> {
+    Labels {
+        namespace: &def.namespace_label,
+        join: def
+            .pod_label
+            .as_deref()
+            .or(def.workload_label.as_deref())
+            .unwrap_or("pod"),
+        model: def.model_label.as_deref(),
+    }
 }
 
 /// The unit cost report of `def` over `[from, to)` (`team`: a team lead's own team only).
@@ -130,42 +170,43 @@ pub async fn unit_costs(
     group_bys: &[UnitGroupBy],
     team: Option<&TeamId>,
 ) -> Result<Vec<UnitCostReport>, UnitCostError> {
-    let inc = increases(source, def, from, to).await?;
     let dims: GroupBy = "team,namespace,workload,pod"
         .parse()
         .expect("the unit cost's dimensions");
-    let usage = reports::usage_report(pool, cache, from, to, &dims, Step::Hour, team).await?;
+    // The counters and the books, read at once.
+    let (inc, usage) = tokio::try_join!(increases(source, def, from, to), async {
+        reports::usage_costs(pool, cache, from, to, &dims, Step::Hour, team)
+            .await
+            .map_err(UnitCostError::from)
+    })?;
     let mut costs = Vec::with_capacity(usage.rows.len());
     let mut namespaces = BTreeSet::new();
-    for r in &usage.rows {
-        let get = |k: &str| r.key.get(k).cloned().flatten();
-        namespaces.insert(get("namespace"));
+    // The row's values: team, namespace, workload, pod.
+    for ((hour, key), cost) in &usage.rows {
+        let get = |i: usize| key.get(i).cloned().flatten();
+        namespaces.insert(get(1));
         costs.push(CostRow {
-            hour: r.bucket,
-            team: get("team"),
-            namespace: get("namespace"),
-            workload: get("workload"),
-            pod: get("pod"),
-            cost: r.figures.cost.unwrap_or_default(),
+            hour: *hour,
+            team: get(0),
+            namespace: get(1),
+            workload: get(2),
+            pod: get(3),
+            cost: cost.unwrap_or_default(),
         });
     }
-    let currency = usage
-        .currency
-        .as_deref()
-        .and_then(|c| Currency::parse(c).ok());
+    let currency = usage.currency.clone();
     tracing::debug!(unit = %def.name, resets = inc.resets, "Counted a unit's increases.");
+    let joined = cost::join(def.pod_label.is_some(), &costs, &inc.hours);
     Ok(group_bys
         .iter()
         .map(|group_by| {
-            cost::build(
+            joined.report(
                 def,
                 from,
                 to,
                 group_by,
                 currency.as_ref(),
                 usage.cost_note.clone(),
-                &costs,
-                &inc.hours,
                 // A team lead sees units without cost only in namespaces their team's slices were
                 // held in.
                 |k| team.is_none() || namespaces.contains(&k.namespace),

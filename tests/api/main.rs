@@ -38,3 +38,4 @@ mod team_page;
 mod teams;
 mod tokens;
 mod units;
+mod units_hourly;

@@ -71,7 +71,7 @@ fn counters() -> String {
 }
 
 /// Debian's `prometheus` serving `counters` (OpenMetrics), written into blocks with `promtool`.
-async fn start_prometheus(dir: &std::path::Path, counters: &str) -> LocalPrometheus {
+pub(crate) async fn start_prometheus(dir: &std::path::Path, counters: &str) -> LocalPrometheus {
     let storage = dir.join("prometheus");
     std::fs::create_dir_all(&storage).unwrap();
     let file = dir.join("units.om");

@@ -148,6 +148,24 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     )
     .await?;
     let usage_time = t.elapsed();
+    // The report's SQL alone (the rollups summed per hour, pod and invoice line, rows decoded).
+    let t = Instant::now();
+    let sums =
+        slicemeter::reports::store::usage_sums(&pool, from, to, &dims, Step::Hour, None).await?;
+    let sql_time = t.elapsed();
+    // What the unit cost reads of it: each row's cost alone.
+    let t = Instant::now();
+    let row_costs = reports::usage_costs(
+        &pool,
+        &ReportCache::new(Duration::ZERO),
+        from,
+        to,
+        &dims,
+        Step::Hour,
+        None,
+    )
+    .await?;
+    let costs_time = t.elapsed();
     let t = Instant::now();
     let unit_costs = service::unit_costs(
         &pool,
@@ -179,11 +197,15 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         teams.total.units
     );
     println!(
-        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows)",
+        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows; its SQL alone {:.2} s, {} rows of sums; its costs alone {:.2} s, {} rows)",
         counters.as_secs_f64(),
         inc.hours.len(),
         usage_time.as_secs_f64(),
-        usage.rows.len()
+        usage.rows.len(),
+        sql_time.as_secs_f64(),
+        sums.len(),
+        costs_time.as_secs_f64(),
+        row_costs.rows.len()
     );
     println!(
         "  target < 5 s: {}",

@@ -30,6 +30,15 @@ pub struct QueryError {
     pub transient: bool,
 }
 
+impl QueryError {
+    /// The answer was larger than the client takes (`max_answer_bytes`): a shorter range may fit.
+    pub fn too_large(&self) -> bool {
+        self.reason.starts_with(TOO_LARGE)
+    }
+}
+
+const TOO_LARGE: &str = "the answer is over ";
+
 /// One series and its samples, in time order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawSeries {
@@ -163,42 +172,60 @@ impl Prometheus {
                 false,
             ));
         }
-        let mut out = Vec::with_capacity(result.len());
-        for m in result {
-            let mut labels: Vec<(String, String)> = Vec::with_capacity(m.metric.len());
-            let mut name = String::new();
-            for (k, v) in m.metric {
-                if k == "__name__" {
-                    name = v;
-                } else {
-                    labels.push((k, v));
-                }
-            }
-            let mut samples = Vec::with_capacity(m.values.len());
-            for (seconds, value) in m.values {
-                let ms = (seconds * 1000.0).round();
-                if !(ms.is_finite() && ms >= from_ms as f64 && ms < to_ms as f64) {
-                    continue;
-                }
-                // Prometheus writes NaN and infinities as words; they are kept here, and refused
-                // where figures are checked, with their series.
-                let v = match value {
-                    "NaN" => f64::NAN,
-                    "+Inf" => f64::INFINITY,
-                    "-Inf" => f64::NEG_INFINITY,
-                    other => other
-                        .parse::<f64>()
-                        .map_err(|_| err(format!("{other:?} is not a sample value"), false))?,
-                };
-                samples.push((ms as i64, v));
-            }
-            out.push(RawSeries {
-                name,
-                labels,
-                samples,
-            });
+        series(result, from_ms, to_ms).map_err(|reason| err(reason, false))
+    }
+
+    /// `expr` evaluated at `start_ms`, `start_ms + step_ms`, ... up to `end_ms` (`/api/v1/query_range`):
+    /// one point per step and series, each an instant query's answer at its time. Read by the unit
+    /// cost for `*_over_time` functions of an hour's window, whose points are not raw samples.
+    pub async fn query_range(
+        &self,
+        expr: &str,
+        start_ms: i64,
+        end_ms: i64,
+        step_ms: i64,
+    ) -> Result<Vec<RawSeries>, QueryError> {
+        let secs = |ms: i64| format!("{}.{:03}", ms.div_euclid(1000), ms.rem_euclid(1000));
+        let shown = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms).map_or_else(|| secs(ms), |t| t.to_rfc3339())
+        };
+        let err = |reason: String, transient: bool| QueryError {
+            query: expr.to_owned(),
+            time: format!(
+                "{} to {} every {step_ms} ms",
+                shown(start_ms),
+                shown(end_ms)
+            ),
+            reason,
+            transient,
+        };
+        let body = self
+            .get(
+                "/api/v1/query_range",
+                &[
+                    ("query", expr),
+                    ("start", &secs(start_ms)),
+                    ("end", &secs(end_ms)),
+                    ("step", &secs(step_ms)),
+                ],
+            )
+            .await
+            .map_err(|(reason, transient)| err(reason, transient))?;
+        let envelope = parse(&body).map_err(|(reason, transient)| err(reason, transient))?;
+        let Some(Data::Result {
+            result_type,
+            result,
+        }) = envelope.data
+        else {
+            return Err(err("the answer has no result".into(), false));
+        };
+        if result_type != "matrix" {
+            return Err(err(
+                format!("the answer is a {result_type}, not a matrix"),
+                false,
+            ));
         }
-        Ok(out)
+        series(result, i64::MIN, i64::MAX).map_err(|reason| err(reason, false))
     }
 
     /// The label names of the series `selector` matches.
@@ -250,7 +277,7 @@ impl Prometheus {
             if body.len() + chunk.len() > self.max_answer_bytes {
                 return Err((
                     format!(
-                        "the answer is over {} bytes; import in shorter chunks (--chunk)",
+                        "{TOO_LARGE}{} bytes; import in shorter chunks (--chunk)",
                         self.max_answer_bytes
                     ),
                     false,
@@ -281,6 +308,46 @@ impl Prometheus {
             status.is_server_error() || status.as_u16() == 429,
         ))
     }
+}
+
+/// The series of a matrix, their samples cut to `[from_ms, to_ms)`.
+fn series(result: Vec<Matrix<'_>>, from_ms: i64, to_ms: i64) -> Result<Vec<RawSeries>, String> {
+    let mut out = Vec::with_capacity(result.len());
+    for m in result {
+        let mut labels: Vec<(String, String)> = Vec::with_capacity(m.metric.len());
+        let mut name = String::new();
+        for (k, v) in m.metric {
+            if k == "__name__" {
+                name = v;
+            } else {
+                labels.push((k, v));
+            }
+        }
+        let mut samples = Vec::with_capacity(m.values.len());
+        for (seconds, value) in m.values {
+            let ms = (seconds * 1000.0).round();
+            if !(ms.is_finite() && ms >= from_ms as f64 && ms < to_ms as f64) {
+                continue;
+            }
+            // Prometheus writes NaN and infinities as words; they are kept here, and refused
+            // where figures are checked, with their series.
+            let v = match value {
+                "NaN" => f64::NAN,
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                other => other
+                    .parse::<f64>()
+                    .map_err(|_| format!("{other:?} is not a sample value"))?,
+            };
+            samples.push((ms as i64, v));
+        }
+        out.push(RawSeries {
+            name,
+            labels,
+            samples,
+        });
+    }
+    Ok(out)
 }
 
 fn parse(body: &[u8]) -> Result<Envelope<'_>, (String, bool)> {

@@ -1,0 +1,353 @@
+//! A counter's hourly increases read server-side, exact: instead of every raw sample, one point per
+//! series and hour of three functions of the hour's window `R` (`expr[1h]` for a selector,
+//! `(expr)[1h:30s]` otherwise), at a step of an hour: `last_over_time(R)`, `min_over_time(R)` where
+//! `resets(R) == 0`, and `count_over_time(R)` made NaN by any value that is not finite. An hour
+//! whose values rose steadily from what the series last stood at (`prev`) has the increase
+//! `last - prev`, what `count` adds up sample by sample (exactly so for integer counts: tokens,
+//! inferences). Every other hour (a reset, a value that is not a finite number at least 0, the one
+//! case Prometheus 2's closed window leaves open: a single value equal to `prev`) is read raw, with
+//! the hours next to it, and counted by `count`'s rule from `prev`.
+//!
+//! Prometheus 2 closes a window on both ends (`[t-1h, t]`), 3 opens it on the left. The only sample
+//! the closed window adds is one exactly on the hour before, the previous hour's last: it is `prev`
+//! itself (if valid), which changes neither the steady rise nor `last - prev`; so both read alike.
+//! A series' first hour (no `prev`) rose steadily from its first sample, the window's minimum.
+
+use std::collections::HashMap;
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+
+use super::count::{self, Increases, Labels, UnitKey};
+use crate::collector::import::prometheus::{Prometheus, QueryError, RawSeries};
+
+const HOUR_MS: i64 = 3_600_000;
+/// Raw reads of irregular hours at once.
+const PARALLEL_READS: usize = 8;
+
+/// The labels of a series, its name aside.
+type Series = Vec<(String, String)>;
+
+/// A series' three points at one hour.
+#[derive(Debug, Default, Clone, Copy)]
+struct Point {
+    last: Option<f64>,
+    /// The window's minimum, when it saw no reset.
+    min: Option<f64>,
+    /// Its samples; NaN when one is not finite.
+    count: Option<f64>,
+}
+
+/// Where a series stands before an hour.
+#[derive(Debug, Clone, Copy)]
+enum Prev {
+    /// Known: `None` before its first valid sample.
+    Known(Option<f64>),
+    /// Only a raw read can say (the last value was not valid).
+    Unknown,
+}
+
+/// What a steady hour adds (`None`: a count of nothing) and where it leaves the series; `None`
+/// when the hour must be read raw.
+fn steady(p: Point, prev: Option<f64>) -> Option<(Option<f64>, f64)> {
+    let (last, min, n) = (p.last?, p.min?, p.count?);
+    if !(n.is_finite() && n >= 1.0 && last.is_finite() && min.is_finite()) {
+        return None;
+    }
+    match prev {
+        Some(prev) if min >= prev => {
+            // One value equal to `prev`: the hour's own sample, or (a closed window) only the
+            // previous hour's last: a raw read tells.
+            if n < 2.0 && last == prev {
+                return None;
+            }
+            Some((Some(last - prev), last))
+        }
+        Some(_) => None,
+        // The first valid sample starts the count (none of the previous hour can be in the window:
+        // it would have been `prev`, or invalid and the window's minimum or count would say so).
+        None if min >= 0.0 => Some(((n >= 2.0).then_some(last - min), last)),
+        None => None,
+    }
+}
+
+/// Hours `[first, last]` (evaluation indexes) of one series to read raw, from `seed`.
+#[derive(Debug, Clone)]
+struct Raw {
+    series: Series,
+    first: i64,
+    last: i64,
+    seed: Option<f64>,
+}
+
+/// Reads `expr` (`selector`: a plain selector) in `[a, b)` as today's raw read does.
+async fn read(
+    client: &Prometheus,
+    expr: &str,
+    selector: bool,
+    step_ms: i64,
+    a: i64,
+    b: i64,
+) -> Result<Vec<RawSeries>, QueryError> {
+    if selector {
+        client.raw(expr, a, b).await
+    } else {
+        client.subquery(expr, step_ms, a, b).await
+    }
+}
+
+/// `selector` narrowed to the series with `labels` (and any with more labels, told apart after).
+fn narrowed(selector: &str, labels: &Series) -> String {
+    let matchers: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={}", serde_json::Value::String(v.clone())))
+        .collect();
+    let matchers = matchers.join(",");
+    let e = selector.trim();
+    match e.find('{') {
+        None => format!("{e}{{{matchers}}}"),
+        Some(i) => {
+            let inner = e[i + 1..e.len() - 1].trim();
+            if inner.is_empty() {
+                format!("{}{{{matchers}}}", &e[..i])
+            } else if inner.ends_with(',') {
+                format!("{}{{{inner}{matchers}}}", &e[..i])
+            } else {
+                format!("{}{{{inner},{matchers}}}", &e[..i])
+            }
+        }
+    }
+}
+
+/// Every hour's increase of `expr` over `[from_ms, to_ms)` (both on the hour), or `None` where the
+/// server cannot answer the functions (a selector matching series of several names): read raw then.
+// long: the three reads, the walk through each series' hours and the raw reads it asks for, kept
+// together so that the rule each hour is counted by reads in one place
+#[allow(clippy::too_many_arguments)]
+pub async fn increases(
+    client: &Prometheus,
+    expr: &str,
+    selector: bool,
+    step_ms: i64,
+    look_back_ms: i64,
+    from_ms: i64,
+    to_ms: i64,
+    labels: &Labels<'_>,
+) -> Result<Option<Increases>, QueryError> {
+    // Where each series stands at `from`: its last valid sample in the look-back.
+    let mut stands: HashMap<Series, Option<f64>> = HashMap::new();
+    let mut ignored = 0;
+    for s in read(
+        client,
+        expr,
+        selector,
+        step_ms,
+        from_ms - look_back_ms,
+        from_ms + 1,
+    )
+    .await?
+    {
+        let at = count::count_samples(&s.samples, None, i64::MAX, &mut ignored, |_, _| {});
+        stands.insert(s.labels, at);
+    }
+    let window = if selector {
+        format!("{expr}[1h]")
+    } else {
+        format!("({expr})[1h:{step_ms}ms]")
+    };
+    let queries = [
+        format!("last_over_time({window})"),
+        format!("min_over_time({window}) and resets({window}) == 0"),
+        format!("count_over_time({window}) + 0 * sum_over_time({window})"),
+    ];
+    // Evaluation k (1..=hours) closes the hour starting at from + (k - 1) hours.
+    let hours = (to_ms - from_ms) / HOUR_MS;
+    let mut points: HashMap<Series, Vec<(i64, Point)>> = HashMap::new();
+    // A day of points a query (Prometheus reads every sample of the range at once: a month in one
+    // query takes it many times as long), each day's three at once; halved if still too large.
+    let mut todo: Vec<(i64, i64)> = (0..)
+        .map(|d| (1 + d * 24, ((d + 1) * 24).min(hours)))
+        .take_while(|(k0, _)| *k0 <= hours)
+        .collect();
+    todo.reverse();
+    while let Some((k0, k1)) = todo.pop() {
+        if k0 > k1 {
+            continue;
+        }
+        let (start, end) = (from_ms + k0 * HOUR_MS, from_ms + k1 * HOUR_MS);
+        let answers = futures_util::future::join_all(
+            queries
+                .iter()
+                .map(|q| client.query_range(q, start, end, HOUR_MS)),
+        )
+        .await;
+        let mut got = Vec::with_capacity(3);
+        let mut split = false;
+        for a in answers {
+            match a {
+                Ok(series) => got.push(series),
+                Err(e) if e.too_large() && k1 > k0 => split = true,
+                Err(e) if e.transient || e.too_large() => return Err(e),
+                // Prometheus refuses the functions (a range of series of several names).
+                Err(_) => return Ok(None),
+            }
+        }
+        if split {
+            let mid = (k0 + k1) / 2;
+            todo.push((mid + 1, k1));
+            todo.push((k0, mid));
+            continue;
+        }
+        for (which, series) in got.into_iter().enumerate() {
+            for s in series {
+                let at = points.entry(s.labels).or_default();
+                for (t, v) in s.samples {
+                    let k = (t - from_ms).div_euclid(HOUR_MS);
+                    if at.last().is_none_or(|(kk, _)| *kk != k) {
+                        at.push((k, Point::default()));
+                    }
+                    let p = &mut at.last_mut().expect("a point at k").1;
+                    match which {
+                        0 => p.last = Some(v),
+                        1 => p.min = Some(v),
+                        _ => p.count = Some(v),
+                    }
+                }
+            }
+        }
+    }
+    let mut inc = Increases::default();
+    let mut raw = Vec::new();
+    for (series, mut at) in points {
+        // Each query's points in time order, merged.
+        at.sort_by_key(|(k, _)| *k);
+        let mut merged: Vec<(i64, Point)> = Vec::with_capacity(at.len());
+        for (k, p) in at {
+            match merged.last_mut() {
+                Some((kk, m)) if *kk == k => {
+                    m.last = m.last.or(p.last);
+                    m.min = m.min.or(p.min);
+                    m.count = m.count.or(p.count);
+                }
+                _ => merged.push((k, p)),
+            }
+        }
+        let key = UnitKey::of(&series, labels);
+        let mut prev = Prev::Known(stands.get(&series).copied().flatten());
+        let mut open: Option<Raw> = None;
+        for (k, p) in merged {
+            let hour = count::hour_of(from_ms + k * HOUR_MS);
+            let read = match prev {
+                Prev::Known(before) => steady(p, before),
+                Prev::Unknown => None,
+            };
+            match read {
+                Some((added, last)) => {
+                    raw.extend(open.take());
+                    if let Some(v) = added {
+                        *inc.hours.entry((hour, key.clone())).or_default() += v;
+                    }
+                    prev = Prev::Known(Some(last));
+                }
+                None => {
+                    match &mut open {
+                        Some(r) => r.last = k,
+                        None => {
+                            let Prev::Known(seed) = prev else {
+                                unreachable!("an unknown start is inside a raw read")
+                            };
+                            open = Some(Raw {
+                                series: series.clone(),
+                                first: k,
+                                last: k,
+                                seed,
+                            });
+                        }
+                    }
+                    prev = match p.last {
+                        Some(v) if v.is_finite() && v >= 0.0 => Prev::Known(Some(v)),
+                        _ => Prev::Unknown,
+                    };
+                }
+            }
+        }
+        raw.extend(open);
+    }
+    let read_raw = |r: Raw| async move {
+        // Samples in (start of the first hour, end of the last].
+        let (a, b) = (
+            from_ms + (r.first - 1) * HOUR_MS,
+            from_ms + r.last * HOUR_MS,
+        );
+        let e = if selector {
+            narrowed(expr, &r.series)
+        } else {
+            expr.to_owned()
+        };
+        let got = read(client, &e, selector, step_ms, a + 1, b + 1).await?;
+        Ok::<_, QueryError>((r, a, got))
+    };
+    let mut reads = stream::iter(raw.into_iter().map(read_raw)).buffer_unordered(PARALLEL_READS);
+    while let Some((r, a, got)) = reads.try_next().await? {
+        let key = UnitKey::of(&r.series, labels);
+        for s in got.into_iter().filter(|s| s.labels == r.series) {
+            let hours = &mut inc.hours;
+            count::count_samples(&s.samples, r.seed, a, &mut inc.resets, |at, d| {
+                *hours.entry((at, key.clone())).or_default() += d;
+            });
+        }
+    }
+    Ok(Some(inc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(last: f64, min: Option<f64>, count: f64) -> Point {
+        Point {
+            last: Some(last),
+            min,
+            count: Some(count),
+        }
+    }
+
+    #[test]
+    fn a_steady_hour_is_last_minus_prev_and_anything_else_is_read_raw() {
+        // 100 → 130, 160: 60 from 100.
+        assert_eq!(
+            steady(point(160.0, Some(130.0), 2.0), Some(100.0)),
+            Some((Some(60.0), 160.0))
+        );
+        // A reset (no minimum), a value below prev, a NaN (count NaN): raw.
+        assert_eq!(steady(point(160.0, None, 2.0), Some(100.0)), None);
+        assert_eq!(steady(point(160.0, Some(90.0), 2.0), Some(100.0)), None);
+        assert_eq!(
+            steady(point(160.0, Some(130.0), f64::NAN), Some(100.0)),
+            None
+        );
+        // One value equal to prev: its own sample or a closed window's previous one: raw.
+        assert_eq!(steady(point(100.0, Some(100.0), 1.0), Some(100.0)), None);
+        // A first hour: from its first sample (the minimum); one sample counts nothing.
+        assert_eq!(
+            steady(point(50.0, Some(20.0), 3.0), None),
+            Some((Some(30.0), 50.0))
+        );
+        assert_eq!(
+            steady(point(20.0, Some(20.0), 1.0), None),
+            Some((None, 20.0))
+        );
+        assert_eq!(steady(point(20.0, Some(-1.0), 3.0), None), None);
+    }
+
+    #[test]
+    fn a_selector_is_narrowed_to_one_series() {
+        let l = vec![("pod".to_owned(), "a\"b".to_owned())];
+        assert_eq!(narrowed("m", &l), r#"m{pod="a\"b"}"#);
+        assert_eq!(narrowed("m{}", &l), r#"m{pod="a\"b"}"#);
+        assert_eq!(narrowed("m{x=\"1\"}", &l), r#"m{x="1",pod="a\"b"}"#);
+        assert_eq!(
+            narrowed("{__name__=\"m\",}", &l),
+            r#"{__name__="m",pod="a\"b"}"#
+        );
+    }
+}
