@@ -158,21 +158,7 @@ impl Prometheus {
             .get("/api/v1/query", &[("query", &query), ("time", &time)])
             .await
             .map_err(|(reason, transient)| err(reason, transient))?;
-        let envelope = parse(&body).map_err(|(reason, transient)| err(reason, transient))?;
-        let Some(Data::Result {
-            result_type,
-            result,
-        }) = envelope.data
-        else {
-            return Err(err("the answer has no result".into(), false));
-        };
-        if result_type != "matrix" {
-            return Err(err(
-                format!("the answer is a {result_type}, not a matrix"),
-                false,
-            ));
-        }
-        series(result, from_ms, to_ms).map_err(|reason| err(reason, false))
+        matrix_series(&body, from_ms, to_ms).map_err(|(reason, transient)| err(reason, transient))
     }
 
     /// `expr` evaluated at `start_ms`, `start_ms + step_ms`, ... up to `end_ms` (`/api/v1/query_range`):
@@ -211,21 +197,8 @@ impl Prometheus {
             )
             .await
             .map_err(|(reason, transient)| err(reason, transient))?;
-        let envelope = parse(&body).map_err(|(reason, transient)| err(reason, transient))?;
-        let Some(Data::Result {
-            result_type,
-            result,
-        }) = envelope.data
-        else {
-            return Err(err("the answer has no result".into(), false));
-        };
-        if result_type != "matrix" {
-            return Err(err(
-                format!("the answer is a {result_type}, not a matrix"),
-                false,
-            ));
-        }
-        series(result, i64::MIN, i64::MAX).map_err(|reason| err(reason, false))
+        matrix_series(&body, i64::MIN, i64::MAX)
+            .map_err(|(reason, transient)| err(reason, transient))
     }
 
     /// The label names of the series `selector` matches.
@@ -308,6 +281,26 @@ impl Prometheus {
             status.is_server_error() || status.as_u16() == 429,
         ))
     }
+}
+
+/// The series of a matrix answer, samples in `[from_ms, to_ms)`; else why not, and whether trying
+/// again may help.
+fn matrix_series(body: &[u8], from_ms: i64, to_ms: i64) -> Result<Vec<RawSeries>, (String, bool)> {
+    let envelope = parse(body)?;
+    let Some(Data::Result {
+        result_type,
+        result,
+    }) = envelope.data
+    else {
+        return Err(("the answer has no result".into(), false));
+    };
+    if result_type != "matrix" {
+        return Err((
+            format!("the answer is a {result_type}, not a matrix"),
+            false,
+        ));
+    }
+    series(result, from_ms, to_ms).map_err(|reason| (reason, false))
 }
 
 /// The series of a matrix, their samples cut to `[from_ms, to_ms)`.
