@@ -407,6 +407,7 @@ fn plan_model(
         cards.len(),
         total_compute,
         total_memory,
+        rate_card.map(|c| c.weights).unwrap_or_default(),
         SOLVE_LIMIT,
     )
     .map_err(|source| PlanError::Pack {
