@@ -92,8 +92,10 @@ fn most_placeable(
 
 static MIG: LazyLock<Mutex<HashMap<Key, Stranded>>> = LazyLock::new(Default::default);
 
-/// What MIG `instances` on a GPU of `geometry` strand (remembered: a fleet has few layouts).
-fn mig(instances: &[Instance], total_compute: u8, total_memory: u8) -> Stranded {
+/// What MIG `instances` strand on a GPU of `total_compute` compute and `total_memory` memory slices
+/// (remembered: a fleet has few layouts). [`stranded`] for a layout of MIG instances; the
+/// consolidation plan asks it of the layouts it weighs.
+pub fn stranded_mig(instances: &[Instance], total_compute: u8, total_memory: u8) -> Stranded {
     let mut shape: Vec<(u8, u8)> = instances
         .iter()
         .map(|i| (i.compute_slices, i.memory_slices))
@@ -153,7 +155,7 @@ pub fn stranded(gpu: &GpuGeometry, layout: &[&Reservation]) -> Stranded {
     let mut out = if instances.is_empty() {
         Stranded::default()
     } else {
-        mig(&instances, gpu.compute_slices, gpu.memory_slices)
+        stranded_mig(&instances, gpu.compute_slices, gpu.memory_slices)
     };
     if mps {
         let free_threads = 100u32.saturating_sub(threads) as u8;

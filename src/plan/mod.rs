@@ -11,6 +11,7 @@ mod evidence;
 pub mod pack;
 pub mod recommend;
 pub mod store;
+pub mod stranded;
 
 pub use evidence::EvidenceCache;
 pub use store::{CardToday, Evidence, InstanceToday};
@@ -69,6 +70,10 @@ pub struct ModelPlan {
     pub hourly_cost: Option<Decimal>,
     /// freed cards x hourly cost x 730 hours.
     pub monthly_saving: Decimal,
+    /// What today's layouts strand: capacity no slice holds and no profile can take.
+    pub stranded_today: stranded::StrandedCapacity,
+    /// What the plan's layouts strand (freed cards nothing): the least of packings on as many cards.
+    pub stranded_planned: stranded::StrandedCapacity,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -407,6 +412,7 @@ fn plan_model(
         cards.len(),
         total_compute,
         total_memory,
+        stranded::weights(rate_card),
         SOLVE_LIMIT,
     )
     .map_err(|source| PlanError::Pack {
@@ -470,7 +476,7 @@ fn plan_model(
     let monthly_saving = hourly_cost.unwrap_or_default()
         * Decimal::from(freed.len())
         * Decimal::from(AVERAGE_MONTH_HOURS);
-    let today = cards
+    let today: Vec<CardPlan> = cards
         .iter()
         .map(|c| {
             let shapes: Vec<profiles::Instance> = c
@@ -508,6 +514,15 @@ fn plan_model(
             }
         })
         .collect();
+    let stranded = |cards: &[CardPlan]| {
+        let layouts = cards.iter().map(|c| {
+            c.instances
+                .iter()
+                .map(|i| (i.compute_slices, i.memory_slices))
+        });
+        stranded::stranded_capacity(model, layouts, total_compute, total_memory, rate_card)
+    };
+    let (stranded_today, stranded_planned) = (stranded(&today), stranded(&planned));
     Ok(ModelPlan {
         model: model.to_owned(),
         cards_today: cards.len(),
@@ -526,6 +541,8 @@ fn plan_model(
         freed,
         hourly_cost,
         monthly_saving,
+        stranded_today,
+        stranded_planned,
     })
 }
 

@@ -8,10 +8,11 @@
 //! whose optimum rounded up bounds every packing from below; the relaxation's solution rounded down
 //! packs most instances, and the integer program (branch and bound) packs the few left. A packing
 //! that meets the bound is proven the fewest (`optimal`); one that does not is said to be unproven.
-//! Then, with the number of cards fixed, the new layouts go to today's cards so that as many
-//! instances as possible stay where they are (greedy by overlap: the second objective is
-//! minimised, not proved minimal), and the moves are ordered by simulating them, so that no card
-//! ever holds an invalid layout on the way.
+//! Then, with the number of cards fixed, two cards' instances are shared out anew where another
+//! split strands less (`pack/strand.rs`: the second objective, lowered, not proved the least); the new
+//! layouts go to today's cards so that as many instances as possible stay where they are (greedy
+//! by overlap: the third objective, minimised, not proved minimal), and the moves are ordered by
+//! simulating them, so that no card ever holds an invalid layout on the way.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use std::time::Duration;
 use microlp::{ComparisonOp, OptimizationDirection, Problem};
 
 use crate::domain::profiles::{Instance, check_layout};
+use crate::domain::slice::ShareWeights;
 
 /// A profile as the packer sees it: its name, slice counts and how many one card may hold.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -93,13 +95,14 @@ pub enum PackError {
 }
 
 /// Packs `items` (of `shapes`) onto cards of `total_compute`/`total_memory` slices, of which there
-/// are `cards` today.
+/// are `cards` today; of layouts on as many cards, those that strand less, weighed with `weights`.
 pub fn pack(
     shapes: &[Shape],
     items: &[Item],
     cards: usize,
     total_compute: u8,
     total_memory: u8,
+    weights: ShareWeights,
     time_limit: Duration,
 ) -> Result<Packing, PackError> {
     if items.is_empty() {
@@ -178,6 +181,9 @@ pub fn pack(
             total_memory,
         ));
     }
+    // As many cards, stranding less: the second objective.
+    let instances: Vec<Instance> = shapes.iter().map(Shape::instance).collect();
+    let chosen = strand::strand_less(chosen, &instances, total_compute, total_memory, weights);
 
     // Today's instances per card and shape.
     let mut today = vec![vec![0u8; shapes.len()]; cards];
@@ -445,6 +451,8 @@ fn maximal_configs(shapes: &[Shape], demand: &[u32], fits: &dyn Fn(&[u8]) -> boo
     walk(0, &mut counts, shapes, demand, fits, &mut out);
     out.into_keys().collect()
 }
+
+mod strand;
 
 #[cfg(test)]
 mod tests;

@@ -9,12 +9,13 @@ use maud::html;
 use serde::Deserialize;
 
 use super::charts::{self, GpuBar, Palette, SliceMark};
-use super::format::money;
+use super::format::{money, number};
 use super::layout::{UiError, Viewer, empty_state, page};
 use crate::domain::access::Principal;
 use crate::http::plans::mig_parted_response;
 use crate::http::state::AppState;
 use crate::plan::recommend::TargetProfile;
+use crate::plan::stranded::StrandedCapacity;
 use crate::plan::{self, CardPlan, ConsolidationPlan};
 use crate::teams;
 
@@ -106,6 +107,10 @@ pub async fn plan_page(
                     ": " (model.instances_released) " of " (model.instances) " instances given back, "
                     (model.instances_moved) " move, " (model.freed.len()) " freed, "
                     strong { (m(model.monthly_saving)) } " a month."
+                }
+                p data-field="stranded" {
+                    "Stranded (no profile fits): today " (stranded(&model.stranded_today, &m))
+                    "; planned " strong { (stranded(&model.stranded_planned, &m)) } "."
                 }
                 div class="plan-maps" {
                     figure {
@@ -215,6 +220,26 @@ fn bars(cards: &[CardPlan], freed: &[String]) -> Vec<GpuBar> {
         });
     }
     out
+}
+
+/// `3 compute slices, 0.21 GPU, USD 625.71 a month`; `none` when nothing is stranded.
+fn stranded(s: &StrandedCapacity, money: &dyn Fn(rust_decimal::Decimal) -> String) -> String {
+    let plural = |n: u32, what: &str| format!("{n} {what} slice{}", if n == 1 { "" } else { "s" });
+    let mut parts = Vec::new();
+    if s.compute_slices > 0 {
+        parts.push(plural(s.compute_slices, "compute"));
+    }
+    if s.memory_slices > 0 {
+        parts.push(plural(s.memory_slices, "memory"));
+    }
+    if parts.is_empty() {
+        return "none".to_owned();
+    }
+    parts.push(format!("{} GPU", number(s.gpu_equivalents, 2)));
+    if let Some(cost) = s.monthly_cost {
+        parts.push(format!("{} a month", money(cost)));
+    }
+    parts.join(", ")
 }
 
 fn free(slices: u8) -> SliceMark {
