@@ -335,7 +335,7 @@ fn attributed(h: &Held) -> Vec<(String, Decimal, Decimal, Decimal, i64)> {
     for (_, team, part) in
         ownership::attribute(&window, Claim::Namespace("ns"), &owners).expect("parts that fit")
     {
-        let t = by_team.entry(team.to_owned()).or_default();
+        let t = by_team.entry(team.to_string()).or_default();
         t.0 += part.held_seconds;
         t.1 += part.compute_active_seconds;
         t.2 += part.memory_byte_seconds;
