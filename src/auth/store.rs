@@ -95,8 +95,8 @@ pub async fn authenticate(
         return Ok(Err(Rejected::Malformed));
     };
     let Some(row) = sqlx::query!(
-        "select role, team_id, node, secret_hash, expires_at, revoked_at
-         from api_token where api_token_id = $1",
+        r#"select role, team_id as "team_id: TeamId", node, secret_hash, expires_at, revoked_at
+           from api_token where api_token_id = $1"#,
         presented.id
     )
     .fetch_optional(pool)
@@ -116,7 +116,7 @@ pub async fn authenticate(
     Ok(Ok(principal(
         presented.id,
         &row.role,
-        row.team_id.as_deref(),
+        row.team_id,
         row.node,
     )?))
 }
@@ -125,7 +125,7 @@ pub async fn authenticate(
 fn principal(
     token_id: i64,
     role: &str,
-    team: Option<&str>,
+    team: Option<TeamId>,
     node: Option<String>,
 ) -> Result<Principal, sqlx::Error> {
     let role: Role = role
@@ -161,7 +161,7 @@ pub async fn revoke(pool: &PgPool, id: i64, actor: &Actor) -> Result<bool, sqlx:
 pub struct TokenRow {
     pub id: i64,
     pub role: String,
-    pub team_id: Option<String>,
+    pub team_id: Option<TeamId>,
     pub node: Option<String>,
     pub label: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -173,8 +173,9 @@ pub struct TokenRow {
 pub async fn list(pool: &PgPool, only: Option<i64>) -> Result<Vec<TokenRow>, sqlx::Error> {
     sqlx::query_as!(
         TokenRow,
-        "select api_token_id as id, role, team_id, node, label, created_at, expires_at, revoked_at
-         from api_token where $1::int8 is null or api_token_id = $1 order by api_token_id",
+        r#"select api_token_id as id, role, team_id as "team_id: TeamId", node, label, created_at,
+                  expires_at, revoked_at
+           from api_token where $1::int8 is null or api_token_id = $1 order by api_token_id"#,
         only
     )
     .fetch_all(pool)
@@ -210,10 +211,10 @@ pub async fn session(
     now: DateTime<Utc>,
 ) -> Result<Option<Principal>, sqlx::Error> {
     let Some(t) = sqlx::query!(
-        "select t.api_token_id as token_id, t.role, t.team_id, t.node
-         from ui_session s join api_token t using (api_token_id)
-         where s.session_hash = $1 and s.expires_at > $2
-           and t.revoked_at is null and (t.expires_at is null or t.expires_at > $2)",
+        r#"select t.api_token_id as token_id, t.role, t.team_id as "team_id: TeamId", t.node
+           from ui_session s join api_token t using (api_token_id)
+           where s.session_hash = $1 and s.expires_at > $2
+             and t.revoked_at is null and (t.expires_at is null or t.expires_at > $2)"#,
         &hash[..],
         now
     )
@@ -222,7 +223,7 @@ pub async fn session(
     else {
         return Ok(None);
     };
-    principal(t.token_id, &t.role, t.team_id.as_deref(), t.node).map(Some)
+    principal(t.token_id, &t.role, t.team_id, t.node).map(Some)
 }
 
 pub async fn delete_session(pool: &PgPool, hash: &[u8; 32]) -> Result<(), sqlx::Error> {

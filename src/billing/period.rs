@@ -1105,7 +1105,7 @@ pub(crate) mod tests {
                                     held_memory: held * share.memory,
                                     known_seconds: held,
                                     known_compute: held * share.compute,
-                                    active_seconds: active,
+                                    compute_active_seconds: active,
                                     active_compute: active * share.compute,
                                     memory_used: held * share.memory * Decimal::from(mem)
                                         / dec!(100)

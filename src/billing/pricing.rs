@@ -402,7 +402,7 @@ pub(crate) mod tests {
                 held_memory: held,
                 known_seconds: held,
                 known_compute: held,
-                active_seconds: held / dec!(5),
+                compute_active_seconds: held / dec!(5),
                 active_compute: held / dec!(5),
                 memory_used: memory_bytes_seconds / Decimal::from(H100.memory_bytes),
                 ..Default::default()

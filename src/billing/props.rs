@@ -88,7 +88,7 @@ struct Held {
     reservation: Reservation,
     card: i64,
     held_seconds: i64,
-    active_seconds: i64,
+    compute_active_seconds: i64,
     memory_byte_seconds: i64,
     /// Seconds of the GPU's presence under this version the slice was not held: room for late data.
     room: i64,
@@ -250,7 +250,7 @@ fn fleet(seed: u64) -> Fleet {
                     continue;
                 }
                 // A replica uses at most its share of the card: together they fit.
-                let (active_seconds, memory_byte_seconds) = match r {
+                let (compute_active_seconds, memory_byte_seconds) = match r {
                     Reservation::Timeslice { .. } => (
                         g.range(0, held_seconds / replicas),
                         (memory as i64 / replicas / 1000) * g.range(0, 1000) * held_seconds,
@@ -264,7 +264,7 @@ fn fleet(seed: u64) -> Fleet {
                     reservation: r.clone(),
                     card: c,
                     held_seconds,
-                    active_seconds,
+                    compute_active_seconds,
                     memory_byte_seconds,
                     room: seg - held_seconds,
                     moves: None,
@@ -297,7 +297,7 @@ fn month_start() -> chrono::DateTime<chrono::Utc> {
 fn attributed(h: &Held) -> Vec<(String, Decimal, Decimal, Decimal, i64)> {
     let whole = (
         Decimal::from(h.held_seconds),
-        Decimal::from(h.active_seconds),
+        Decimal::from(h.compute_active_seconds),
         Decimal::from(h.memory_byte_seconds),
     );
     let Some(m) = &h.moves else {
@@ -335,7 +335,7 @@ fn attributed(h: &Held) -> Vec<(String, Decimal, Decimal, Decimal, i64)> {
     for (_, team, part) in
         ownership::attribute(&window, Claim::Namespace("ns"), &owners).expect("parts that fit")
     {
-        let t = by_team.entry(team.to_owned()).or_default();
+        let t = by_team.entry(team.to_string()).or_default();
         t.0 += part.held_seconds;
         t.1 += part.compute_active_seconds;
         t.2 += part.memory_byte_seconds;
@@ -380,7 +380,7 @@ fn aggregates(f: &Fleet) -> Aggregates {
                 held_memory: held * share.memory,
                 known_seconds: held,
                 known_compute: held * share.compute,
-                active_seconds: active,
+                compute_active_seconds: active,
                 active_compute: active * share.compute,
                 memory_gib_seconds: Decimal::ZERO,
                 memory_used: memory * share.memory / Decimal::from(share.memory_reserved_bytes),
@@ -488,7 +488,7 @@ fn reference(f: &Fleet) -> Reference {
                 None,
             ),
             Reservation::Timeslice { .. } => (
-                q(h.active_seconds, h.held_seconds),
+                q(h.compute_active_seconds, h.held_seconds),
                 q(h.memory_byte_seconds, 1) / (&gpu_memory * q(h.held_seconds, 1)),
                 card.factors.timeslice,
                 SliceKind::Timeslice,

@@ -250,7 +250,7 @@ pub async fn usage_aggregates(
             held_memory: part.held_memory.to_decimal(),
             known_seconds: known.to_decimal(),
             known_compute: known_compute.to_decimal(),
-            active_seconds: active.to_decimal(),
+            compute_active_seconds: active.to_decimal(),
             active_compute: part.active_compute.to_decimal(),
             memory_gib_seconds: (memory / GIB).round(6),
             memory_used: part.memory_used.to_decimal(),

@@ -94,7 +94,7 @@ pub async fn run(command: TokenCommand) -> anyhow::Result<()> {
                     "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     t.id,
                     t.role,
-                    opt(t.team_id),
+                    opt(t.team_id.map(String::from)),
                     opt(t.node),
                     t.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
                     opt(t.expires_at.map(|e| e.to_rfc3339())),

@@ -80,7 +80,7 @@ impl Principal {
     pub fn of(
         token_id: i64,
         role: Role,
-        team: Option<&str>,
+        team: Option<TeamId>,
         node: Option<String>,
     ) -> Result<Principal, String> {
         Ok(match role {
@@ -88,7 +88,7 @@ impl Principal {
             Role::Finance => Principal::Finance { token_id },
             Role::TeamLead => Principal::TeamLead {
                 token_id,
-                team: TeamId::parse(team.unwrap_or_default()).map_err(|e| e.to_string())?,
+                team: team.ok_or_else(|| format!("team lead token {token_id} names no team"))?,
             },
             Role::Collector => Principal::Collector {
                 token_id,

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use super::team::{TeamId, UNATTRIBUTED};
+use super::team::TeamId;
 use super::window::{HourlyUsage, Window};
 
 /// The first instant the ingest contract accepts: the mappings kept before ownership was dated
@@ -111,14 +111,14 @@ impl<'a> Claim<'a> {
         }
     }
 
-    /// The team at `at`, as a team id's text.
-    pub fn team_at(self, ownership: &'a Ownership, at: DateTime<Utc>) -> &'a str {
+    /// The team at `at`.
+    pub fn team_at(self, ownership: &'a Ownership, at: DateTime<Utc>) -> &'a TeamId {
         match self {
-            Claim::Label(team) => team.as_str(),
+            Claim::Label(team) => team,
             Claim::Namespace(ns) => ownership
                 .owner_at(ns, at)
-                .map_or(UNATTRIBUTED, TeamId::as_str),
-            Claim::Nobody => UNATTRIBUTED,
+                .unwrap_or_else(|| TeamId::unattributed_ref()),
+            Claim::Nobody => TeamId::unattributed_ref(),
         }
     }
 
@@ -143,7 +143,7 @@ pub fn attribute<'a>(
     window: &Window,
     claim: Claim<'a>,
     ownership: &'a Ownership,
-) -> Option<Vec<(DateTime<Utc>, &'a str, HourlyUsage)>> {
+) -> Option<Vec<(DateTime<Utc>, &'a TeamId, HourlyUsage)>> {
     let mut out = Vec::with_capacity(window.hours.len() + 1);
     for (hour, piece) in &window.hours {
         let from = window.start.max(*hour);
@@ -215,7 +215,7 @@ mod tests {
         let parts = attribute(&w, Claim::Namespace("ns-move"), &own).unwrap();
         let seen: Vec<(&str, Decimal, i32)> = parts
             .iter()
-            .map(|p| (p.1, p.2.held_seconds, p.2.window_count))
+            .map(|p| (p.1.as_str(), p.2.held_seconds, p.2.window_count))
             .collect();
         assert_eq!(
             seen,
@@ -240,7 +240,7 @@ mod tests {
         let memory: Decimal = parts.iter().map(|p| p.2.memory_byte_seconds).sum();
         let windows: i32 = parts.iter().map(|p| p.2.window_count).sum();
         assert_eq!((held, memory, windows), (dec!(59), dec!(3e12), 1));
-        let teams: Vec<&str> = parts.iter().map(|p| p.1).collect();
+        let teams: Vec<&str> = parts.iter().map(|p| p.1.as_str()).collect();
         assert_eq!(teams, vec!["alpha", "alpha", "beta"]);
     }
 
@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(labelled.len(), 1);
         assert_eq!(labelled[0].1, "search");
         let parts = attribute(&w, Claim::Namespace("ns"), &own).unwrap();
-        let teams: Vec<&str> = parts.iter().map(|p| p.1).collect();
+        let teams: Vec<&str> = parts.iter().map(|p| p.1.as_str()).collect();
         assert_eq!(teams, vec!["alpha", "unattributed"]);
         // Before its first version a namespace is no team's, and so is a consumer with neither.
         assert_eq!(own.owner_at("ns", t("1999-12-31T23:59:59Z")), None);
@@ -285,8 +285,8 @@ mod tests {
         let after = window("2026-09-11T10:01:00Z", "2026-09-11T10:02:00Z", dec!(60));
         let a = attribute(&before, Claim::Namespace("ns-move"), &own).unwrap();
         let b = attribute(&after, Claim::Namespace("ns-move"), &own).unwrap();
-        assert_eq!((a.len(), a[0].1), (1, "alpha"));
-        assert_eq!((b.len(), b[0].1), (1, "beta"));
+        assert_eq!((a.len(), a[0].1.as_str()), (1, "alpha"));
+        assert_eq!((b.len(), b[0].1.as_str()), (1, "beta"));
         assert_eq!(b[0].2, after.hours[0].1);
     }
 }

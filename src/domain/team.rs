@@ -38,6 +38,13 @@ impl TeamId {
         TeamId(UNATTRIBUTED.to_owned())
     }
 
+    /// `unattributed`, borrowed for as long as needed: where a claim resolves to no team, its
+    /// team is this one, beside the teams an ownership holds.
+    pub fn unattributed_ref() -> &'static TeamId {
+        static ID: std::sync::LazyLock<TeamId> = std::sync::LazyLock::new(TeamId::unattributed);
+        &ID
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -24,7 +24,7 @@ pub struct OccupancySums {
     /// Held seconds whose compute activity was measured.
     pub known_seconds: Decimal,
     pub known_compute: Decimal,
-    pub active_seconds: Decimal,
+    pub compute_active_seconds: Decimal,
     pub active_compute: Decimal,
     pub memory_gib_seconds: Decimal,
     /// Memory byte-seconds over each slice's reserved bytes, times its memory share.
@@ -33,7 +33,7 @@ pub struct OccupancySums {
 }
 
 /// The [`OccupancySums`] of a query row whose columns carry the sums' names: `held_seconds`,
-/// `held_compute`, `held_memory`, `known_seconds`, `known_compute`, `active_seconds`,
+/// `held_compute`, `held_memory`, `known_seconds`, `known_compute`, `compute_active_seconds`,
 /// `active_compute`, `memory_gib_seconds`, `memory_used` and `windows`.
 #[macro_export]
 macro_rules! occupancy_sums {
@@ -44,7 +44,7 @@ macro_rules! occupancy_sums {
             held_memory: $row.held_memory,
             known_seconds: $row.known_seconds,
             known_compute: $row.known_compute,
-            active_seconds: $row.active_seconds,
+            compute_active_seconds: $row.compute_active_seconds,
             active_compute: $row.active_compute,
             memory_gib_seconds: $row.memory_gib_seconds,
             memory_used: $row.memory_used,
@@ -59,7 +59,7 @@ pub struct SliceSeconds {
     pub held_seconds: Decimal,
     /// Held seconds whose compute activity was measured.
     pub known_seconds: Decimal,
-    pub active_seconds: Decimal,
+    pub compute_active_seconds: Decimal,
     pub memory_byte_seconds: Decimal,
     pub windows: i64,
 }
@@ -77,8 +77,8 @@ impl OccupancySums {
             held_memory: s.held_seconds * share.memory,
             known_seconds: s.known_seconds,
             known_compute: s.known_seconds * share.compute,
-            active_seconds: s.active_seconds,
-            active_compute: s.active_seconds * share.compute,
+            compute_active_seconds: s.compute_active_seconds,
+            active_compute: s.compute_active_seconds * share.compute,
             memory_gib_seconds: s.memory_byte_seconds / GIB,
             memory_used: if reserved > Decimal::ZERO {
                 s.memory_byte_seconds * share.memory / reserved
@@ -95,7 +95,7 @@ impl OccupancySums {
         self.held_memory += o.held_memory;
         self.known_seconds += o.known_seconds;
         self.known_compute += o.known_compute;
-        self.active_seconds += o.active_seconds;
+        self.compute_active_seconds += o.compute_active_seconds;
         self.active_compute += o.active_compute;
         self.memory_gib_seconds += o.memory_gib_seconds;
         self.memory_used += o.memory_used;
@@ -169,7 +169,7 @@ impl ExactSums {
     pub fn of_slice(s: &SliceSeconds, share: &PhysicalShare) -> ExactSums {
         Self::of_share(
             &s.held_seconds.into(),
-            &s.active_seconds.into(),
+            &s.compute_active_seconds.into(),
             &s.memory_byte_seconds.into(),
             share,
         )

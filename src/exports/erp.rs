@@ -9,6 +9,7 @@ use chrono::NaiveDate;
 use rust_decimal::Decimal;
 use serde::Deserialize;
 
+use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 
 /// The fields a journal line has; a layout picks and names them.
@@ -100,7 +101,7 @@ impl Layout {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Document {
     pub number: String,
-    pub team: String,
+    pub team: TeamId,
     pub team_name: String,
     pub cost_center: Option<String>,
     pub gl_account: Option<String>,
@@ -127,19 +128,20 @@ pub struct JournalLine {
     pub amount: Decimal,
     pub currency: String,
     pub description: String,
-    pub team: String,
+    /// The team it charges; none on the platform's balancing line.
+    pub team: Option<TeamId>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum JournalError {
     #[error(
-        "team {0:?} has no cost center: set it with PUT /v1/teams/{0} before exporting journal lines"
+        "team \"{0}\" has no cost center: set it with PUT /v1/teams/{0} before exporting journal lines"
     )]
-    NoCostCenter(String),
+    NoCostCenter(TeamId),
     #[error(
-        "team {0:?} has no GL account: set it with PUT /v1/teams/{0} before exporting journal lines"
+        "team \"{0}\" has no GL account: set it with PUT /v1/teams/{0} before exporting journal lines"
     )]
-    NoGlAccount(String),
+    NoGlAccount(TeamId),
     #[error("the invoices of {0} use several currencies; export them one currency at a time")]
     MixedCurrencies(Month),
 }
@@ -195,7 +197,7 @@ pub fn journal(
             amount: d.total,
             currency: d.currency.clone(),
             description: format!("GPU chargeback {month}: {} ({})", d.team_name, d.number),
-            team: d.team.clone(),
+            team: Some(d.team.clone()),
         });
     }
     for (currency, sum) in total {
@@ -209,7 +211,7 @@ pub fn journal(
             amount: -sum,
             currency: currency.to_owned(),
             description: format!("GPU chargeback {month}: recovered from teams"),
-            team: String::new(),
+            team: None,
         });
     }
     Ok(lines)
@@ -241,7 +243,7 @@ pub fn record(line: &JournalLine, layout: &Layout) -> Vec<String> {
             Field::Amount => line.amount.to_string(),
             Field::Currency => line.currency.clone(),
             Field::Description => t(&line.description),
-            Field::Team => t(&line.team),
+            Field::Team => t(line.team.as_ref().map_or("", TeamId::as_str)),
         })
         .collect()
 }
@@ -254,7 +256,7 @@ mod tests {
     fn doc(team: &str, total: Decimal, cc: Option<&str>) -> Document {
         Document {
             number: format!("SM-2026-00000{}", team.len()),
-            team: team.into(),
+            team: TeamId::parse(team).unwrap(),
             team_name: team.to_uppercase(),
             cost_center: cc.map(str::to_owned),
             gl_account: Some("6420".into()),
@@ -308,8 +310,8 @@ mod tests {
         assert_eq!(
             errors,
             vec![
-                JournalError::NoCostCenter("nlp".into()),
-                JournalError::NoCostCenter("vision".into())
+                JournalError::NoCostCenter(TeamId::parse("nlp").unwrap()),
+                JournalError::NoCostCenter(TeamId::parse("vision").unwrap())
             ]
         );
         assert!(

@@ -660,7 +660,7 @@ pub async fn erp(
         .into_iter()
         .map(|d| Document {
             number: d.number.unwrap_or_default(),
-            team: d.team.to_string(),
+            team: d.team,
             team_name: d.team_name,
             cost_center: d.cost_center,
             gl_account: d.gl_account,

@@ -6,6 +6,7 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::domain::batch::DraClaim;
 use crate::domain::slice::SliceKind;
+use crate::domain::team::TeamId;
 
 #[derive(Debug, Clone)]
 pub struct FleetSliceRow {
@@ -21,7 +22,7 @@ pub struct FleetSliceRow {
     pub gpu_instance_id: Option<i16>,
     pub compute_share: Option<Decimal>,
     pub memory_share: Option<Decimal>,
-    pub holder_team: Option<String>,
+    pub holder_team: Option<TeamId>,
     pub holder_namespace: Option<String>,
     pub holder_pod: Option<String>,
     pub holder_container: Option<String>,
@@ -70,7 +71,7 @@ pub async fn slices(
                   s.slice_uuid as "slice_uuid?", s.kind as "kind?: SliceKind", s.profile, s.gpu_instance_id,
                   s.compute_share as "compute_share?", s.memory_share as "memory_share?",
                   case when c.consumer_id is not null
-                       then consumer_team_at(c.team_label, c.namespace, $1) end as "holder_team?",
+                       then consumer_team_at(c.team_label, c.namespace, $1) end as "holder_team?: TeamId",
                   c.namespace as holder_namespace,
                   c.pod as holder_pod, c.container as holder_container,
                   c.unix_user as holder_user,

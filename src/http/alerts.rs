@@ -44,7 +44,8 @@ pub struct Alert {
     pub id: i64,
     /// `null` once its budget is deleted.
     pub budget_id: Option<i64>,
-    pub team: String,
+    #[schema(value_type = String)]
+    pub team: TeamId,
     /// The month it is about, `YYYY-MM`.
     #[schema(example = "2026-12")]
     pub period: String,
@@ -125,7 +126,7 @@ async fn list_alerts(
             .map(|(a, deliveries)| Alert {
                 id: a.alert_id,
                 budget_id: a.budget_id,
-                team: a.team_id.into(),
+                team: a.team_id,
                 period: month_of(a.period),
                 kind: a.kind,
                 key: a.key,

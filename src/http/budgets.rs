@@ -96,7 +96,8 @@ where
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Budget {
     pub id: i64,
-    pub team: String,
+    #[schema(value_type = String)]
+    pub team: TeamId,
     /// The one namespace it watches, if it is narrower than the team.
     pub namespace: Option<String>,
     /// The label (`key=value`) of the pods it watches, if it is narrower than the team.
@@ -169,7 +170,7 @@ async fn answer(
         channels: row.channels().iter().map(Channel::redacted).collect(),
         idle_days: row.idle_days,
         spend_change: row.spend_change,
-        team: row.team_id.into(),
+        team: row.team_id,
         amount: row.amount,
         auto_months: row.auto_months,
         currency: row.currency,

@@ -18,6 +18,7 @@ use crate::domain::access::{Principal, Role};
 use crate::domain::batch::{ConsumerReport, DraClaim};
 use crate::domain::dcgm::{DcgmLabels, Device};
 use crate::domain::fields::FieldError;
+use crate::domain::team::TeamId;
 use crate::fleet::{self, store as fleet_store};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -125,7 +126,8 @@ pub struct FleetSlice {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Holder {
-    pub team: String,
+    #[schema(value_type = String)]
+    pub team: TeamId,
     pub namespace: Option<String>,
     pub pod: Option<String>,
     pub container: Option<String>,

@@ -47,8 +47,8 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Team {
-    #[schema(example = "nlp")]
-    pub team: String,
+    #[schema(value_type = String, example = "nlp")]
+    pub team: TeamId,
     pub display_name: String,
     pub cost_center: Option<String>,
     pub gl_account: Option<String>,
@@ -89,8 +89,8 @@ pub struct NamespaceOwners {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct OwnerSpan {
     /// The team; `null`: no team, its unlabelled consumers are `unattributed`.
-    #[schema(example = "alpha")]
-    pub team: Option<String>,
+    #[schema(value_type = Option<String>, example = "alpha")]
+    pub team: Option<TeamId>,
     /// From this instant (2000-01-01T00:00:00Z: from the beginning of data).
     pub effective_from: DateTime<Utc>,
     /// Until this one; `null`: it owns it still.
@@ -109,7 +109,7 @@ fn ownership_of(rows: Vec<VersionRow>, only: Option<&TeamId>) -> Vec<NamespaceOw
             .get(i + 1)
             .filter(|n| n.namespace == r.namespace)
             .map(|n| n.effective_from);
-        if only.is_some_and(|t| r.team_id.as_deref() != Some(t.as_str())) {
+        if only.is_some_and(|t| r.team_id.as_ref() != Some(t)) {
             continue;
         }
         if out.last().is_none_or(|n| n.namespace != r.namespace) {

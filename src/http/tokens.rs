@@ -57,7 +57,8 @@ pub struct TokenInfo {
     /// The number after `smt_` in the token.
     pub id: i64,
     pub role: String,
-    pub team: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub team: Option<TeamId>,
     pub node: Option<String>,
     pub label: Option<String>,
     pub created_at: DateTime<Utc>,

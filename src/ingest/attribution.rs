@@ -64,12 +64,12 @@ pub fn add<'w>(
         let claim = Claim::of(c.team_label.as_ref(), c.report.namespace.as_deref());
         // The common case, a window its owner holds throughout: its hours as they are.
         if !claim.changes_within(owners, w.start, w.end) {
-            let team = teams.index(claim.team_at(owners, w.start));
+            let team = teams.index(claim.team_at(owners, w.start).as_str());
             rollup.add((slice, gpu, consumer, team), &w.hours)?;
             continue;
         }
         for (hour, team, part) in ownership::attribute(w, claim, owners)? {
-            let team = teams.index(team);
+            let team = teams.index(team.as_str());
             rollup.add((slice, gpu, consumer, team), &[(hour, part)])?;
         }
     }

@@ -499,7 +499,7 @@ pub async fn idle_slices(
         e.0 += 1;
         e.1.held_seconds += s.sums.held_seconds;
         e.1.known_seconds += s.sums.known_seconds;
-        e.1.active_seconds += s.sums.active_seconds;
+        e.1.compute_active_seconds += s.sums.compute_active_seconds;
         if let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) {
             e.2 += s.charge(card).to_decimal();
         }
@@ -509,7 +509,7 @@ pub async fn idle_slices(
         .filter(|(_, (n, sums, _))| {
             *n == days
                 && sums.known_seconds > Decimal::ZERO
-                && sums.active_seconds <= sums.known_seconds * IDLE_FRACTION
+                && sums.compute_active_seconds <= sums.known_seconds * IDLE_FRACTION
         })
         .map(
             |((team, node, gpu_uuid, gpu_instance_id, profile, workload), (_, sums, cost))| {

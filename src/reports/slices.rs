@@ -33,7 +33,7 @@ pub struct SliceDay {
     pub windows: i64,
     pub held_seconds: Decimal,
     pub known_seconds: Decimal,
-    pub active_seconds: Decimal,
+    pub compute_active_seconds: Decimal,
     pub memory_byte_seconds: Decimal,
     pub compute_share: Decimal,
     pub memory_share: Decimal,
@@ -78,7 +78,7 @@ impl SliceDay {
         SliceSeconds {
             held_seconds: self.held_seconds,
             known_seconds: self.known_seconds,
-            active_seconds: self.active_seconds,
+            compute_active_seconds: self.compute_active_seconds,
             memory_byte_seconds: self.memory_byte_seconds,
             windows: self.windows,
         }
@@ -103,7 +103,7 @@ impl SliceDay {
         self.windows += other.windows;
         self.held_seconds += other.held_seconds;
         self.known_seconds += other.known_seconds;
-        self.active_seconds += other.active_seconds;
+        self.compute_active_seconds += other.compute_active_seconds;
         self.memory_byte_seconds += other.memory_byte_seconds;
     }
 

@@ -183,7 +183,7 @@ impl Acc {
         let o = &s.sums;
         self.held += o.held_seconds;
         self.memory_gib_seconds += o.memory_gib_seconds;
-        self.active += o.active_seconds;
+        self.active += o.compute_active_seconds;
         self.unknown += o.held_seconds - o.known_seconds;
         self.windows += o.windows;
         self.held_eq += o.held_equivalent(s.reserved, w);

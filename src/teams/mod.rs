@@ -308,7 +308,7 @@ fn split_hours(
                 slice_id: r.slice_id,
                 gpu_id: r.gpu_id,
                 consumer_id: r.consumer_id,
-                team_id: team.to_owned(),
+                team_id: team.clone(),
                 held_seconds: part.held_seconds,
                 memory_byte_seconds: part.memory_byte_seconds,
                 memory_peak_bytes: part.memory_peak_bytes,
@@ -339,16 +339,16 @@ fn split_hours(
 
 /// The consumers of the split hours whose teams in an hour are not what they were.
 fn changed_team(hours: &[SplitHour], rows: &[HourRow]) -> Vec<i64> {
-    let mut now: BTreeMap<(DateTime<Utc>, i32, i64), BTreeSet<&str>> = BTreeMap::new();
+    let mut now: BTreeMap<(DateTime<Utc>, i32, i64), BTreeSet<&TeamId>> = BTreeMap::new();
     for r in rows {
         now.entry((r.hour, r.slice_id, r.consumer_id))
             .or_default()
-            .insert(r.team_id.as_str());
+            .insert(&r.team_id);
     }
     hours
         .iter()
         .filter(|h| {
-            let before: BTreeSet<&str> = h.teams.iter().map(String::as_str).collect();
+            let before: BTreeSet<&TeamId> = h.teams.iter().collect();
             now.get(&(h.hour, h.slice_id, h.consumer_id)) != Some(&before)
         })
         .map(|h| h.consumer_id)

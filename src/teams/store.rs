@@ -13,7 +13,7 @@ use crate::domain::team::TeamId;
 
 #[derive(Debug, Clone)]
 pub struct TeamRow {
-    pub team_id: String,
+    pub team_id: TeamId,
     pub display_name: String,
     pub cost_center: Option<String>,
     pub gl_account: Option<String>,
@@ -24,7 +24,7 @@ pub struct TeamRow {
 pub async fn list(pool: &PgPool, only: Option<&TeamId>) -> Result<Vec<TeamRow>, sqlx::Error> {
     sqlx::query_as!(
         TeamRow,
-        r#"select t.team_id, t.display_name, t.cost_center, t.gl_account,
+        r#"select t.team_id as "team_id: TeamId", t.display_name, t.cost_center, t.gl_account,
                   coalesce(array_agg(n.namespace order by n.namespace)
                            filter (where n.namespace is not null), '{}') as "namespaces!"
            from team t left join team_namespace_now n using (team_id)
@@ -43,7 +43,7 @@ pub struct VersionRow {
     pub namespace: String,
     pub effective_from: DateTime<Utc>,
     /// `None`: no team owns it from then.
-    pub team_id: Option<String>,
+    pub team_id: Option<TeamId>,
     pub recorded_at: DateTime<Utc>,
     pub reason: Option<String>,
 }
@@ -53,10 +53,11 @@ pub struct VersionRow {
 pub async fn history(pool: &PgPool, team: &TeamId) -> Result<Vec<VersionRow>, sqlx::Error> {
     sqlx::query_as!(
         VersionRow,
-        "select o.namespace, o.effective_from, o.team_id, o.recorded_at, o.reason
+        r#"select o.namespace, o.effective_from, o.team_id as "team_id: TeamId", o.recorded_at,
+                  o.reason
          from namespace_owner o
          where o.namespace in (select namespace from namespace_owner where team_id = $1)
-         order by o.namespace, o.effective_from",
+         order by o.namespace, o.effective_from"#,
         team.as_str()
     )
     .fetch_all(pool)
@@ -69,12 +70,13 @@ pub async fn changes_between(
     pool: &PgPool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> Result<Vec<(VersionRow, Option<String>)>, sqlx::Error> {
+) -> Result<Vec<(VersionRow, Option<TeamId>)>, sqlx::Error> {
     let rows = sqlx::query!(
-        r#"select o.namespace, o.effective_from, o.team_id, o.recorded_at, o.reason,
+        r#"select o.namespace, o.effective_from, o.team_id as "team_id: TeamId", o.recorded_at,
+                  o.reason,
                   (select p.team_id from namespace_owner p
                    where p.namespace = o.namespace and p.effective_from < o.effective_from
-                   order by p.effective_from desc limit 1) as before
+                   order by p.effective_from desc limit 1) as "before: TeamId"
            from namespace_owner o
            where o.effective_from >= $1 and o.effective_from < $2
            order by o.effective_from, o.namespace"#,
@@ -116,7 +118,8 @@ pub async fn ownership(
     namespaces: &[String],
 ) -> Result<Ownership, sqlx::Error> {
     let rows = sqlx::query!(
-        "select namespace, effective_from, team_id from namespace_owner where namespace = any($1)",
+        r#"select namespace, effective_from, team_id as "team_id: TeamId"
+           from namespace_owner where namespace = any($1)"#,
         namespaces
     )
     .fetch_all(&mut *conn)
@@ -126,7 +129,7 @@ pub async fn ownership(
             r.namespace,
             OwnerVersion {
                 from: r.effective_from,
-                team: r.team_id.and_then(|t| TeamId::parse(&t).ok()),
+                team: r.team_id,
             },
         )
     })))
@@ -268,7 +271,7 @@ pub struct SplitHour {
     /// What the rollup holds for it now, all teams together, and the teams.
     pub held_seconds: Decimal,
     pub window_count: i64,
-    pub teams: Vec<String>,
+    pub teams: Vec<TeamId>,
 }
 
 /// Marks the hours `reaches` reach (those the consumers held a slice in: the days their month's
@@ -353,7 +356,7 @@ pub async fn reattribute_whole_hours(
             String,
             Decimal,
             i64,
-            Vec<String>,
+            Vec<TeamId>,
         ),
     >(
         "select u.hour, u.slice_id, u.gpu_id, u.consumer_id, r.namespace, sum(u.held_seconds),
@@ -440,7 +443,7 @@ pub struct HourRow {
     pub slice_id: i32,
     pub gpu_id: i32,
     pub consumer_id: i64,
-    pub team_id: String,
+    pub team_id: TeamId,
     pub held_seconds: Decimal,
     pub memory_byte_seconds: Decimal,
     pub memory_peak_bytes: i64,
@@ -482,7 +485,10 @@ pub async fn replace_split_hours(
         &rows.iter().map(|r| r.slice_id).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.gpu_id).collect::<Vec<_>>(),
         &rows.iter().map(|r| r.consumer_id).collect::<Vec<_>>(),
-        &rows.iter().map(|r| r.team_id.clone()).collect::<Vec<_>>(),
+        &rows
+            .iter()
+            .map(|r| r.team_id.to_string())
+            .collect::<Vec<_>>(),
         &col(|r| r.held_seconds),
         &col(|r| r.memory_byte_seconds),
         &rows.iter().map(|r| r.memory_peak_bytes).collect::<Vec<_>>(),

@@ -100,7 +100,7 @@ impl Split {
         let held = Exact::from(d.held_seconds);
         let sums = ExactSums::of_share(
             &held,
-            &Exact::from(d.active_seconds),
+            &Exact::from(d.compute_active_seconds),
             &Exact::from(d.memory_byte_seconds),
             &d.share(),
         );

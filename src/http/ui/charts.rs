@@ -4,6 +4,8 @@
 
 use maud::{Markup, html};
 
+use crate::domain::team::TeamId;
+
 /// Team colours: distinguishable, dark enough to read against white.
 const PALETTE: [&str; 12] = [
     "#1f77b4", "#d95f02", "#2ca02c", "#7570b3", "#e7298a", "#8c564b", "#17becf", "#a6761d",
@@ -363,7 +365,7 @@ pub struct GpuBar {
 
 pub struct SliceMark {
     pub share: f64,
-    pub team: Option<String>,
+    pub team: Option<TeamId>,
     pub hover: String,
 }
 
@@ -373,7 +375,11 @@ pub fn gpu_map(id: &str, gpus: &[GpuBar], palette: &Palette) -> Markup {
     let width = W - left - 8.0;
     let mut teams: Vec<&str> = gpus
         .iter()
-        .flat_map(|g| g.slices.iter().filter_map(|s| s.team.as_deref()))
+        .flat_map(|g| {
+            g.slices
+                .iter()
+                .filter_map(|s| s.team.as_ref().map(TeamId::as_str))
+        })
         .collect();
     teams.sort_unstable();
     teams.dedup();
@@ -400,7 +406,7 @@ pub fn gpu_map(id: &str, gpus: &[GpuBar], palette: &Palette) -> Markup {
                     g class="mark" {
                         title { (s.hover) }
                         rect x=(x) y=(y) width=(w) height=(row - 6.0)
-                            fill=(s.team.as_deref().map_or("#d9d9d9", |t| palette.colour(t))) stroke="#fff" {}
+                            fill=(s.team.as_ref().map_or("#d9d9d9", |t| palette.colour(t.as_str()))) stroke="#fff" {}
                     }
                 }
             }

@@ -25,6 +25,7 @@ use crate::billing::rate_card::Currency;
 use crate::billing::service as billing;
 use crate::domain::access::Principal;
 use crate::domain::slice::{ShareWeights, SliceKind};
+use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::fleet::{self, FleetSliceRow, LastPresent};
 use crate::http::error::ApiError;
@@ -417,7 +418,7 @@ fn grouped(
     key: impl Fn(&PlacedGpu) -> String,
     link: impl Fn(&str) -> String,
 ) -> Vec<GpuBar> {
-    let mut groups: BTreeMap<String, (usize, BTreeMap<String, f64>)> = BTreeMap::new();
+    let mut groups: BTreeMap<String, (usize, BTreeMap<TeamId, f64>)> = BTreeMap::new();
     for g in &gpus {
         let (count, teams) = groups.entry(key(g)).or_default();
         *count += 1;

@@ -14,8 +14,8 @@ use crate::teams::{self, VersionRow};
 pub struct Handover {
     pub namespace: String,
     pub at: DateTime<Utc>,
-    pub before: Option<String>,
-    pub after: Option<String>,
+    pub before: Option<TeamId>,
+    pub after: Option<TeamId>,
 }
 
 /// The changes of owner that start inside `month`, by instant (a version that names the owner it
@@ -25,7 +25,7 @@ pub async fn of_month(pool: &sqlx::PgPool, month: Month) -> Result<Vec<Handover>
         .await?
         .into_iter()
         .filter(|(v, before)| &v.team_id != before)
-        .map(|(v, before): (VersionRow, Option<String>)| Handover {
+        .map(|(v, before): (VersionRow, Option<TeamId>)| Handover {
             namespace: v.namespace,
             at: v.effective_from,
             before,
@@ -40,7 +40,9 @@ fn instant(t: DateTime<Utc>) -> String {
 
 /// Every change, with both owners (the fleet page's).
 pub fn fleet_notice(month: Month, changes: &[Handover]) -> Markup {
-    let owner = |t: &Option<String>| t.clone().unwrap_or_else(|| "no team".into());
+    fn owner(t: &Option<TeamId>) -> &str {
+        t.as_ref().map_or("no team", TeamId::as_str)
+    }
     html! {
         @if !changes.is_empty() {
             section aria-labelledby="handovers-h" data-field="handovers" {
@@ -62,7 +64,7 @@ pub fn fleet_notice(month: Month, changes: &[Handover]) -> Markup {
 
 /// The namespaces `team` gained or gave up (its page's).
 pub fn team_notice(team: &TeamId, month: Month, changes: &[Handover]) -> Markup {
-    let ours = |t: &Option<String>| t.as_deref() == Some(team.as_str());
+    let ours = |t: &Option<TeamId>| t.as_ref() == Some(team);
     let mine: Vec<&Handover> = changes
         .iter()
         .filter(|c| ours(&c.before) || ours(&c.after))

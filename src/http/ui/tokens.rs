@@ -13,6 +13,7 @@ use super::layout::{UiError, Viewer, page, same_origin};
 use crate::auth::service::{self as tokens, TokenRow};
 use crate::domain::access::{Actor, Principal, Role};
 use crate::domain::fields::FieldError;
+use crate::domain::team::TeamId;
 use crate::domain::time::start_of;
 use crate::http::state::AppState;
 use crate::http::tokens::{TokenCreate, TokenCreated, create};
@@ -143,11 +144,11 @@ async fn render(
     form: &TokenForm,
 ) -> Result<Response, UiError> {
     let all = tokens::list(&state.pool, None).await?;
-    let team_names: Vec<String> = teams::list(&state.pool, None)
+    let team_names: Vec<TeamId> = teams::list(&state.pool, None)
         .await?
         .into_iter()
         .map(|t| t.team_id)
-        .filter(|t| t != "unattributed")
+        .filter(|t| !t.is_unattributed())
         .collect();
     let now = Utc::now();
     let body: Markup = html! {
@@ -176,7 +177,7 @@ async fn render(
                 label for="team" { "Team (a team lead's)" }
                 select id="team" name="team" {
                     option value="" { "—" }
-                    @for t in &team_names { option value=(t) selected[form.team == *t] { (t) } }
+                    @for t in &team_names { option value=(t) selected[form.team == t.as_str()] { (t) } }
                 }
                 label for="node" { "Node (a collector's)" }
                 input id="node" name="node" value=(form.node) maxlength="253";
@@ -201,7 +202,7 @@ async fn render(
                         tr data-token=(t.id) {
                             td class="num" { (t.id) }
                             td { (t.role) }
-                            td { (t.team_id.as_deref().unwrap_or("")) }
+                            td { (t.team_id.as_ref().map_or("", TeamId::as_str)) }
                             td { (t.node.as_deref().unwrap_or("")) }
                             td { (t.label.as_deref().unwrap_or("")) }
                             td { (when(t.created_at)) }

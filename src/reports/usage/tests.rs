@@ -39,7 +39,7 @@ fn sums(reserved: bool, held: Decimal, compute_share: Decimal, memory_share: Dec
             held_memory: held * memory_share,
             known_seconds: held,
             known_compute: held * compute_share,
-            active_seconds: held / dec!(4),
+            compute_active_seconds: held / dec!(4),
             active_compute: held / dec!(4) * compute_share,
             memory_gib_seconds: dec!(0),
             memory_used: held / dec!(2) * memory_share,
@@ -81,7 +81,7 @@ fn unknown_compute_makes_efficiency_unknown_not_zero() {
     let mut s = sums(true, dec!(3600), dec!(1), dec!(1));
     s.sums.known_seconds = dec!(0);
     s.sums.known_compute = dec!(0);
-    s.sums.active_seconds = dec!(0);
+    s.sums.compute_active_seconds = dec!(0);
     s.sums.active_compute = dec!(0);
     s.rate_card = Some(1);
     let r = report(&[s], "team", &Invoiced::default());
