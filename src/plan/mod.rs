@@ -27,6 +27,7 @@ use utoipa::ToSchema;
 
 use crate::billing::rate_card::{self, RateCard};
 use crate::domain::profiles;
+use crate::domain::team::TeamId;
 use crate::domain::time::AVERAGE_MONTH_HOURS;
 use pack::{Item, PackError, Shape, StepKind};
 
@@ -98,7 +99,8 @@ pub struct PlacedInstance {
     /// Whether it is on this card today.
     pub stays: bool,
     /// Who held it most in the last hour of today's layout.
-    pub team: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub team: Option<TeamId>,
     pub workload: Option<String>,
 }
 

@@ -19,6 +19,7 @@ use super::store::Evidence;
 use crate::billing::rate_card::RateCard;
 use crate::domain::profiles::{self, MigProfile};
 use crate::domain::slice::{ShareWeights, SliceKind};
+use crate::domain::team::TeamId;
 use crate::domain::time::AVERAGE_MONTH_HOURS;
 use crate::domain::usage::IDLE_FRACTION;
 
@@ -92,7 +93,8 @@ pub enum Confidence {
 /// One workload's slices of one kind and profile, and what they should be.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Recommendation {
-    pub team: String,
+    #[schema(value_type = String)]
+    pub team: TeamId,
     pub namespace: Option<String>,
     /// `Deployment`, `StatefulSet`, `Job`, `Pod`, `Workload` (a `slicemeter.io/workload` label) or
     /// `User`.
@@ -185,8 +187,8 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
     let compute_need = e.compute_p95.map(|p| {
         p * e.compute_share_f64() * f64::from(e.gpu_compute_slices) / target.utilisation()
     });
-    let idle =
-        e.known_seconds > Decimal::ZERO && e.active_seconds <= e.known_seconds * IDLE_FRACTION;
+    let idle = e.known_seconds > Decimal::ZERO
+        && e.compute_active_seconds <= e.known_seconds * IDLE_FRACTION;
 
     let table = profiles::table_model(&e.model);
     let (action, recommended, reason): (Action, Option<&MigProfile>, String) = if kind
@@ -356,7 +358,7 @@ pub fn recommend(e: &Evidence, card: Option<&RateCard>, target: TargetProfile) -
         memory_reserved_bytes: e.memory_reserved_bytes,
         compute_p95: e.compute_p95,
         compute_busy: (e.known_seconds > Decimal::ZERO)
-            .then(|| (e.active_seconds / e.known_seconds).to_f64())
+            .then(|| (e.compute_active_seconds / e.known_seconds).to_f64())
             .flatten(),
         compute_need_slices: compute_need,
         monthly_delta: monthly_today.zip(monthly_recommended).map(|(a, b)| a - b),
@@ -420,7 +422,7 @@ mod tests {
     ) -> Evidence {
         let held = Decimal::from(14 * 86_400);
         Evidence {
-            team: "nlp".into(),
+            team: TeamId::parse("nlp").unwrap(),
             namespace: Some("nlp".into()),
             workload_kind: "Deployment".into(),
             workload: "embedder".into(),
@@ -437,7 +439,7 @@ mod tests {
             days: 14,
             held_seconds: held,
             known_seconds: held,
-            active_seconds: held * Decimal::from_f64(busy).unwrap(),
+            compute_active_seconds: held * Decimal::from_f64(busy).unwrap(),
             memory_p99_bytes: peak_gib * GIB,
             memory_max_bytes: peak_gib * GIB,
             compute_p95: Some(busy),
@@ -516,7 +518,7 @@ mod tests {
         let mut e = held(SliceKind::Whole, None, 7, 8, 10, 0.019);
         let five = Decimal::from(5 * 86_400);
         (e.span_seconds, e.days, e.held_seconds, e.known_seconds) = (5 * 86_400, 5, five, five);
-        e.active_seconds = five * dec!(0.019);
+        e.compute_active_seconds = five * dec!(0.019);
         let r = recommend(&e, Some(&card()), TargetProfile::Default);
         assert_eq!(r.action, Action::Wait);
         assert_eq!(
@@ -531,7 +533,7 @@ mod tests {
         assert_eq!(so_far.monthly_delta, Some(dec!(2346.43)));
         assert!(so_far.shared_alternative.is_some(), "{so_far:?}");
         // Held with no compute: give it back, if it stays so.
-        e.active_seconds = Decimal::ZERO;
+        e.compute_active_seconds = Decimal::ZERO;
         let idle = recommend(&e, Some(&card()), TargetProfile::Default);
         let so_far = idle.so_far.expect("what 5 days advise");
         assert_eq!(so_far.action, Action::GiveBack);

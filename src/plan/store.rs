@@ -6,6 +6,7 @@ use rust_decimal::prelude::ToPrimitive;
 use sqlx::PgPool;
 
 use crate::domain::slice::SliceKind;
+use crate::domain::team::TeamId;
 
 /// A card as it is today, with the MIG instances held on it.
 #[derive(Debug, Clone)]
@@ -31,7 +32,7 @@ pub struct InstanceToday {
 /// A workload as right-sizing names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Holder {
-    pub team: String,
+    pub team: TeamId,
     pub namespace: Option<String>,
     pub workload_kind: String,
     pub workload: String,
@@ -52,7 +53,7 @@ pub async fn cards_today(
                   g.memory_slices as gpu_memory,
                   i.slice_uuid as "slice_uuid?", i.profile as "profile?",
                   i.compute_slices as "compute_slices?", i.memory_slices as "memory_slices?",
-                  i.team_id as "team_id?", i.namespace, i.w[1] as "workload_kind?",
+                  i.team_id as "team_id?: TeamId", i.namespace, i.w[1] as "workload_kind?",
                   i.w[2] as "workload?"
            from last l
            join gpu g on g.gpu_id = l.gpu_id
@@ -114,7 +115,7 @@ pub async fn cards_today(
 /// right-sizing.
 #[derive(Debug, Clone)]
 pub struct Evidence {
-    pub team: String,
+    pub team: TeamId,
     pub namespace: Option<String>,
     pub workload_kind: String,
     pub workload: String,
@@ -133,7 +134,7 @@ pub struct Evidence {
     pub days: i64,
     pub held_seconds: Decimal,
     pub known_seconds: Decimal,
-    pub active_seconds: Decimal,
+    pub compute_active_seconds: Decimal,
     pub memory_p99_bytes: i64,
     pub memory_max_bytes: i64,
     pub compute_p95: Option<f64>,
@@ -178,7 +179,7 @@ struct EvidenceFigures {
     span_seconds: i64,
     held_seconds: Decimal,
     known_seconds: Decimal,
-    active_seconds: Decimal,
+    compute_active_seconds: Decimal,
     memory_p99_bytes: i64,
     memory_max_bytes: i64,
     compute_p95: Option<f64>,
@@ -302,7 +303,7 @@ async fn evidence_together(
                 (extract(epoch from max(u.hour) - min(u.hour)) + 3600)::int8 as span_seconds,
                 sum(u.held_seconds) as held_seconds,
                 sum(u.compute_known_seconds) as known_seconds,
-                sum(u.compute_active_seconds) as active_seconds,
+                sum(u.compute_active_seconds) as compute_active_seconds,
                 percentile_disc(0.99) within group (order by u.memory_peak_bytes)
                     as memory_p99_bytes,
                 max(u.memory_peak_bytes) as memory_max_bytes,
@@ -337,7 +338,7 @@ async fn evidence_together(
             continue;
         };
         out[r].push(Evidence {
-            team: g.team_id.clone(),
+            team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
             namespace: g.namespace.clone(),
             workload_kind: g.workload_kind.clone(),
             workload: g.workload.clone(),
@@ -354,7 +355,7 @@ async fn evidence_together(
             days: (f.span_seconds + 86_399) / 86_400,
             held_seconds: f.held_seconds,
             known_seconds: f.known_seconds,
-            active_seconds: f.active_seconds,
+            compute_active_seconds: f.compute_active_seconds,
             memory_p99_bytes: f.memory_p99_bytes,
             memory_max_bytes: f.memory_max_bytes,
             compute_p95: f.compute_p95,

@@ -12,7 +12,6 @@ use super::charts::{self, GpuBar, Palette, SliceMark};
 use super::format::{money, number};
 use super::layout::{UiError, Viewer, empty_state, page};
 use crate::domain::access::Principal;
-use crate::domain::team::TeamId;
 use crate::http::plans::mig_parted_response;
 use crate::http::state::AppState;
 use crate::plan::recommend::TargetProfile;
@@ -179,10 +178,7 @@ fn bars(cards: &[CardPlan], freed: &[String]) -> Vec<GpuBar> {
                 }
                 slices.push(SliceMark {
                     share: f64::from(i.memory_slices) / 8.0,
-                    team: i
-                        .team
-                        .as_ref()
-                        .and_then(|t| t.as_str().parse::<TeamId>().ok()),
+                    team: i.team.clone(),
                     hover: format!(
                         "{}{} at memory slices {}-{}{}",
                         i.profile,
