@@ -50,6 +50,8 @@ struct UsageKey {
     group_by: GroupBy,
     step: Step,
     team: Option<TeamId>,
+    /// Only the sums a price reads (`store::pod_hour_sums`).
+    costs_only: bool,
 }
 
 impl ReportCache {
@@ -79,6 +81,7 @@ async fn usage_sums(
         group_by: group_by.clone(),
         step,
         team: team.cloned(),
+        costs_only: false,
     };
     cache
         .usage
@@ -112,20 +115,47 @@ pub async fn usage_report(
     ))
 }
 
-/// The usage report's costs alone (`usage::costs`): each row's cost as [`usage_report`] gives it.
-pub async fn usage_costs(
+/// The usage report's costs alone (`usage::costs`) by the hour and (team, namespace, workload,
+/// pod): each row's cost as [`usage_report`] gives it at that step and grouping, from a read of
+/// only the sums a price needs (`store::pod_hour_sums`). What the unit cost prices.
+pub async fn pod_hour_costs(
     pool: &PgPool,
     cache: &ReportCache,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    group_by: &GroupBy,
-    step: Step,
     team: Option<&TeamId>,
 ) -> Result<usage::RowCosts, Error> {
-    let sums = usage_sums(pool, cache, from, to, group_by, step, team).await?;
-    let cards = rate_cards::rate_cards(pool).await?;
-    let invoiced = invoiced(pool, cache, from, to, &sums, team).await?;
-    Ok(usage::costs(from, to, group_by, &sums, &cards, &invoiced))
+    let group_by: GroupBy = "team,namespace,workload,pod"
+        .parse()
+        .expect("the pod-hour costs' dimensions");
+    let key = UsageKey {
+        from,
+        to,
+        group_by: group_by.clone(),
+        step: Step::Hour,
+        team: team.cloned(),
+        costs_only: true,
+    };
+    // The open months' invoice lines read beside the sums: every month the range covers whole (one
+    // without usage has no row to add up).
+    let mut months = BTreeSet::new();
+    let mut m = Month::of(from);
+    while m.start() < to {
+        months.insert(m);
+        m = m.next();
+    }
+    let (sums, cards, invoiced) = tokio::try_join!(
+        async {
+            cache
+                .usage
+                .get(pool, key, || store::pod_hour_sums(pool, from, to, team))
+                .await
+                .map_err(Error::from)
+        },
+        async { rate_cards::rate_cards(pool).await.map_err(Error::from) },
+        invoiced_months(pool, cache, from, to, months, team),
+    )?;
+    Ok(usage::costs(from, to, &group_by, &sums, &cards, &invoiced))
 }
 
 /// The usage lines of the open months `[from, to)` covers whole, as billing prices them now: what
@@ -138,9 +168,21 @@ async fn invoiced(
     sums: &[UsageSums],
     team: Option<&TeamId>,
 ) -> Result<Invoiced, Error> {
-    let months: BTreeSet<Month> = sums
-        .iter()
-        .map(|s| Month::of(s.bucket))
+    let months = sums.iter().map(|s| Month::of(s.bucket)).collect();
+    invoiced_months(pool, cache, from, to, months, team).await
+}
+
+/// [`invoiced`] of `months`, those of them `[from, to)` covers whole.
+async fn invoiced_months(
+    pool: &PgPool,
+    cache: &ReportCache,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    months: BTreeSet<Month>,
+    team: Option<&TeamId>,
+) -> Result<Invoiced, Error> {
+    let months: BTreeSet<Month> = months
+        .into_iter()
         .filter(|m| m.start() >= from && m.end() <= to)
         .collect();
     // An issued month's rows are what its hours cost now, none of its bill: not priced (nor its

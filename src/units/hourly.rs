@@ -14,6 +14,7 @@
 //! A series' first hour (no `prev`) rose steadily from its first sample, the window's minimum.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 
@@ -23,6 +24,8 @@ use crate::collector::import::prometheus::{Prometheus, QueryError, RawSeries};
 const HOUR_MS: i64 = 3_600_000;
 /// Raw reads of irregular hours at once.
 const PARALLEL_READS: usize = 8;
+/// The longest span of hours whose irregular runs, of any series, one query reads.
+const SHARED_READ_HOURS: i64 = 6;
 
 /// The labels of a series, its name aside.
 type Series = Vec<(String, String)>;
@@ -133,6 +136,7 @@ pub async fn increases(
     to_ms: i64,
     labels: &Labels<'_>,
 ) -> Result<Option<Increases>, QueryError> {
+    let started = Instant::now();
     // Where each series stands at `from`: its last valid sample in the look-back.
     let mut stands: HashMap<Series, Option<f64>> = HashMap::new();
     let mut ignored = 0;
@@ -215,8 +219,9 @@ pub async fn increases(
             }
         }
     }
+    let functions = started.elapsed();
     let mut inc = Increases::default();
-    let mut raw = Vec::new();
+    let mut raw: Vec<Raw> = Vec::new();
     for (series, mut at) in points {
         // Each query's points in time order, merged.
         at.sort_by_key(|(k, _)| *k);
@@ -272,30 +277,93 @@ pub async fn increases(
         }
         raw.extend(open);
     }
-    let read_raw = |r: Raw| async move {
-        // Samples in (start of the first hour, end of the last].
-        let (a, b) = (
-            from_ms + (r.first - 1) * HOUR_MS,
-            from_ms + r.last * HOUR_MS,
-        );
-        let e = if selector {
-            narrowed(expr, &r.series)
-        } else {
-            expr.to_owned()
-        };
-        let got = read(client, &e, selector, step_ms, a + 1, b + 1).await?;
-        Ok::<_, QueryError>((r, a, got))
-    };
-    let mut reads = stream::iter(raw.into_iter().map(read_raw)).buffer_unordered(PARALLEL_READS);
-    while let Some((r, a, got)) = reads.try_next().await? {
-        let key = UnitKey::of(&r.series, labels);
-        for s in got.into_iter().filter(|s| s.labels == r.series) {
-            let hours = &mut inc.hours;
-            count::count_samples(&s.samples, r.seed, a, &mut inc.resets, |at, d| {
-                *hours.entry((at, key.clone())).or_default() += d;
-            });
+    // Each Prometheus query costs a fixed time (its index and blocks looked up) besides its samples:
+    // runs within a few hours of each other are read by one query of the whole expression, its
+    // series told apart by their labels (restarts across a fleet fall in the same hours), each run
+    // counting only its own hours' samples; a run alone, or a long one, is read by itself, and so is
+    // each run of a shared read whose answer is too large.
+    let runs = raw.len();
+    raw.sort_by_key(|r| (r.first, r.last));
+    let mut groups: Vec<Vec<Raw>> = Vec::new();
+    let mut span = (0, 0);
+    for r in raw {
+        match groups.last_mut() {
+            Some(g) if r.last.max(span.1) - span.0 < SHARED_READ_HOURS => {
+                span.1 = span.1.max(r.last);
+                g.push(r);
+            }
+            _ => {
+                span = (r.first, r.last);
+                groups.push(vec![r]);
+            }
         }
     }
+    let reads = groups.len();
+    // Samples in (start of the first hour, end of the last].
+    let bounds =
+        |first: i64, last: i64| (from_ms + (first - 1) * HOUR_MS, from_ms + last * HOUR_MS);
+    let read_raw = |rs: Vec<Raw>| async move {
+        let first = rs.iter().map(|r| r.first).min().unwrap_or_default();
+        let last = rs.iter().map(|r| r.last).max().unwrap_or_default();
+        let (a, b) = bounds(first, last);
+        let got = match &rs[..] {
+            [one] if selector => {
+                read(
+                    client,
+                    &narrowed(expr, &one.series),
+                    true,
+                    step_ms,
+                    a + 1,
+                    b + 1,
+                )
+                .await?
+            }
+            _ => match read(client, expr, selector, step_ms, a + 1, b + 1).await {
+                Err(e) if e.too_large() && selector => {
+                    let mut got = Vec::new();
+                    for r in &rs {
+                        let (a, b) = bounds(r.first, r.last);
+                        let e = narrowed(expr, &r.series);
+                        got.extend(read(client, &e, true, step_ms, a + 1, b + 1).await?);
+                    }
+                    got
+                }
+                got => got?,
+            },
+        };
+        Ok::<_, QueryError>((rs, got))
+    };
+    let mut answers =
+        stream::iter(groups.into_iter().map(read_raw)).buffer_unordered(PARALLEL_READS);
+    while let Some((rs, got)) = answers.try_next().await? {
+        let mut wanted: HashMap<&Series, Vec<&Raw>> = HashMap::new();
+        for r in &rs {
+            wanted.entry(&r.series).or_default().push(r);
+        }
+        for s in got {
+            let Some(runs) = wanted.get(&s.labels) else {
+                continue;
+            };
+            for r in runs {
+                let (a, b) = bounds(r.first, r.last);
+                // The run's own samples only: those before it are counted by `prev` (its seed).
+                let i = s.samples.partition_point(|(t, _)| *t <= a);
+                let j = s.samples.partition_point(|(t, _)| *t <= b);
+                let key = UnitKey::of(&r.series, labels);
+                let hours = &mut inc.hours;
+                count::count_samples(&s.samples[i..j], r.seed, a, &mut inc.resets, |at, d| {
+                    *hours.entry((at, key.clone())).or_default() += d;
+                });
+            }
+        }
+    }
+    tracing::debug!(
+        functions_s = functions.as_secs_f64(),
+        runs,
+        reads,
+        raw_s = started.elapsed().as_secs_f64() - functions.as_secs_f64(),
+        "Read a counter's hours server-side, the irregular ones raw."
+    );
     Ok(Some(inc))
 }
 

@@ -2,7 +2,7 @@
 //! hour a point server-side, `hourly`, the hours that are not a steady rise from raw samples; an
 //! expression that is not a selector through a subquery at [`SUBQUERY_STEP_MS`]), each hour's
 //! increase counted (`count`), and the hour's cost of each pod's slices as the usage report prices
-//! it (`reports::service::usage_costs`: the rate cards in force, each open month adding up to its
+//! it (`reports::service::pod_hour_costs`: the rate cards in force, each open month adding up to its
 //! invoice lines, an issued month to its issued lines plus the corrections its late data brings),
 //! both read at once and joined (`cost`).
 
@@ -19,7 +19,6 @@ use crate::billing::service::Error as BooksError;
 use crate::collector::import::prometheus::{Auth, Prometheus, QueryError};
 use crate::domain::team::TeamId;
 use crate::reports::service::{self as reports, ReportCache};
-use crate::reports::usage::{GroupBy, Step};
 
 /// The resolution at which an expression that is not a selector is read.
 pub const SUBQUERY_STEP_MS: i64 = 30_000;
@@ -170,12 +169,9 @@ pub async fn unit_costs(
     group_bys: &[UnitGroupBy],
     team: Option<&TeamId>,
 ) -> Result<Vec<UnitCostReport>, UnitCostError> {
-    let dims: GroupBy = "team,namespace,workload,pod"
-        .parse()
-        .expect("the unit cost's dimensions");
     // The counters and the books, read at once.
     let (inc, usage) = tokio::try_join!(increases(source, def, from, to), async {
-        reports::usage_costs(pool, cache, from, to, &dims, Step::Hour, team)
+        reports::pod_hour_costs(pool, cache, from, to, team)
             .await
             .map_err(UnitCostError::from)
     })?;

@@ -898,3 +898,68 @@ async fn usage_groups_by_pod_container_and_label_with_null_where_there_is_none()
     assert!(message.contains("\"cluster\" is not one of"), "{message}");
     assert!(message.contains("\"a b\" is not a label key"), "{message}");
 }
+
+/// The unit cost prices each pod's hours from a read of its own (`pod_hour_costs`: only the sums a
+/// price needs): every row's cost is the usage report's at that step and grouping, to the cent,
+/// for an issued month with late data, an open one under two rate cards, a range within a month,
+/// and a team lead's own team.
+#[tokio::test]
+async fn the_unit_costs_pod_hour_costs_are_the_usage_reports_row_by_row() {
+    use slicemeter::domain::team::TeamId;
+    use slicemeter::reports::service::{ReportCache, pod_hour_costs};
+    type Costs = BTreeMap<(chrono::DateTime<chrono::Utc>, Vec<Option<String>>), Option<Decimal>>;
+
+    let app = TestApp::spawn().await;
+    crate::exports::simulated_month(&app).await;
+    let invoiced = invoiced_usage(&app, "2026-09").await;
+    let team = TeamId::parse(invoiced.keys().next().unwrap()).unwrap();
+    let ranges = [
+        ("2026-08-01T00:00:00Z", "2026-09-01T00:00:00Z", None),
+        ("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", None),
+        ("2026-09-10T06:00:00Z", "2026-09-20T00:00:00Z", None),
+        ("2026-09-01T00:00:00Z", "2026-10-01T00:00:00Z", Some(&team)),
+    ];
+    for (from, to, own) in ranges {
+        let token = match own {
+            Some(t) => app.token(Role::TeamLead, Some(t.as_str()), None).await,
+            None => app.admin.clone(),
+        };
+        let r = app
+            .get(
+                Some(&token),
+                &format!(
+                    "/v1/reports/usage?from={from}&to={to}&group_by=team,namespace,workload,pod&step=hour"
+                ),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        let want: Costs = r.body["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                let key = ["team", "namespace", "workload", "pod"]
+                    .iter()
+                    .map(|k| row["key"][k].as_str().map(str::to_owned))
+                    .collect();
+                let cost = row["cost"].as_str().map(|c| Decimal::from_str(c).unwrap());
+                (
+                    (row["bucket"].as_str().unwrap().parse().unwrap(), key),
+                    cost,
+                )
+            })
+            .collect();
+        assert!(want.len() > 100, "{from}: {} rows", want.len());
+        let got = pod_hour_costs(
+            &app.pool,
+            &ReportCache::new(Duration::ZERO),
+            from.parse().unwrap(),
+            to.parse().unwrap(),
+            own,
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.rows, want, "{from} to {to}, {own:?}");
+        assert_eq!(got.currency.map(|c| c.code), Some("USD".to_owned()));
+    }
+}

@@ -5,6 +5,7 @@
 //! its two parts measured alone in the same run: the usage report it prices from, and the counters
 //! read and counted.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -153,19 +154,37 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let sums =
         slicemeter::reports::store::usage_sums(&pool, from, to, &dims, Step::Hour, None).await?;
     let sql_time = t.elapsed();
-    // What the unit cost reads of it: each row's cost alone.
+    // What the unit cost reads: each pod-hour's cost alone, its SQL alone, and the month's bill it
+    // adds up to alone.
     let t = Instant::now();
-    let row_costs = reports::usage_costs(
-        &pool,
-        &ReportCache::new(Duration::ZERO),
-        from,
-        to,
-        &dims,
-        Step::Hour,
-        None,
-    )
-    .await?;
+    let row_costs =
+        reports::pod_hour_costs(&pool, &ReportCache::new(Duration::ZERO), from, to, None).await?;
     let costs_time = t.elapsed();
+    let t = Instant::now();
+    let cost_sums = slicemeter::reports::store::pod_hour_sums(&pool, from, to, None).await?;
+    let cost_sql_time = t.elapsed();
+    let t = Instant::now();
+    reports::month(&pool, &ReportCache::new(Duration::ZERO), month).await?;
+    let bill_time = t.elapsed();
+    // Exact: the very costs the usage report gives its rows.
+    let names = ["team", "namespace", "workload", "pod"];
+    let report_costs: BTreeMap<_, _> = usage
+        .rows
+        .iter()
+        .map(|r| {
+            let key: Vec<Option<String>> = names
+                .iter()
+                .map(|n| r.key.get(*n).cloned().flatten())
+                .collect();
+            ((r.bucket, key), r.figures.cost)
+        })
+        .collect();
+    anyhow::ensure!(
+        report_costs == row_costs.rows,
+        "the pod-hour costs ({} rows) differ from the usage report's ({} rows)",
+        row_costs.rows.len(),
+        report_costs.len()
+    );
     let t = Instant::now();
     let unit_costs = service::unit_costs(
         &pool,
@@ -197,7 +216,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         teams.total.units
     );
     println!(
-        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows; its SQL alone {:.2} s, {} rows of sums; its costs alone {:.2} s, {} rows)",
+        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows; its SQL alone {:.2} s, {} rows of sums); its costs alone {:.2} s ({} rows, as the report's; their SQL alone {:.2} s, {} rows; the month's bill alone {:.2} s)",
         counters.as_secs_f64(),
         inc.hours.len(),
         usage_time.as_secs_f64(),
@@ -205,7 +224,10 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         sql_time.as_secs_f64(),
         sums.len(),
         costs_time.as_secs_f64(),
-        row_costs.rows.len()
+        row_costs.rows.len(),
+        cost_sql_time.as_secs_f64(),
+        cost_sums.len(),
+        bill_time.as_secs_f64()
     );
     println!(
         "  target < 5 s: {}",

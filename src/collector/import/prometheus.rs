@@ -96,9 +96,22 @@ impl Prometheus {
         timeout: Duration,
         max_answer_bytes: usize,
     ) -> Result<Prometheus, String> {
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .connect_timeout(timeout.min(Duration::from_secs(10)));
+        // On loopback an answer is not worth compressing: Prometheus 2.42 took 0.33 s to gzip a
+        // day of 200 GPUs' counters (3.7 MB) that it sends plain in 0.04-0.11 s.
+        let host = reqwest::Url::parse(base)
+            .ok()
+            .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()));
+        if host.is_some_and(|h| {
+            h == "localhost"
+                || h.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }) {
+            builder = builder.no_gzip();
+        }
+        let client = builder
             .build()
             .map_err(|e| format!("the HTTP client: {e}"))?;
         Ok(Prometheus {
@@ -283,9 +296,35 @@ impl Prometheus {
     }
 }
 
+/// A successful matrix answer, read straight into its series: what every answer of a raw read or a
+/// range query is. Anything else (an error, another result type, JSON that does not fit) is read
+/// again by [`parse`], which names what is wrong.
+#[derive(Deserialize)]
+struct MatrixAnswer<'a> {
+    status: &'a str,
+    #[serde(borrow)]
+    data: MatrixData<'a>,
+}
+
+#[derive(Deserialize)]
+struct MatrixData<'a> {
+    #[serde(rename = "resultType")]
+    result_type: &'a str,
+    #[serde(borrow)]
+    result: Vec<Matrix<'a>>,
+}
+
 /// The series of a matrix answer, samples in `[from_ms, to_ms)`; else why not, and whether trying
 /// again may help.
 fn matrix_series(body: &[u8], from_ms: i64, to_ms: i64) -> Result<Vec<RawSeries>, (String, bool)> {
+    // The common answer typed at once (an untagged enum would first copy every sample into a
+    // generic value, and try each variant on it).
+    if let Ok(answer) = serde_json::from_slice::<MatrixAnswer>(body)
+        && answer.status == "success"
+        && answer.data.result_type == "matrix"
+    {
+        return series(answer.data.result, from_ms, to_ms).map_err(|reason| (reason, false));
+    }
     let envelope = parse(body)?;
     let Some(Data::Result {
         result_type,
