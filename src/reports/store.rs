@@ -269,7 +269,7 @@ pub async fn pod_hour_sums(
                   coalesce(round(sum(p.held * s.memory_share) filter (where s.reserved), 9), 0)
                       as "held_memory!",
                   0::numeric as "known_seconds!", 0::numeric as "known_compute!",
-                  0::numeric as "active_seconds!",
+                  0::numeric as "compute_active_seconds!",
                   coalesce(round(sum(p.active * s.compute_share) filter (where not s.reserved), 9), 0)
                       as "active_compute!",
                   0::numeric as "memory_gib_seconds!",
