@@ -13,7 +13,7 @@ use chrono::Utc;
 use slicemeter::collector::import::prometheus::Auth;
 use slicemeter::domain::time::Month;
 use slicemeter::reports::service::{self as reports, ReportCache};
-use slicemeter::reports::usage::{GroupBy, Step};
+use slicemeter::reports::usage::{GroupBy, RowCosts, Step, UsageReport};
 use slicemeter::sim::SimFleet;
 use slicemeter::sim::prometheus::{LocalPrometheus, binary};
 use slicemeter::sim::vllm::{self, GENERATION_TOKENS};
@@ -167,24 +167,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     reports::month(&pool, &ReportCache::new(Duration::ZERO), month).await?;
     let bill_time = t.elapsed();
     // Exact: the very costs the usage report gives its rows.
-    let names = ["team", "namespace", "workload", "pod"];
-    let report_costs: BTreeMap<_, _> = usage
-        .rows
-        .iter()
-        .map(|r| {
-            let key: Vec<Option<String>> = names
-                .iter()
-                .map(|n| r.key.get(*n).cloned().flatten())
-                .collect();
-            ((r.bucket, key), r.figures.cost)
-        })
-        .collect();
-    anyhow::ensure!(
-        report_costs == row_costs.rows,
-        "the pod-hour costs ({} rows) differ from the usage report's ({} rows)",
-        row_costs.rows.len(),
-        report_costs.len()
-    );
+    same_costs(&usage, &row_costs)?;
     let t = Instant::now();
     let unit_costs = service::unit_costs(
         &pool,
@@ -244,4 +227,28 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
 
 pub async fn units(args: UnitsBenchArgs) -> anyhow::Result<()> {
     in_scratch_schema(args.database_url.as_deref(), 8, |pool, _| run(&args, pool)).await
+}
+
+/// Fails unless every pod-hour's cost the unit cost reads is the usage report's row for that hour
+/// and pod.
+fn same_costs(usage: &UsageReport, row_costs: &RowCosts) -> anyhow::Result<()> {
+    let names = ["team", "namespace", "workload", "pod"];
+    let report_costs: BTreeMap<_, _> = usage
+        .rows
+        .iter()
+        .map(|r| {
+            let key: Vec<Option<String>> = names
+                .iter()
+                .map(|n| r.key.get(*n).cloned().flatten())
+                .collect();
+            ((r.bucket, key), r.figures.cost)
+        })
+        .collect();
+    anyhow::ensure!(
+        report_costs == row_costs.rows,
+        "the pod-hour costs ({} rows) differ from the usage report's ({} rows)",
+        row_costs.rows.len(),
+        report_costs.len()
+    );
+    Ok(())
 }
