@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use rust_decimal::{Decimal, RoundingStrategy};
 
 use super::args::{DbArgs, output};
 use crate::db;
@@ -90,6 +91,16 @@ fn summary(plan: &ConsolidationPlan) -> String {
             m.instances_moved,
             m.freed.len(),
             m.monthly_saving.round_dp(2),
+        );
+        let number = |d: Decimal, places: u32| {
+            d.round_dp_with_strategy(places, RoundingStrategy::MidpointNearestEven)
+                .to_string()
+        };
+        let money = |d: Decimal| format!("{d} {currency}");
+        out += &format!(
+            "  stranded (no profile fits): today {}; planned {}\n",
+            m.stranded_today.describe(number, money),
+            m.stranded_planned.describe(number, money),
         );
         for mv in &m.moves {
             let place = if mv.from_gpu == mv.to_gpu {

@@ -35,6 +35,35 @@ pub struct StrandedCapacity {
     pub monthly_cost: Option<Decimal>,
 }
 
+impl StrandedCapacity {
+    /// `3 compute slices, 0.21 GPU, USD 625.71 a month`; `none` when nothing is stranded: the
+    /// plan page's words and the CLI's, with their own ways of writing a number (`number(x, places)`)
+    /// and an amount.
+    pub fn describe(
+        &self,
+        number: impl Fn(Decimal, u32) -> String,
+        money: impl Fn(Decimal) -> String,
+    ) -> String {
+        let plural =
+            |n: u32, what: &str| format!("{n} {what} slice{}", if n == 1 { "" } else { "s" });
+        let mut parts = Vec::new();
+        if self.compute_slices > 0 {
+            parts.push(plural(self.compute_slices, "compute"));
+        }
+        if self.memory_slices > 0 {
+            parts.push(plural(self.memory_slices, "memory"));
+        }
+        if parts.is_empty() {
+            return "none".to_owned();
+        }
+        parts.push(format!("{} GPU", number(self.gpu_equivalents, 2)));
+        if let Some(cost) = self.monthly_cost {
+            parts.push(format!("{} a month", money(cost)));
+        }
+        parts.join(", ")
+    }
+}
+
 /// What `layouts` (each card's MIG instances, as compute and memory slices) strand on cards of
 /// `total_compute`/`total_memory` slices of `model`, priced with `rate_card`.
 pub fn stranded_capacity(

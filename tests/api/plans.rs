@@ -340,6 +340,16 @@ async fn the_plan_says_what_the_layouts_strand_today_and_after() {
         ),
         "{page}"
     );
+    // So does `slicemeter plan`'s summary.
+    let out = app.cli(&["plan", "--no-right-size"]);
+    assert!(out.status.success(), "{out:?}");
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        summary.contains(
+            "  stranded (no profile fits): today 3 compute slices, 0.26 GPU, 750.86 USD a month; planned 4 compute slices, 0.34 GPU, 1001.14 USD a month\n"
+        ),
+        "{summary}"
+    );
 }
 
 #[tokio::test]

@@ -222,24 +222,9 @@ fn bars(cards: &[CardPlan], freed: &[String]) -> Vec<GpuBar> {
     out
 }
 
-/// `3 compute slices, 0.21 GPU, USD 625.71 a month`; `none` when nothing is stranded.
+/// What `s` strands as the page says it (`StrandedCapacity::describe`).
 fn stranded(s: &StrandedCapacity, money: &dyn Fn(rust_decimal::Decimal) -> String) -> String {
-    let plural = |n: u32, what: &str| format!("{n} {what} slice{}", if n == 1 { "" } else { "s" });
-    let mut parts = Vec::new();
-    if s.compute_slices > 0 {
-        parts.push(plural(s.compute_slices, "compute"));
-    }
-    if s.memory_slices > 0 {
-        parts.push(plural(s.memory_slices, "memory"));
-    }
-    if parts.is_empty() {
-        return "none".to_owned();
-    }
-    parts.push(format!("{} GPU", number(s.gpu_equivalents, 2)));
-    if let Some(cost) = s.monthly_cost {
-        parts.push(format!("{} a month", money(cost)));
-    }
-    parts.join(", ")
+    s.describe(number, money)
 }
 
 fn free(slices: u8) -> SliceMark {
