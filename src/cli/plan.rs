@@ -69,6 +69,13 @@ fn parse_target(s: &str) -> Result<TargetProfile, String> {
     TargetProfile::parse(s).ok_or_else(|| format!("{s:?} is not one of default, dev, prod, ha"))
 }
 
+/// An amount to the cent, half to even, always with two places (`0.00`, not `0`).
+fn cents(d: Decimal) -> Decimal {
+    let mut d = d.round_dp_with_strategy(2, RoundingStrategy::MidpointNearestEven);
+    d.rescale(2);
+    d
+}
+
 fn summary(plan: &ConsolidationPlan) -> String {
     let currency = plan.currency.as_deref().unwrap_or("");
     let mut out = format!(
@@ -90,7 +97,7 @@ fn summary(plan: &ConsolidationPlan) -> String {
             m.instances,
             m.instances_moved,
             m.freed.len(),
-            m.monthly_saving.round_dp(2),
+            cents(m.monthly_saving),
         );
         let number = |d: Decimal, places: u32| {
             d.round_dp_with_strategy(places, RoundingStrategy::MidpointNearestEven)
@@ -116,7 +123,7 @@ fn summary(plan: &ConsolidationPlan) -> String {
     }
     out += &format!(
         "Saving: {} {currency} a month\n",
-        plan.monthly_saving.round_dp(2)
+        cents(plan.monthly_saving)
     );
     out
 }

@@ -12,7 +12,8 @@
 //! split strands less (`pack/strand.rs`: the second objective, lowered, not proved the least); the new
 //! layouts go to today's cards so that as many instances as possible stay where they are (greedy
 //! by overlap: the third objective, minimised, not proved minimal), and the moves are ordered by
-//! simulating them, so that no card ever holds an invalid layout on the way.
+//! simulating them, so that no card ever holds an invalid layout on the way. A packing that frees
+//! no card and strands no less than today is no plan at all: today's layouts stay, nothing moves.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -189,6 +190,32 @@ pub fn pack(
     let mut today = vec![vec![0u8; shapes.len()]; cards];
     for i in items {
         today[i.card][i.shape] += 1;
+    }
+    // A packing that frees no card and strands no less than today's layouts would only move
+    // instances for nothing: today's layouts are the plan.
+    let in_use: Vec<Vec<u8>> = today
+        .iter()
+        .filter(|t| t.iter().any(|&n| n > 0))
+        .cloned()
+        .collect();
+    if chosen.len() >= in_use.len() {
+        let stranded = |l: &[Vec<u8>]| {
+            strand::stranded_by(l, &instances, total_compute, total_memory, weights)
+        };
+        if let (Some(now), Some(then)) = (stranded(&in_use), stranded(&chosen))
+            && then >= now
+        {
+            let target: Vec<usize> = items.iter().map(|i| i.card).collect();
+            return Ok(finish(
+                items,
+                &target,
+                cards,
+                shapes,
+                total_compute,
+                total_memory,
+                optimal,
+            ));
+        }
     }
     // Each chosen layout to a card of today, greatest overlap first; ties go to the fuller card,
     // so that the emptiest cards are the ones freed.

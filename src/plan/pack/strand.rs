@@ -57,6 +57,25 @@ struct Split {
     second: Vec<u8>,
 }
 
+/// What `layouts` (each card's counts of each of `shapes`) strand together, weighed as
+/// [`strand_less`] weighs it; none when a layout does not fit.
+pub(super) fn stranded_by(
+    layouts: &[Vec<u8>],
+    shapes: &[Instance],
+    total_compute: u8,
+    total_memory: u8,
+    weights: ShareWeights,
+) -> Option<Decimal> {
+    let mut w = Weigher {
+        shapes,
+        total_compute,
+        total_memory,
+        weights,
+        seen: BTreeMap::new(),
+    };
+    layouts.iter().map(|l| w.stranded(l)).sum()
+}
+
 /// `chosen` (each card's counts of each of `shapes`) with pairs of cards' instances shared out anew where
 /// that strands less; as many cards, the same instances.
 pub(super) fn strand_less(

@@ -290,3 +290,34 @@ fn a_layout_that_strands_nothing_is_left_as_it_is() {
     assert_eq!(p.used.len(), 2);
     assert!(p.steps.is_empty());
 }
+
+#[test]
+fn cards_that_can_free_none_and_strand_nothing_less_are_left_as_they_are() {
+    // The demo's two A100s (profiles as an H100's): six 1g.10gb, and a 2g.20gb, two 1g.10gb and a
+    // 3g.40gb. 13 compute slices need two cards, and neither strands anything (the first's
+    // seventh compute slice and memory slice 6 still take a 1g.10gb; the second is full). The
+    // relaxation's columns split them otherwise (a 3g.40gb beside the six, then stopped and
+    // started again): five steps, three instances moved, that freed nothing and stranded nothing less.
+    let cards: &[&[&str]] = &[
+        &["1g.10gb"; 6],
+        &["2g.20gb", "1g.10gb", "1g.10gb", "3g.40gb"],
+    ];
+    let (p, items) = packed(cards);
+    assert!(p.optimal);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    assert_eq!(
+        layouts(&p, &items),
+        vec![
+            (0, vec!["1g.10gb".to_owned(); 6]),
+            (
+                1,
+                vec![
+                    "1g.10gb".into(),
+                    "1g.10gb".into(),
+                    "2g.20gb".into(),
+                    "3g.40gb".into()
+                ]
+            ),
+        ]
+    );
+}
