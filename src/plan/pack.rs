@@ -217,6 +217,28 @@ pub fn pack(
             ));
         }
     }
+    let target = targets(&chosen, &today, items, cards, shapes.len());
+    Ok(finish(
+        items,
+        &target,
+        cards,
+        shapes,
+        total_compute,
+        total_memory,
+        optimal,
+    ))
+}
+
+/// Which of today's `cards` each instance of `items` goes to: each `chosen` layout to a card of
+/// `today` (each card's counts of each of `shapes` shapes), greatest overlap first, and as many
+/// instances of each shape as the new layout keeps on a card stay there.
+fn targets(
+    chosen: &[Vec<u8>],
+    today: &[Vec<u8>],
+    items: &[Item],
+    cards: usize,
+    shapes: usize,
+) -> Vec<usize> {
     // Each chosen layout to a card of today, greatest overlap first; ties go to the fuller card,
     // so that the emptiest cards are the ones freed.
     let overlap =
@@ -239,7 +261,7 @@ pub fn pack(
     }
     // Which instances stay: as many of each shape as the new layout keeps there.
     let mut target = vec![usize::MAX; items.len()];
-    let mut room: Vec<Vec<u8>> = vec![vec![0u8; shapes.len()]; cards];
+    let mut room: Vec<Vec<u8>> = vec![vec![0u8; shapes]; cards];
     for (k, c) in chosen.iter().enumerate() {
         let n = card_of[k].expect("every chosen layout has a card");
         room[n].clone_from(c);
@@ -259,15 +281,7 @@ pub fn pack(
             target[idx] = n;
         }
     }
-    Ok(finish(
-        items,
-        &target,
-        cards,
-        shapes,
-        total_compute,
-        total_memory,
-        optimal,
-    ))
+    target
 }
 
 fn keep_today(
