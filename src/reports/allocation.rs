@@ -1,5 +1,6 @@
 //! The fleet's allocation by day (the fleet page's chart): GPU-equivalent hours held and busy,
-//! from the usage report by day, kept and read anew behind the request while young.
+//! from the usage report by day, and the GPU-hours present, read together, kept and read anew
+//! behind the request while young.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,12 +23,22 @@ pub struct DayAllocation {
     pub busy: Decimal,
 }
 
+/// A month's allocation by day and the GPU-hours present each day, read together: the chart they
+/// draw is of one moment, however far behind (a day whose presence were read anew beside a kept
+/// allocation would show as unallocated until the read behind the request lands).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MonthAllocation {
+    pub days: BTreeMap<DateTime<Utc>, DayAllocation>,
+    /// Each day's GPU-hours present (`capacity_by_day`), in order.
+    pub capacity: Vec<(DateTime<Utc>, Decimal)>,
+}
+
 /// The fleet's allocation by day of each month (the fleet page's chart), kept as right-sizing's
 /// evidence is: while the database is unchanged, and served at once after a change while at most
 /// `max_age` old, read anew behind the request. Hours, not money: a chart a few minutes behind is
 /// still a true chart, where a report's amounts never are.
 #[derive(Debug)]
-pub struct AllocationCache(SnapshotCache<Month, BTreeMap<DateTime<Utc>, DayAllocation>>);
+pub struct AllocationCache(SnapshotCache<Month, MonthAllocation>);
 
 impl AllocationCache {
     pub fn new(max_stale: Duration, max_age: Duration) -> Self {
@@ -40,7 +51,7 @@ impl AllocationCache {
         pool: &PgPool,
         reports: &Arc<ReportCache>,
         month: Month,
-    ) -> Result<Arc<BTreeMap<DateTime<Utc>, DayAllocation>>, Error> {
+    ) -> Result<Arc<MonthAllocation>, Error> {
         let (read_pool, reports) = (pool.clone(), reports.clone());
         self.0
             .get_revalidating(pool, month, (), move || async move {
@@ -60,7 +71,8 @@ impl AllocationCache {
                     day.held += r.figures.gpu_equivalent_hours;
                     day.busy += r.figures.used_gpu_equivalent_hours.unwrap_or_default();
                 }
-                Ok(days)
+                let capacity = super::store::capacity_by_day(&read_pool, month).await?;
+                Ok(MonthAllocation { days, capacity })
             })
             .await
     }

@@ -653,11 +653,3 @@ pub async fn fleet_gauges(
         .collect();
     Ok(g)
 }
-
-/// GPU-hours present per day of `month`: the fleet's capacity (the fleet page's chart).
-pub async fn capacity_by_day(
-    pool: &PgPool,
-    month: Month,
-) -> Result<Vec<(DateTime<Utc>, Decimal)>, sqlx::Error> {
-    store::capacity_by_day(pool, month).await
-}

@@ -291,20 +291,41 @@ async fn usage_by_day(
 /// read anew behind the request, so the next pages show the write.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_allocation_chart_is_the_usage_reports_and_catches_up_after_a_write_without_waiting() {
-    use slicemeter::domain::time::floor_hour;
+    // Two hours of one day, a few hours back.
+    let mut hour =
+        slicemeter::domain::time::floor_hour(chrono::Utc::now()) - chrono::Duration::hours(3);
+    if (hour + chrono::Duration::hours(1)).date_naive() != hour.date_naive() {
+        hour -= chrono::Duration::hours(1);
+    }
+    chart_catches_up(hour).await;
+}
+
+/// As above, the second hour the first of a new day: the kept chart is of one moment, so the new
+/// day shows once the read behind the request brings its allocation, never before at none.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_on_a_new_day_joins_the_allocation_chart_with_its_allocation() {
+    use chrono::Datelike;
+    let mut midnight = slicemeter::domain::time::start_of(chrono::Utc::now().date_naive())
+        - chrono::Duration::days(1);
+    if midnight.day() == 1 {
+        midnight -= chrono::Duration::days(1);
+    }
+    chart_catches_up(midnight - chrono::Duration::hours(1)).await;
+}
+
+/// An hour held at `hour`, the fleet page's allocation chart, two more slice-hours the hour after:
+/// the next view is the chart as it was, and the views after it come to the usage report's.
+async fn chart_catches_up(hour: chrono::DateTime<chrono::Utc>) {
     let app = TestApp::with_config(slicemeter::http::state::ServerConfig {
         ingest_rate: 0.0,
         ..test_config()
     })
     .await;
-    // Two hours of one day, a few hours back: the page's days are those GPUs were present, read
-    // anew on every view, so a second hour on the next day would add that day to the kept chart
-    // (at 0 allocated) before the read behind fills it in.
-    let mut hour = floor_hour(chrono::Utc::now()) - chrono::Duration::hours(3);
-    if (hour + chrono::Duration::hours(1)).date_naive() != hour.date_naive() {
-        hour -= chrono::Duration::hours(1);
-    }
     let month = slicemeter::domain::time::Month::of(hour);
+    assert_eq!(
+        slicemeter::domain::time::Month::of(hour + chrono::Duration::hours(1)),
+        month
+    );
     let card = crate::billing::rate_card(&app, &month.start().to_rfc3339(), "4.00").await;
     assert_eq!(card.status, StatusCode::CREATED, "{card:?}");
     let held = |at: chrono::DateTime<chrono::Utc>, slices: &[&str]| {

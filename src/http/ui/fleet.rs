@@ -65,7 +65,6 @@ pub async fn fleet(
                 .get(&state.pool, &state.reports, month)
                 .await
                 .map_err(ApiError::from)?;
-            let capacity = crate::reports::service::capacity_by_day(&state.pool, month).await?;
             let fleet = fleet::slices(&state.pool, Utc::now(), LastPresent::Skipped).await?;
             let teams = teams::list(&state.pool, None).await?;
             let palette = Palette::new(teams.iter().map(|t| t.team_id.as_str()));
@@ -85,8 +84,8 @@ pub async fn fleet(
                     &map,
                     &report,
                     &currency,
-                    &daily,
-                    &capacity,
+                    &daily.days,
+                    &daily.capacity,
                     &fleet,
                     &invoices,
                     &palette,
