@@ -193,31 +193,18 @@ pub fn pack(
     }
     // A packing that frees no card and strands no less than today's layouts would only move
     // instances for nothing: today's layouts are the plan.
-    let in_use: Vec<Vec<u8>> = today
-        .iter()
-        .filter(|t| t.iter().any(|&n| n > 0))
-        .cloned()
-        .collect();
-    if chosen.len() >= in_use.len() {
-        let stranded = |l: &[Vec<u8>]| {
-            strand::stranded_by(l, &instances, total_compute, total_memory, weights)
-        };
-        if let (Some(now), Some(then)) = (stranded(&in_use), stranded(&chosen))
-            && then >= now
-        {
-            let target: Vec<usize> = items.iter().map(|i| i.card).collect();
-            return Ok(finish(
-                items,
-                &target,
-                cards,
-                shapes,
-                total_compute,
-                total_memory,
-                optimal,
-            ));
-        }
-    }
-    let target = targets(&chosen, &today, items, cards, shapes.len());
+    let target = if strand::gains_nothing(
+        &chosen,
+        &today,
+        &instances,
+        total_compute,
+        total_memory,
+        weights,
+    ) {
+        items.iter().map(|i| i.card).collect()
+    } else {
+        targets(&chosen, &today, items, cards, shapes.len())
+    };
     Ok(finish(
         items,
         &target,

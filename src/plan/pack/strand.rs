@@ -57,23 +57,42 @@ struct Split {
     second: Vec<u8>,
 }
 
-/// What `layouts` (each card's counts of each of `shapes`) strand together, weighed as
-/// [`strand_less`] weighs it; none when a layout does not fit.
-pub(super) fn stranded_by(
-    layouts: &[Vec<u8>],
+impl<'a> Weigher<'a> {
+    fn new(
+        shapes: &'a [Instance],
+        total_compute: u8,
+        total_memory: u8,
+        weights: ShareWeights,
+    ) -> Self {
+        Weigher {
+            shapes,
+            total_compute,
+            total_memory,
+            weights,
+            seen: BTreeMap::new(),
+        }
+    }
+}
+
+/// Whether `chosen` (each card's counts of each of `shapes`) frees none of `today`'s cards in use
+/// and strands no less than they do, weighed as [`strand_less`] weighs it; false when a layout
+/// does not fit.
+pub(super) fn gains_nothing(
+    chosen: &[Vec<u8>],
+    today: &[Vec<u8>],
     shapes: &[Instance],
     total_compute: u8,
     total_memory: u8,
     weights: ShareWeights,
-) -> Option<Decimal> {
-    let mut w = Weigher {
-        shapes,
-        total_compute,
-        total_memory,
-        weights,
-        seen: BTreeMap::new(),
-    };
-    layouts.iter().map(|l| w.stranded(l)).sum()
+) -> bool {
+    let in_use: Vec<&Vec<u8>> = today.iter().filter(|t| t.iter().any(|&n| n > 0)).collect();
+    if chosen.len() < in_use.len() {
+        return false;
+    }
+    let mut w = Weigher::new(shapes, total_compute, total_memory, weights);
+    let now: Option<Decimal> = in_use.iter().map(|l| w.stranded(l)).sum();
+    let then: Option<Decimal> = chosen.iter().map(|l| w.stranded(l)).sum();
+    matches!((now, then), (Some(now), Some(then)) if then >= now)
 }
 
 /// `chosen` (each card's counts of each of `shapes`) with pairs of cards' instances shared out anew where
@@ -85,13 +104,7 @@ pub(super) fn strand_less(
     total_memory: u8,
     weights: ShareWeights,
 ) -> Vec<Vec<u8>> {
-    let mut w = Weigher {
-        shapes,
-        total_compute,
-        total_memory,
-        weights,
-        seen: BTreeMap::new(),
-    };
+    let mut w = Weigher::new(shapes, total_compute, total_memory, weights);
     // Each pair of layouts' best split, kept: most pairs are the same from one round to the next.
     let mut splits: BTreeMap<(Vec<u8>, Vec<u8>), Option<Split>> = BTreeMap::new();
     loop {
