@@ -122,16 +122,29 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
                     join gpu g on g.gpu_id = s.gpu_id
                     left join team t on t.team_id = k.team_id
                     returning 1),
-              m as (insert into book_model_day select * from period_model_day($1, false) returning 1),
-              g as (insert into book_gpu_day select * from period_gpu_day($1, false) returning 1)
-         select (select count(*) from u) as slice_rows, (select count(*) from m) as presence_rows,
-                (select count(*) from g) as gpu_rows
+              m as (insert into book_model_day select * from period_model_day($1, false) returning 1)
+         select (select count(*) from u) as slice_rows, (select count(*) from m) as presence_rows
          from b",
         p
     )
     .fetch_one(&mut *conn)
     .await?;
+    write_gpu_days(conn, month).await?;
     Ok(())
+}
+
+/// Writes `month`'s per-GPU-day presence and stranded seconds into its books (`book_gpu_day`, what
+/// the per-card ledger and the fleet-wide split of an issued month are read from); part of
+/// [`write_books`], a statement of its own so that its cost can be measured apart
+/// (`slicemeter-bench scale`). Returns the rows written.
+pub async fn write_gpu_days(conn: &mut PgConnection, month: Month) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query!(
+        "insert into book_gpu_day select * from period_gpu_day($1, false)",
+        month.first_day()
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected())
 }
 
 /// Freezes the period's books (its first invoice is being issued); `false` if there are none.
@@ -323,8 +336,26 @@ pub async fn presence_aggregates(
             )
         })
         .collect::<Vec<_>>();
-    // What the GPUs' layouts stranded, summed per geometry (its units are the GPU's slices and
-    // bytes), then exact per (model, rate card). Books written before migration 0028 hold none.
+    for (model, rate_card, seconds) in stranded_seconds(conn, month, from_book).await? {
+        if let Some((p, _)) = out
+            .iter_mut()
+            .find(|(p, c)| p.model == model && *c == rate_card)
+        {
+            p.stranded.add(&seconds);
+        }
+    }
+    Ok((out, uncovered))
+}
+
+/// What `month`'s GPUs' layouts stranded per (model, rate card in force), from its books or the
+/// rollups: summed per geometry (its units are the GPU's slices and bytes), then exact. Books
+/// written before migration 0028 hold none. The fleet-wide split's one read, apart from presence
+/// so that its cost can be measured on its own (`slicemeter-bench scale`).
+pub async fn stranded_seconds(
+    conn: &mut PgConnection,
+    month: Month,
+    from_book: bool,
+) -> Result<Vec<(String, Option<i64>, StrandedSeconds)>, sqlx::Error> {
     let stranded = sqlx::query!(
         r#"select d.model as "model!", d.rate_card_id as "rate_card?",
                   d.memory_bytes as "memory_bytes!", d.compute_slices as "compute_slices!",
@@ -342,25 +373,22 @@ pub async fn presence_aggregates(
     )
     .fetch_all(&mut *conn)
     .await?;
-    for r in stranded {
-        let geometry = GpuGeometry {
-            memory_bytes: u64::try_from(r.memory_bytes).unwrap_or(1),
-            compute_slices: u8::try_from(r.compute_slices).unwrap_or(1),
-            memory_slices: u8::try_from(r.memory_slices).unwrap_or(1),
-        };
-        let seconds = StrandedSeconds::of_gpu(
-            &geometry,
-            r.compute_slice_seconds,
-            r.memory_slice_seconds,
-            r.thread_percent_seconds,
-            r.memory_byte_seconds,
-        );
-        if let Some((p, _)) = out
-            .iter_mut()
-            .find(|(p, c)| p.model == r.model && *c == r.rate_card)
-        {
-            p.stranded.add(&seconds);
-        }
-    }
-    Ok((out, uncovered))
+    Ok(stranded
+        .into_iter()
+        .map(|r| {
+            let geometry = GpuGeometry {
+                memory_bytes: u64::try_from(r.memory_bytes).unwrap_or(1),
+                compute_slices: u8::try_from(r.compute_slices).unwrap_or(1),
+                memory_slices: u8::try_from(r.memory_slices).unwrap_or(1),
+            };
+            let seconds = StrandedSeconds::of_gpu(
+                &geometry,
+                r.compute_slice_seconds,
+                r.memory_slice_seconds,
+                r.thread_percent_seconds,
+                r.memory_byte_seconds,
+            );
+            (r.model, r.rate_card, seconds)
+        })
+        .collect())
 }
