@@ -64,10 +64,12 @@ async fn template() -> &'static str {
     static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
     TEMPLATE
         .get_or_init(|| async {
-            // Named after every migration's checksum, so a changed or added migration makes a new one.
+            // Named after every migration's checksum and every SQL function's file (applied after
+            // the migrations), so a changed or added migration or function makes a new one.
             let digest = db::MIGRATOR
                 .iter()
                 .flat_map(|m| m.checksum.iter())
+                .chain(db::FUNCTIONS.iter().flat_map(|(_, sql)| sql.as_bytes()))
                 .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                     (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
                 });
