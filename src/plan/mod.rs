@@ -7,6 +7,7 @@
 //! the window; a MIG-mode card reported present with nothing held is empty today and freed by any
 //! plan. Cards not in MIG mode (whole GPUs, MPS, time-slicing) are not repacked.
 
+pub mod days;
 mod evidence;
 pub mod pack;
 pub mod recommend;
