@@ -124,9 +124,12 @@ pub async fn summarise_day(pool: &PgPool, day: DateTime<Utc>) -> Result<bool, sq
         .bind(day)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("set local work_mem = '64MB'")
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "select set_config('work_mem', '64MB', true),
+                set_config('plan_cache_mode', 'force_custom_plan', true)",
+    )
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(concat!(
         "insert into evidence_day (day, team_id, namespace, workload_kind, workload, model, kind,
                                    profile, compute_share, memory_share, memory_reserved_bytes,

@@ -9,6 +9,7 @@
 
 pub mod days;
 mod evidence;
+mod merge;
 pub mod pack;
 pub mod recommend;
 pub mod store;
