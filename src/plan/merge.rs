@@ -8,9 +8,6 @@ use std::collections::{BTreeMap, HashSet};
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 
-use super::store::{Evidence, EvidenceGroup};
-use crate::domain::team::TeamId;
-
 /// What a group's hourly rows of a stretch of hours say (a summarised day's, or hours read from
 /// the hourly rollups): the sums, the first and last hour, the slices, and every hour's peak
 /// memory and compute-active fraction (the hours whose compute was measured), exactly, so that
@@ -28,7 +25,7 @@ pub(super) struct Partial {
 }
 
 /// A group's partials merged over a range: the one path by which summarised days and hours read
-/// from the hourly rollups become [`Evidence`].
+/// from the hourly rollups become [`Evidence`](super::store::Evidence).
 #[derive(Debug, Default)]
 pub(super) struct Merged {
     held_seconds: Decimal,
@@ -54,29 +51,14 @@ impl Merged {
         self.compute_ratios.extend(p.compute_ratios);
     }
 
-    pub(super) fn finish(mut self, g: &EvidenceGroup) -> Result<Evidence, sqlx::Error> {
-        let (first, last) = self
-            .hours
-            .ok_or_else(|| sqlx::Error::Protocol("a group merged from no hours".into()))?;
+    /// The merged figures: none when nothing was added.
+    pub(super) fn finish(mut self) -> Option<Figures> {
+        let (first, last) = self.hours?;
         self.memory_peaks.sort_unstable();
         self.compute_ratios.sort_unstable_by(f64::total_cmp);
-        let span_seconds = (last - first).num_seconds() + 3600;
-        Ok(Evidence {
-            team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-            namespace: g.namespace.clone(),
-            workload_kind: g.workload_kind.clone(),
-            workload: g.workload.clone(),
-            model: g.model.clone(),
-            kind: g.kind,
-            profile: g.profile.clone(),
-            compute_share: g.compute_share,
-            memory_share: g.memory_share,
-            memory_reserved_bytes: g.memory_reserved_bytes,
-            gpu_compute_slices: u8::try_from(g.gpu_compute_slices).unwrap_or(7),
-            gpu_memory_bytes: g.gpu_memory_bytes,
+        Some(Figures {
             slices: self.slices.len() as i64,
-            span_seconds,
-            days: (span_seconds + 86_399) / 86_400,
+            span_seconds: (last - first).num_seconds() + 3600,
             held_seconds: self.held_seconds,
             known_seconds: self.known_seconds,
             compute_active_seconds: self.compute_active_seconds,
@@ -85,6 +67,19 @@ impl Merged {
             compute_p95: percentile_cont(&self.compute_ratios, 0.95),
         })
     }
+}
+
+/// A group's figures over a range, as [`Evidence`](super::store::Evidence) holds them.
+pub(super) struct Figures {
+    pub(super) slices: i64,
+    /// From the first hour held to the end of the last.
+    pub(super) span_seconds: i64,
+    pub(super) held_seconds: Decimal,
+    pub(super) known_seconds: Decimal,
+    pub(super) compute_active_seconds: Decimal,
+    pub(super) memory_p99_bytes: i64,
+    pub(super) memory_max_bytes: i64,
+    pub(super) compute_p95: Option<f64>,
 }
 
 /// PostgreSQL's `percentile_disc(p)` of `sorted` (ascending; none when empty): the first value

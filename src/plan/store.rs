@@ -3,10 +3,11 @@
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
+use crate::domain::time::floor_day;
 
 /// A card as it is today, with the MIG instances held on it.
 #[derive(Debug, Clone)]
@@ -192,7 +193,7 @@ macro_rules! pairs_sql {
          where $2::text is null or p.team_id = $2"
     };
 }
-pub(super) use pairs_sql;
+pub(crate) use pairs_sql;
 
 /// The columns of a [`Partial`] of hourly rows `u`, as the read and the day summaries take them:
 /// the compute-active fraction as `(active / nullif(known, 0))::float8`, the hours with none
@@ -208,7 +209,7 @@ macro_rules! partial_sql {
                   filter (where u.compute_known_seconds <> 0), '{}') as compute_ratios"
     };
 }
-pub(super) use partial_sql;
+pub(crate) use partial_sql;
 
 /// A summarised day's row of a group.
 #[derive(sqlx::FromRow)]
@@ -308,7 +309,7 @@ async fn evidence_together(
     .execute(&mut *tx)
     .await?;
     let summarised = match source {
-        Source::Summaries => super::days::summarised(&mut tx, first, last).await?,
+        Source::Summaries => summarised_days(&mut tx, first, last).await?,
         Source::HourlyOnly => Vec::new(),
     };
     let split = super::merge::Split::of(ranges, &summarised);
@@ -322,7 +323,7 @@ async fn evidence_together(
             .add(p);
     };
     let days: Vec<DateTime<Utc>> = split.days.keys().copied().collect();
-    for row in super::days::read(&mut tx, &days, team).await? {
+    for row in day_rows(&mut tx, &days, team).await? {
         for &r in split.days.get(&row.day).into_iter().flatten() {
             add(row.group.clone(), r, row.partial.clone());
         }
@@ -390,8 +391,8 @@ async fn evidence_together(
     let mut out: Vec<Vec<Evidence>> = ranges.iter().map(|_| Vec::new()).collect();
     for (g, per_range) in merged {
         for (r, m) in per_range.into_iter().enumerate() {
-            if let Some(m) = m {
-                out[r].push(m.finish(&g)?);
+            if let Some(f) = m.and_then(super::merge::Merged::finish) {
+                out[r].push(evidence_of(&g, f)?);
             }
         }
     }
@@ -411,6 +412,75 @@ async fn evidence_together(
         evidence.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.profile.cmp(&b.profile)));
     }
     Ok(out)
+}
+
+/// The days of `[from, to)` (and the one before, whose end may be in it) whose summary is there
+/// and not stale.
+async fn summarised_days(
+    conn: &mut PgConnection,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select d.day from evidence_day_done d
+         where d.day >= $1 and d.day < $2
+           and not exists (select from evidence_day_stale s where s.day = d.day)
+         order by d.day",
+    )
+    .bind(floor_day(from))
+    .bind(to)
+    .fetch_all(conn)
+    .await
+}
+
+/// The summaries of `days` (only `team`'s, when given).
+async fn day_rows(
+    conn: &mut PgConnection,
+    days: &[DateTime<Utc>],
+    team: Option<&str>,
+) -> Result<Vec<DayRow>, sqlx::Error> {
+    if days.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "select day, team_id, namespace, workload_kind, workload, model, kind, profile,
+                compute_share, memory_share, memory_reserved_bytes, gpu_compute_slices,
+                gpu_memory_bytes, held_seconds, known_seconds, compute_active_seconds, first_hour,
+                last_hour, slice_ids, memory_peaks, compute_ratios
+         from evidence_day
+         where day = any($1) and ($2::text is null or team_id = $2)",
+    )
+    .bind(days)
+    .bind(team)
+    .fetch_all(conn)
+    .await
+}
+
+/// A group's evidence of its merged figures.
+fn evidence_of(g: &EvidenceGroup, f: super::merge::Figures) -> Result<Evidence, sqlx::Error> {
+    Ok(Evidence {
+        team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        namespace: g.namespace.clone(),
+        workload_kind: g.workload_kind.clone(),
+        workload: g.workload.clone(),
+        model: g.model.clone(),
+        kind: g.kind,
+        profile: g.profile.clone(),
+        compute_share: g.compute_share,
+        memory_share: g.memory_share,
+        memory_reserved_bytes: g.memory_reserved_bytes,
+        gpu_compute_slices: u8::try_from(g.gpu_compute_slices).unwrap_or(7),
+        gpu_memory_bytes: g.gpu_memory_bytes,
+        slices: f.slices,
+        span_seconds: f.span_seconds,
+        days: (f.span_seconds + 86_399) / 86_400,
+        held_seconds: f.held_seconds,
+        known_seconds: f.known_seconds,
+        compute_active_seconds: f.compute_active_seconds,
+        memory_p99_bytes: f.memory_p99_bytes,
+        memory_max_bytes: f.memory_max_bytes,
+        compute_p95: f.compute_p95,
+    })
 }
 
 /// A group's hours of one stretch of a run.

@@ -232,6 +232,8 @@ async fn equal_both_ways(
     summarised
 }
 
+// long: one fleet's story in order (read raw, summarised, a late write, summarised again, hours
+// gone), each step checked against the one before
 #[tokio::test]
 async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_hourly_rollups() {
     let app = TestApp::spawn().await;

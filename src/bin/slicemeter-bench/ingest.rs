@@ -70,6 +70,8 @@ struct Measured {
     latencies: Vec<Duration>,
 }
 
+// long: the benchmark's table in order, each batch period's runs (alone, grouped, unmarked), ceilings
+// and floor printed together
 async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let (gpus, hours) = if args.smoke {
         (16, 1)

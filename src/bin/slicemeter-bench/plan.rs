@@ -36,6 +36,7 @@ pub async fn plan(args: PlanBenchArgs) -> anyhow::Result<()> {
     in_scratch_schema(args.database_url.as_deref(), 4, |pool, _| run(&args, pool)).await
 }
 
+// long: the benchmark's lines in the order they print, each read against the floor of the same run
 async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let (gpus, days) = if args.smoke {
         (16, 7)

@@ -1,29 +1,10 @@
-//! Right-sizing's evidence of closed UTC days, summarised per day and evidence group
-//! (`evidence_day`, migration 0029) by a bounded background step, so that a range's evidence is a
-//! read of its days' summaries and of the hours left (today's, a part day, a day written since),
-//! not a scan and sort of all its hourly rows.
-//!
-//! A day is summarised once it is closed and settled ([`SETTLE`] past its end, so that batches in
-//! flight at midnight have landed); a later write to it marks it stale (`ingest::store::
-//! mark_closed_days`), and it is read from the hourly rollups until summarised again. The writer
-//! holds the day's advisory lock shared, the summariser exclusively (without waiting: a day busy
-//! with a write is left to the next round), so a summary never misses a write that was not marked.
-
-use std::time::Duration;
+//! The day summaries' SQL: which days are due, one day's summary made anew, how far behind.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
-use super::store::{DayRow, pairs_sql, partial_sql};
 use crate::domain::time::floor_day;
-
-/// How long after its end a day is left to the writes in flight before it is summarised.
-pub const SETTLE: Duration = Duration::from_secs(15 * 60);
-
-/// How often the background step looks for days to summarise, and how many it summarises a round
-/// (the newest first: right-sizing reads the last days).
-pub const EVERY: Duration = Duration::from_secs(30);
-pub const DAYS_PER_ROUND: i64 = 4;
+use crate::plan::store::{pairs_sql, partial_sql};
 
 /// The closed days that right-sizing reads from the hourly rollups because their summary is
 /// missing or stale.
@@ -71,7 +52,7 @@ pub async fn lag(pool: &PgPool, now: DateTime<Utc>) -> Result<Lag, sqlx::Error> 
 #[derive(Debug, Clone, Default)]
 pub struct Round {
     /// The days summarised, each with the time it took.
-    pub summarised: Vec<(DateTime<Utc>, Duration)>,
+    pub summarised: Vec<(DateTime<Utc>, std::time::Duration)>,
     /// Days left for the next round because a write to them held their lock.
     pub busy: usize,
 }
@@ -164,46 +145,4 @@ pub async fn summarise_day(pool: &PgPool, day: DateTime<Utc>) -> Result<bool, sq
     .await?;
     tx.commit().await?;
     Ok(true)
-}
-
-/// The days of `[from, to)` (and the one before, whose end may be in it) whose summary is there
-/// and not stale.
-pub(super) async fn summarised(
-    conn: &mut PgConnection,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<Vec<DateTime<Utc>>, sqlx::Error> {
-    sqlx::query_scalar(
-        "select d.day from evidence_day_done d
-         where d.day >= $1 and d.day < $2
-           and not exists (select from evidence_day_stale s where s.day = d.day)
-         order by d.day",
-    )
-    .bind(floor_day(from))
-    .bind(to)
-    .fetch_all(conn)
-    .await
-}
-
-/// The summaries of `days` (only `team`'s, when given).
-pub(super) async fn read(
-    conn: &mut PgConnection,
-    days: &[DateTime<Utc>],
-    team: Option<&str>,
-) -> Result<Vec<DayRow>, sqlx::Error> {
-    if days.is_empty() {
-        return Ok(Vec::new());
-    }
-    sqlx::query_as(
-        "select day, team_id, namespace, workload_kind, workload, model, kind, profile,
-                compute_share, memory_share, memory_reserved_bytes, gpu_compute_slices,
-                gpu_memory_bytes, held_seconds, known_seconds, compute_active_seconds, first_hour,
-                last_hour, slice_ids, memory_peaks, compute_ratios
-         from evidence_day
-         where day = any($1) and ($2::text is null or team_id = $2)",
-    )
-    .bind(days)
-    .bind(team)
-    .fetch_all(conn)
-    .await
 }
