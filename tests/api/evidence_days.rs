@@ -374,6 +374,37 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     let resummarised = equal_both_ways(&app, &ranges, now).await;
     assert_eq!(format!("{resummarised:?}"), format!("{after:?}"));
 
+    // A namespace that changes team from inside a summarised day: its hours from then on change
+    // team, and those days are stale until summarised again.
+    let moved = today - Duration::days(6) + Duration::hours(9);
+    app.put_team_from("search", &[], &moved.to_rfc3339()).await;
+    app.put_team_from("vision", &["vision", "search"], &moved.to_rfc3339())
+        .await;
+    assert_eq!(
+        days::lag(&app.pool, now).await.unwrap(),
+        days::Lag {
+            days: 6,
+            oldest: Some(floor_day(moved))
+        }
+    );
+    let reattributed = equal_both_ways(&app, &ranges, now).await;
+    assert!(
+        reattributed[0]
+            .iter()
+            .any(|e| e.workload == "ranker" && e.team.as_str() == "vision"),
+        "{reattributed:?}"
+    );
+    assert_eq!(
+        days::summarise_due(&app.pool, now, 100)
+            .await
+            .unwrap()
+            .summarised
+            .len(),
+        6
+    );
+    let after = equal_both_ways(&app, &ranges, now).await;
+    assert_eq!(format!("{after:?}"), format!("{reattributed:?}"));
+
     // A summarised day is read from its summary, not its hours: with the hours of the day before
     // the late one gone (no write marks that), the summaries still give what they gave.
     let gone = late - Duration::days(1);
