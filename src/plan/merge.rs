@@ -118,8 +118,11 @@ pub(super) struct Split {
     pub(super) days: BTreeMap<DateTime<Utc>, Vec<usize>>,
     /// The rest, in runs of adjacent stretches: each run's bounds (`[b0, b1)`, `[b1, b2)`, ...,
     /// what `width_bucket` numbers 1, 2, ...) and each stretch's ranges.
-    pub(super) runs: Vec<(Vec<DateTime<Utc>>, Vec<Vec<usize>>)>,
+    pub(super) runs: Vec<Run>,
 }
+
+/// A run of adjacent stretches: its bounds and each stretch's ranges.
+pub(super) type Run = (Vec<DateTime<Utc>>, Vec<Vec<usize>>);
 
 impl Split {
     pub(super) fn of(
