@@ -421,3 +421,32 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
         .unwrap();
     assert_ne!(format!("{hourly:?}"), format!("{after:?}"));
 }
+
+/// The demo's fleet (seed 42, 16 GPUs, 15-minute windows from 60 s samples, 6-hour batches) for
+/// the last 9 days: its evidence and recommendations from the summaries equal the hourly
+/// rollups' too.
+#[tokio::test]
+async fn the_demo_fleets_evidence_from_day_summaries_equals_the_hourly_rollups() {
+    let app = TestApp::spawn().await;
+    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    let now = Utc::now();
+    let from = floor_day(now) - Duration::days(9);
+    let cadence = slicemeter::collector::Cadence {
+        sample_interval: std::time::Duration::from_secs(60),
+        window: std::time::Duration::from_secs(15 * 60),
+        batch_period: std::time::Duration::from_secs(6 * 3600),
+    };
+    let hours = (floor_hour(now) - from).num_hours();
+    crate::reports::simulated_at(&app, 42, 16, &from.to_rfc3339(), hours, cadence).await;
+    let ranges = [
+        plan::right_sizing_range(7, now),
+        (from, floor_day(now) + Duration::days(1)),
+    ];
+    let before = equal_both_ways(&app, &ranges, now).await;
+    assert!(before[1].len() > 10, "{before:?}");
+    let round = days::summarise_due(&app.pool, now, 100).await.unwrap();
+    assert_eq!(round.summarised.len(), 9);
+    let after = equal_both_ways(&app, &ranges, now).await;
+    assert_eq!(format!("{after:?}"), format!("{before:?}"));
+}
