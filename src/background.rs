@@ -1,6 +1,7 @@
 //! The work a server does beside answering requests, started by `serve` (and `demo`) with the HTTP
 //! server and stopped after it: the partitions of this month and the next two kept ahead and the
-//! raw windows past retention dropped (every hour), and the alerts worker (`alerts::worker`).
+//! raw windows past retention dropped (every hour), the alerts worker (`alerts::worker`), and
+//! right-sizing's evidence of closed days summarised (`plan::days`, a few days a round).
 //! Nothing here answers a request; the HTTP layer neither starts nor knows it.
 
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub struct Inputs {
 /// The background work, running.
 pub struct Background {
     maintenance: JoinHandle<()>,
+    evidence_days: JoinHandle<()>,
     stop_alerts: watch::Sender<bool>,
     alerts: Option<JoinHandle<()>>,
 }
@@ -48,6 +50,7 @@ pub fn start(inputs: Inputs) -> Background {
     let (stop_alerts, alerts_stopped) = watch::channel(false);
     let alerts = crate::alerts::worker::spawn(pool.clone(), reports, alerts, alerts_stopped);
     Background {
+        evidence_days: summarise_evidence_days(pool.clone()),
         maintenance: keep_partitions(pool, partitions, limits),
         stop_alerts,
         alerts,
@@ -60,6 +63,8 @@ impl Background {
     /// which would send it again).
     pub async fn stop(self, timeout: Duration) {
         self.maintenance.abort();
+        // A day being summarised is rolled back, and summarised again by the next server.
+        self.evidence_days.abort();
         let _ = self.stop_alerts.send(true);
         if let Some(mut worker) = self.alerts
             && tokio::time::timeout(timeout, &mut worker).await.is_err()
@@ -92,6 +97,42 @@ fn keep_partitions(pool: PgPool, partitions: Arc<Partitions>, limits: Limits) ->
                     Err(e) => {
                         tracing::warn!(error = %e, "Dropping raw partitions past retention failed; retrying in an hour.")
                     }
+                }
+            }
+        }
+    })
+}
+
+/// Summarises right-sizing's evidence of the closed days that need it (`plan::days`), a few a
+/// round, the newest first, and shows how far behind it is: the closed days read from the hourly
+/// rollups for want of a summary, and how long ago the oldest of them ended.
+fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
+    use crate::plan::days;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(days::EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let settled = Utc::now() - chrono::Duration::from_std(days::SETTLE).unwrap_or_default();
+            match days::summarise_due(&pool, settled, days::DAYS_PER_ROUND).await {
+                Ok(round) => {
+                    for (day, took) in &round.summarised {
+                        tracing::debug!(day = %day.date_naive(), seconds = took.as_secs_f64(), "Summarised a day of right-sizing's evidence.");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Summarising right-sizing's evidence of closed days failed; they are read from the hourly rollups meanwhile.")
+                }
+            }
+            let now = Utc::now();
+            match days::lag(&pool, now).await {
+                Ok(lag) => {
+                    metrics::gauge!("slicemeter_evidence_days_unsummarised").set(lag.days as f64);
+                    metrics::gauge!("slicemeter_evidence_oldest_unsummarised_seconds")
+                        .set(lag.oldest_age_seconds(now));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Reading how far right-sizing's day summaries lag failed.")
                 }
             }
         }

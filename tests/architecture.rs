@@ -29,10 +29,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("reports", &["billing", "db", "domain"]),
     ("exports", &["billing", "db", "domain", "reports"]),
     ("plan", &["billing", "db", "domain"]),
-    // What `serve` runs beside the HTTP server: partitions, retention, the alerts worker.
+    // What `serve` runs beside the HTTP server: partitions, retention, the alerts worker,
+    // right-sizing's day summaries.
     (
         "background",
-        &["alerts", "db", "domain", "ingest", "reports"],
+        &["alerts", "db", "domain", "ingest", "plan", "reports"],
     ),
     ("collector", &["domain"]),
     // The unit cost reads Prometheus with the importer's query client.

@@ -18,6 +18,16 @@ use sqlx::{PgConnection, PgPool};
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// The first key of a closed day's advisory lock (migration 0029): writers of the day's hourly
+/// rollups hold it shared, the step that summarises the day for right-sizing exclusively. A lock of
+/// two `int4` keys, a space apart from the one-`bigint` keys taken elsewhere.
+pub const EVIDENCE_DAY_LOCK: i32 = 41;
+
+/// The second key of `day`'s lock: its number of days since the Unix epoch.
+pub fn evidence_day_lock(day: chrono::DateTime<chrono::Utc>) -> i32 {
+    i32::try_from(day.timestamp().div_euclid(86_400)).unwrap_or(i32::MAX)
+}
+
 /// Connects a pool to `url`. With `search_path` the pool works inside that schema only (the ingest
 /// benchmark's scratch schema).
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {

@@ -14,6 +14,11 @@ pub fn floor_hour(t: DateTime<Utc>) -> DateTime<Utc> {
         .expect("every instant has an hour start")
 }
 
+/// The start of the UTC day that holds `t`.
+pub fn floor_day(t: DateTime<Utc>) -> DateTime<Utc> {
+    start_of(t.date_naive())
+}
+
 /// Seconds from `start` to `end`, to the microsecond (the ingest contract's finest time).
 pub fn seconds_between(start: DateTime<Utc>, end: DateTime<Utc>) -> rust_decimal::Decimal {
     rust_decimal::Decimal::new((end - start).num_microseconds().unwrap_or(i64::MAX), 6).normalize()

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use chrono::Utc;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -46,6 +47,11 @@ pub struct GroupCommit {
     /// GPUs, slices and consumers the [`Known`] cache remembers (each, per generation: it keeps
     /// what was used in the last two generations, so at most twice this many).
     pub cache_entries: usize,
+    /// Whether a write to a closed UTC day marks it for right-sizing's day summaries to be made
+    /// again ([`store::mark_closed_days`]). Always, but in `slicemeter-bench ingest`'s baseline,
+    /// which measures what the marks cost: without them a summarised day goes on being read from
+    /// its summary after a late write, without it.
+    pub evidence_marks: bool,
 }
 
 impl Default for GroupCommit {
@@ -55,6 +61,7 @@ impl Default for GroupCommit {
             max_windows: 20_000,
             writers: 2,
             cache_entries: 200_000,
+            evidence_marks: true,
         }
     }
 }
@@ -202,9 +209,9 @@ async fn gather(
                 }
             }
         }
-        let (pool, known) = (pool.clone(), known.clone());
+        let (pool, known, marks) = (pool.clone(), known.clone(), config.evidence_marks);
         tokio::spawn(async move {
-            write(&pool, group.jobs, &known).await;
+            write(&pool, group.jobs, &known, marks).await;
             drop(permit);
         });
     }
@@ -293,10 +300,10 @@ enum Mode<'k> {
 
 /// Writes a group; if it is rolled back, writes its batches alone, each answered with what it
 /// would have had on its own.
-async fn write(pool: &PgPool, jobs: Vec<Job>, known: &Known) {
+async fn write(pool: &PgPool, jobs: Vec<Job>, known: &Known, marks: bool) {
     metrics::histogram!("slicemeter_ingest_group_batches").record(jobs.len() as f64);
     let batches: Vec<&ValidBatch> = jobs.iter().map(|j| &j.batch).collect();
-    let reason = match write_batches(pool, &batches, Mode::Group(known)).await {
+    let reason = match write_batches(pool, &batches, Mode::Group(known), marks).await {
         Ok(outcomes) => {
             for (job, outcome) in jobs.into_iter().zip(outcomes) {
                 let _ = job.reply.send(Ok(outcome));
@@ -311,7 +318,7 @@ async fn write(pool: &PgPool, jobs: Vec<Job>, known: &Known) {
         known.forget();
     }
     for job in jobs {
-        let outcome = match write_batches(pool, &[&job.batch], Mode::Alone).await {
+        let outcome = match write_batches(pool, &[&job.batch], Mode::Alone, marks).await {
             // One outcome per batch written.
             Ok(outcomes) => Ok(outcomes[0]),
             Err(Stop::Refused(e)) => Err(e),
@@ -331,6 +338,7 @@ async fn write_batches(
     pool: &PgPool,
     batches: &[&ValidBatch],
     mode: Mode<'_>,
+    marks: bool,
 ) -> Result<Vec<IngestOutcome>, Stop> {
     let known = match mode {
         Mode::Group(known) => Some(known),
@@ -390,6 +398,14 @@ async fn write_batches(
             &owners,
         )
         .ok_or(IngestError::RollupOverflow)?;
+    }
+    if marks {
+        store::mark_closed_days(
+            &mut tx,
+            rollup.rows.keys().map(|(hour, _)| *hour),
+            Utc::now(),
+        )
+        .await?;
     }
     store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
     tx.commit().await?;

@@ -842,6 +842,46 @@ async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<
     copy.finish().await
 }
 
+/// Marks the closed UTC days (before `now`'s) among `hours` as written since right-sizing's day
+/// summaries were made of them (`evidence_day_stale`, migration 0029), so that they are read from
+/// the hourly rollups until summarised again. Each day's advisory lock (`db::evidence_day_lock`) is
+/// taken shared first, in the days' order, and held to the commit: the summariser takes it
+/// exclusively, so it never reads a day while a write to it is on its way. Live batches write
+/// today's hours only and cost nothing here.
+pub async fn mark_closed_days(
+    tx: &mut PgConnection,
+    hours: impl Iterator<Item = DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    let today = crate::domain::time::floor_day(now);
+    let days: std::collections::BTreeSet<DateTime<Utc>> = hours
+        .map(crate::domain::time::floor_day)
+        .filter(|d| *d < today)
+        .collect();
+    if days.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<i32> = days
+        .iter()
+        .map(|d| crate::db::evidence_day_lock(*d))
+        .collect();
+    let days: Vec<DateTime<Utc>> = days.into_iter().collect();
+    sqlx::query(
+        "with locked as materialized (
+             select d.day, pg_advisory_xact_lock_shared($1, d.key)
+             from unnest($2::timestamptz[], $3::int4[]) as d(day, key)
+             order by d.day)
+         insert into evidence_day_stale (day) select day from locked
+         on conflict do nothing",
+    )
+    .bind(crate::db::EVIDENCE_DAY_LOCK)
+    .bind(&days)
+    .bind(&keys)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
 /// A rollup row's key: slice id, GPU id, consumer id ([`WindowIds::rollup_key`]) and the team, as
 /// an index into the names [`add_to_rollup`] is given (`attribution::Teams`).
 pub type RollupKey = (i32, i32, i64, u32);

@@ -7,7 +7,9 @@
 //! the window; a MIG-mode card reported present with nothing held is empty today and freed by any
 //! plan. Cards not in MIG mode (whole GPUs, MPS, time-slicing) are not repacked.
 
+pub mod days;
 mod evidence;
+mod merge;
 pub mod pack;
 pub mod recommend;
 pub mod store;

@@ -3,10 +3,11 @@
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
+use crate::domain::time::floor_day;
 
 /// A card as it is today, with the MIG instances held on it.
 #[derive(Debug, Clone)]
@@ -149,19 +150,19 @@ impl Evidence {
 /// A workload and slice class as evidence groups them: the consumer's workload (named once per
 /// consumer, `workload_of`, migration 0012), the GPU model and the slice's kind, profile and share.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, sqlx::FromRow)]
-struct EvidenceGroup {
-    team_id: String,
-    namespace: Option<String>,
-    workload: String,
-    model: String,
-    kind: SliceKind,
-    profile: Option<String>,
-    workload_kind: String,
-    compute_share: Decimal,
-    memory_share: Decimal,
-    memory_reserved_bytes: i64,
-    gpu_compute_slices: i16,
-    gpu_memory_bytes: i64,
+pub(super) struct EvidenceGroup {
+    pub(super) team_id: String,
+    pub(super) namespace: Option<String>,
+    pub(super) workload: String,
+    pub(super) model: String,
+    pub(super) kind: SliceKind,
+    pub(super) profile: Option<String>,
+    pub(super) workload_kind: String,
+    pub(super) compute_share: Decimal,
+    pub(super) memory_share: Decimal,
+    pub(super) memory_reserved_bytes: i64,
+    pub(super) gpu_compute_slices: i16,
+    pub(super) gpu_memory_bytes: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -172,29 +173,83 @@ struct EvidencePair {
     group: EvidenceGroup,
 }
 
+/// The (consumer, slice, team) pairs that held anything on the days `$1` (only team `$2`'s, when
+/// not null), each with its evidence group: from the day rollups, so that the hourly rows are
+/// neither joined to consumers nor grouped on text. The read and the day summaries share it.
+macro_rules! pairs_sql {
+    () => {
+        "select p.consumer_id, p.slice_id, p.team_id, c.namespace,
+                w.w[1] as workload_kind, w.w[2] as workload, g.model, s.kind, s.profile,
+                s.compute_share, s.memory_share, s.memory_reserved_bytes,
+                g.compute_slices as gpu_compute_slices, g.memory_bytes as gpu_memory_bytes
+         from (select distinct d.consumer_id, d.slice_id, d.team_id from usage_daily d
+               where d.day = any($1::timestamptz[]) and d.held_seconds > 0) p
+         join consumer c using (consumer_id)
+         join slice s using (slice_id)
+         join gpu g using (gpu_id)
+         cross join lateral (
+             select coalesce(workload_of(c.pod, c.labels, c.job_id, c.unix_user),
+                             array['Consumer', c.consumer_id::text]) as w) w
+         where $2::text is null or p.team_id = $2"
+    };
+}
+pub(crate) use pairs_sql;
+
+/// The columns of a [`Partial`] of hourly rows `u`, as the read and the day summaries take them:
+/// the compute-active fraction as `(active / nullif(known, 0))::float8`, the hours with none
+/// left out, as `percentile_cont` leaves out nulls.
+macro_rules! partial_sql {
+    () => {
+        "sum(u.held_seconds) as held_seconds, sum(u.compute_known_seconds) as known_seconds,
+         sum(u.compute_active_seconds) as compute_active_seconds,
+         min(u.hour) as first_hour, max(u.hour) as last_hour,
+         array_agg(distinct u.slice_id) as slice_ids,
+         array_agg(u.memory_peak_bytes) as memory_peaks,
+         coalesce(array_agg((u.compute_active_seconds / nullif(u.compute_known_seconds, 0))::float8)
+                  filter (where u.compute_known_seconds <> 0), '{}') as compute_ratios"
+    };
+}
+pub(crate) use partial_sql;
+
+/// A summarised day's row of a group.
 #[derive(sqlx::FromRow)]
-struct EvidenceFigures {
-    gid: i32,
-    slices: i64,
-    span_seconds: i64,
-    held_seconds: Decimal,
-    known_seconds: Decimal,
-    compute_active_seconds: Decimal,
-    memory_p99_bytes: i64,
-    memory_max_bytes: i64,
-    compute_p95: Option<f64>,
+pub(super) struct DayRow {
+    pub(super) day: DateTime<Utc>,
+    #[sqlx(flatten)]
+    pub(super) group: EvidenceGroup,
+    #[sqlx(flatten)]
+    pub(super) partial: super::merge::Partial,
 }
 
-/// Every workload's evidence over each of `ranges` (`[from, to)`; only `team`'s, when given), from
-/// the hourly rollups, a list per range in the order of team, namespace, workload, model, kind and
-/// profile. Ranges that overlap are read together, in one scan of the hourly rows they cover (the
-/// team page asks for its month and for right-sizing's last days, which share a month's
-/// partition, and that scan is most of the time); ranges apart are read apart, so that no scan
-/// covers the months between them.
+/// Where [`evidence`] reads: the closed days summarised (`plan::days`) where it can, or the
+/// hourly rollups alone (what the summaries are checked against, and the benchmark's baseline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Summaries,
+    HourlyOnly,
+}
+
+/// Every workload's evidence over each of `ranges` (`[from, to)`; only `team`'s, when given), a
+/// list per range in the order of team, namespace, workload, model, kind and profile: each closed
+/// day a range covers whole and that is summarised (and not written since) from its summary
+/// (`evidence_day`), every other hour (today's, a day written since its summary or not summarised
+/// yet, a range's part day) from the hourly rollups, merged per group in one path ([`super::merge::Merged`]).
+/// Ranges that overlap are read together, in one scan of the hourly rows they leave to read;
+/// ranges apart are read apart, so that no scan covers the months between them.
 pub async fn evidence(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
     team: Option<&str>,
+) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
+    evidence_from(pool, ranges, team, Source::Summaries).await
+}
+
+/// [`evidence`], read from `source`.
+pub async fn evidence_from(
+    pool: &PgPool,
+    ranges: &[(DateTime<Utc>, DateTime<Utc>)],
+    team: Option<&str>,
+    source: Source,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_by_key(|&i| ranges[i].0);
@@ -211,7 +266,7 @@ pub async fn evidence(
             let asked: Vec<_> = together.iter().map(|&j| ranges[j]).collect();
             for (j, read) in together
                 .drain(..)
-                .zip(evidence_together(pool, &asked, team).await?)
+                .zip(evidence_together(pool, &asked, team, source).await?)
             {
                 out[j] = read;
             }
@@ -225,16 +280,13 @@ pub async fn evidence(
     Ok(out)
 }
 
-/// [`evidence`] of ranges read in one scan of the hours from the first's start to the last's end.
-///
-/// Two steps, so that the hourly rows (a month of a 10,000-GPU fleet is 40 million) are neither
-/// joined to consumers nor sorted on text: first the (consumer, slice) pairs that held anything,
-/// from the day rollups, each with its workload and slice class, numbered here by range and group;
-/// then the hourly rows of those pairs summed and their percentiles taken per number.
+/// [`evidence`] of ranges read together, in one snapshot: the summarised days they cover, then
+/// the hours left, a run of adjacent hours at a time.
 async fn evidence_together(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
     team: Option<&str>,
+    source: Source,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     let (Some(first), Some(last)) = (
         ranges.iter().map(|r| r.0).min(),
@@ -242,124 +294,107 @@ async fn evidence_together(
     ) else {
         return Ok(Vec::new());
     };
-    // The day rollups of the days the ranges touch hold every pair their hours hold (a pair whose
-    // hours in a range held nothing finds no hourly row below, and so no group of that range).
-    let pairs: Vec<EvidencePair> = sqlx::query_as(
-        "select p.consumer_id, p.slice_id, p.team_id, c.namespace,
-                w.w[1] as workload_kind, w.w[2] as workload, g.model, s.kind, s.profile,
-                s.compute_share, s.memory_share, s.memory_reserved_bytes,
-                g.compute_slices as gpu_compute_slices, g.memory_bytes as gpu_memory_bytes
-         from (select distinct d.consumer_id, d.slice_id, d.team_id from usage_daily d
-               where d.day >= date_trunc('day', $1::timestamptz, 'UTC') and d.day < $2
-                 and d.held_seconds > 0) p
-         join consumer c using (consumer_id)
-         join slice s using (slice_id)
-         join gpu g using (gpu_id)
-         cross join lateral (
-             select coalesce(workload_of(c.pod, c.labels, c.job_id, c.unix_user),
-                             array['Consumer', c.consumer_id::text]) as w) w
-         where $3::text is null or p.team_id = $3",
-    )
-    .bind(first)
-    .bind(last)
-    .bind(team)
-    .fetch_all(pool)
-    .await?;
-    // The groups in order, each pair's found once; range r's number of group g is r x groups + g.
-    let mut groups: std::collections::BTreeMap<&EvidenceGroup, usize> = Default::default();
-    for p in &pairs {
-        groups.entry(&p.group).or_insert(0);
-    }
-    for (g, n) in groups.values_mut().enumerate() {
-        *n = g;
-    }
-    let group_of: Vec<usize> = pairs.iter().map(|p| groups[&p.group]).collect();
-    let gid = |r: usize, g: usize| i32::try_from(r * groups.len() + g).unwrap_or(i32::MAX);
-    let n = pairs.len() * ranges.len();
-    let (mut consumers, mut slices, mut gids, mut teams) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut froms, mut tos) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for (r, &(from, to)) in ranges.iter().enumerate() {
-        for (p, &g) in pairs.iter().zip(&group_of) {
-            consumers.push(p.consumer_id);
-            slices.push(p.slice_id);
-            teams.push(p.group.team_id.clone());
-            gids.push(gid(r, g));
-            froms.push(from);
-            tos.push(to);
-        }
-    }
     let mut tx = pool.begin().await?;
-    // Each group's rows are sorted for its percentiles: in memory, not on disk.
-    sqlx::query("set local work_mem = '64MB'")
+    // One snapshot: a day summarised (or written) between two statements is read once, from one
+    // place.
+    sqlx::query("set transaction isolation level repeatable read, read only")
         .execute(&mut *tx)
         .await?;
-    let figures: Vec<EvidenceFigures> = sqlx::query_as(
-        "select k.gid, count(distinct u.slice_id) as slices,
-                (extract(epoch from max(u.hour) - min(u.hour)) + 3600)::int8 as span_seconds,
-                sum(u.held_seconds) as held_seconds,
-                sum(u.compute_known_seconds) as known_seconds,
-                sum(u.compute_active_seconds) as compute_active_seconds,
-                percentile_disc(0.99) within group (order by u.memory_peak_bytes)
-                    as memory_p99_bytes,
-                max(u.memory_peak_bytes) as memory_max_bytes,
-                percentile_cont(0.95) within group (
-                    order by (u.compute_active_seconds / nullif(u.compute_known_seconds, 0))::float8)
-                    as compute_p95
-         from usage_hourly u
-         join unnest($3::int8[], $4::int4[], $5::int4[], $6::timestamptz[], $7::timestamptz[],
-                     $8::text[])
-              as k(consumer_id, slice_id, gid, from_hour, to_hour, team_id)
-           on k.consumer_id = u.consumer_id and k.slice_id = u.slice_id
-          and k.team_id = u.team_id and u.hour >= k.from_hour and u.hour < k.to_hour
-         where u.hour >= $1 and u.hour < $2 and u.held_seconds > 0
-         group by k.gid",
+    // Each read's hours are a part of a day or many days: a plan made for its bounds (a generic
+    // one, made after five reads, took 6 s where 0.3 s did, at 1,000 GPUs).
+    sqlx::query(
+        "select set_config('work_mem', '64MB', true),
+                set_config('plan_cache_mode', 'force_custom_plan', true)",
     )
-    .bind(first)
-    .bind(last)
-    .bind(&consumers)
-    .bind(&slices)
-    .bind(&gids)
-    .bind(&froms)
-    .bind(&tos)
-    .bind(&teams)
-    .fetch_all(&mut *tx)
+    .execute(&mut *tx)
     .await?;
+    let summarised = match source {
+        Source::Summaries => summarised_days(&mut tx, first, last).await?,
+        Source::HourlyOnly => Vec::new(),
+    };
+    let split = super::merge::Split::of(ranges, &summarised);
+    let mut merged: std::collections::BTreeMap<EvidenceGroup, Vec<Option<super::merge::Merged>>> =
+        Default::default();
+    let mut add = |group: EvidenceGroup, r: usize, p: super::merge::Partial| {
+        merged
+            .entry(group)
+            .or_insert_with(|| ranges.iter().map(|_| None).collect())[r]
+            .get_or_insert_with(super::merge::Merged::default)
+            .add(p);
+    };
+    let days: Vec<DateTime<Utc>> = split.days.keys().copied().collect();
+    for row in day_rows(&mut tx, &days, team).await? {
+        for &r in split.days.get(&row.day).into_iter().flatten() {
+            add(row.group.clone(), r, row.partial.clone());
+        }
+    }
+    if !split.runs.is_empty() {
+        let pairs: Vec<EvidencePair> = sqlx::query_as(pairs_sql!())
+            .bind(split.raw_days())
+            .bind(team)
+            .fetch_all(&mut *tx)
+            .await?;
+        // The groups, each pair's numbered once.
+        let mut groups: std::collections::BTreeMap<&EvidenceGroup, i32> = Default::default();
+        for p in &pairs {
+            let n = i32::try_from(groups.len()).unwrap_or(i32::MAX);
+            groups.entry(&p.group).or_insert(n);
+        }
+        let mut by_number: Vec<&EvidenceGroup> = groups.keys().copied().collect();
+        for (g, &n) in &groups {
+            by_number[n as usize] = g;
+        }
+        let consumers: Vec<i64> = pairs.iter().map(|p| p.consumer_id).collect();
+        let slices: Vec<i32> = pairs.iter().map(|p| p.slice_id).collect();
+        let teams: Vec<&str> = pairs.iter().map(|p| p.group.team_id.as_str()).collect();
+        let gids: Vec<i32> = pairs.iter().map(|p| groups[&p.group]).collect();
+        for (bounds, stretches) in &split.runs {
+            if pairs.is_empty() {
+                break;
+            }
+            let rows: Vec<StretchRow> = sqlx::query_as(concat!(
+                "select k.gid, width_bucket(u.hour, $1::timestamptz[]) as stretch, ",
+                partial_sql!(),
+                " from usage_hourly u
+                 join unnest($4::int8[], $5::int4[], $6::text[], $7::int4[])
+                      as k(consumer_id, slice_id, team_id, gid)
+                   on k.consumer_id = u.consumer_id and k.slice_id = u.slice_id
+                  and k.team_id = u.team_id
+                 where u.hour >= $2 and u.hour < $3 and u.held_seconds > 0
+                 group by 1, 2"
+            ))
+            .bind(bounds)
+            .bind(bounds[0])
+            .bind(bounds[bounds.len() - 1])
+            .bind(&consumers)
+            .bind(&slices)
+            .bind(&teams)
+            .bind(&gids)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in rows {
+                let (Some(group), Some(of)) = (
+                    usize::try_from(row.gid).ok().and_then(|g| by_number.get(g)),
+                    usize::try_from(row.stretch - 1)
+                        .ok()
+                        .and_then(|s| stretches.get(s)),
+                ) else {
+                    continue;
+                };
+                for &r in of {
+                    add((*group).clone(), r, row.partial.clone());
+                }
+            }
+        }
+    }
     tx.commit().await?;
-    let mut figures: std::collections::HashMap<i32, EvidenceFigures> =
-        figures.into_iter().map(|f| (f.gid, f)).collect();
     let mut out: Vec<Vec<Evidence>> = ranges.iter().map(|_| Vec::new()).collect();
-    for (r, (g, &i)) in (0..ranges.len()).flat_map(|r| groups.iter().map(move |e| (r, e))) {
-        let Some(f) = figures.remove(&gid(r, i)) else {
-            continue;
-        };
-        out[r].push(Evidence {
-            team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
-            namespace: g.namespace.clone(),
-            workload_kind: g.workload_kind.clone(),
-            workload: g.workload.clone(),
-            model: g.model.clone(),
-            kind: g.kind,
-            profile: g.profile.clone(),
-            compute_share: g.compute_share,
-            memory_share: g.memory_share,
-            memory_reserved_bytes: g.memory_reserved_bytes,
-            gpu_compute_slices: u8::try_from(g.gpu_compute_slices).unwrap_or(7),
-            gpu_memory_bytes: g.gpu_memory_bytes,
-            slices: f.slices,
-            span_seconds: f.span_seconds,
-            days: (f.span_seconds + 86_399) / 86_400,
-            held_seconds: f.held_seconds,
-            known_seconds: f.known_seconds,
-            compute_active_seconds: f.compute_active_seconds,
-            memory_p99_bytes: f.memory_p99_bytes,
-            memory_max_bytes: f.memory_max_bytes,
-            compute_p95: f.compute_p95,
-        });
+    for (g, per_range) in merged {
+        for (r, m) in per_range.into_iter().enumerate() {
+            if let Some(f) = m.and_then(super::merge::Merged::finish) {
+                out[r].push(evidence_of(&g, f)?);
+            }
+        }
     }
     // As SQL orders them: a missing namespace or profile last.
     fn key(e: &Evidence) -> (&str, bool, Option<&str>, &str, &str, SliceKind, bool) {
@@ -377,4 +412,82 @@ async fn evidence_together(
         evidence.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.profile.cmp(&b.profile)));
     }
     Ok(out)
+}
+
+/// The days of `[from, to)` (and the one before, whose end may be in it) whose summary is there
+/// and not stale.
+async fn summarised_days(
+    conn: &mut PgConnection,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select d.day from evidence_day_done d
+         where d.day >= $1 and d.day < $2
+           and not exists (select from evidence_day_stale s where s.day = d.day)
+         order by d.day",
+    )
+    .bind(floor_day(from))
+    .bind(to)
+    .fetch_all(conn)
+    .await
+}
+
+/// The summaries of `days` (only `team`'s, when given).
+async fn day_rows(
+    conn: &mut PgConnection,
+    days: &[DateTime<Utc>],
+    team: Option<&str>,
+) -> Result<Vec<DayRow>, sqlx::Error> {
+    if days.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "select day, team_id, namespace, workload_kind, workload, model, kind, profile,
+                compute_share, memory_share, memory_reserved_bytes, gpu_compute_slices,
+                gpu_memory_bytes, held_seconds, known_seconds, compute_active_seconds, first_hour,
+                last_hour, slice_ids, memory_peaks, compute_ratios
+         from evidence_day
+         where day = any($1) and ($2::text is null or team_id = $2)",
+    )
+    .bind(days)
+    .bind(team)
+    .fetch_all(conn)
+    .await
+}
+
+/// A group's evidence of its merged figures.
+fn evidence_of(g: &EvidenceGroup, f: super::merge::Figures) -> Result<Evidence, sqlx::Error> {
+    Ok(Evidence {
+        team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+        namespace: g.namespace.clone(),
+        workload_kind: g.workload_kind.clone(),
+        workload: g.workload.clone(),
+        model: g.model.clone(),
+        kind: g.kind,
+        profile: g.profile.clone(),
+        compute_share: g.compute_share,
+        memory_share: g.memory_share,
+        memory_reserved_bytes: g.memory_reserved_bytes,
+        gpu_compute_slices: u8::try_from(g.gpu_compute_slices).unwrap_or(7),
+        gpu_memory_bytes: g.gpu_memory_bytes,
+        slices: f.slices,
+        span_seconds: f.span_seconds,
+        days: (f.span_seconds + 86_399) / 86_400,
+        held_seconds: f.held_seconds,
+        known_seconds: f.known_seconds,
+        compute_active_seconds: f.compute_active_seconds,
+        memory_p99_bytes: f.memory_p99_bytes,
+        memory_max_bytes: f.memory_max_bytes,
+        compute_p95: f.compute_p95,
+    })
+}
+
+/// A group's hours of one stretch of a run.
+#[derive(sqlx::FromRow)]
+struct StretchRow {
+    gid: i32,
+    stretch: i32,
+    #[sqlx(flatten)]
+    partial: super::merge::Partial,
 }

@@ -515,6 +515,20 @@ pub async fn reattribute_days(conn: &mut PgConnection) -> Result<(), sqlx::Error
     sqlx::query("analyze reattributed_day")
         .execute(&mut *conn)
         .await?;
+    // The closed days among them are marked for right-sizing's day summaries to be made again
+    // (`ingest::store::mark_closed_days`: each day's lock shared, in order, then the mark).
+    sqlx::query(
+        "with locked as materialized (
+             select d.day, pg_advisory_xact_lock_shared($1, (extract(epoch from d.day) / 86400)::int4)
+             from (select distinct day from reattributed_day
+                   where day < date_trunc('day', now(), 'UTC')) d
+             order by d.day)
+         insert into evidence_day_stale (day) select day from locked
+         on conflict do nothing",
+    )
+    .bind(crate::db::EVIDENCE_DAY_LOCK)
+    .execute(&mut *conn)
+    .await?;
     // The old rows out, subtracted from their teams' day rows (an update: an insert's row meets
     // the table's checks before its conflict).
     sqlx::query(

@@ -10,6 +10,7 @@ mod budgets;
 mod cache;
 mod collector;
 mod csv_cells;
+mod evidence_days;
 mod exports;
 mod faults;
 mod fleet;

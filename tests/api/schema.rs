@@ -241,6 +241,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
         BTreeSet::from([
             "book_gpu_day",
             "book_slice",
+            "evidence_day",
             "gpu_daily",
             "gpu_hourly",
             "gpu_presence",
@@ -315,8 +316,8 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
         );
     }
     // Only what 0019, 0020, 0022 and 0023 changed, and the tables added since (0026's
-    // `unit_definition`, 0028's `book_gpu_day`): the other distributed tables were keyed by the GPU
-    // already.
+    // `unit_definition`, 0028's `book_gpu_day`, 0029's `evidence_day` and its state tables): the
+    // other distributed tables were keyed by the GPU already.
     for f in &found {
         assert!(
             [
@@ -330,6 +331,7 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
                 "team_namespace",
                 "unit_definition",
                 "book_gpu_day",
+                "evidence_day",
             ]
             .iter()
             .any(|t| f.starts_with(t)),

@@ -47,6 +47,11 @@ pub struct IngestBenchArgs {
     /// A size that runs in seconds (16 GPUs, 1 hour): CI runs it so that the benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
+    /// Windows of closed days only (ending at today's midnight, as a back-fill's): every batch
+    /// marks its days for right-sizing's day summaries, and each grouped run is measured again
+    /// without the marks (`unmarked`), what the marks cost.
+    #[arg(long)]
+    pub closed_days: bool,
 }
 
 pub async fn ingest(args: IngestBenchArgs) -> anyhow::Result<()> {
@@ -65,6 +70,8 @@ struct Measured {
     latencies: Vec<Duration>,
 }
 
+// long: the benchmark's table in order, each batch period's runs (alone, grouped, unmarked), ceilings
+// and floor printed together
 async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let (gpus, hours) = if args.smoke {
         (16, 1)
@@ -86,7 +93,11 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         .map(|&p| hours_of(p))
         .max()
         .unwrap_or(hours);
-    let now = floor_hour(Utc::now());
+    let now = if args.closed_days {
+        slicemeter::domain::time::floor_day(Utc::now())
+    } else {
+        floor_hour(Utc::now())
+    };
     // Partitions exist before anything is timed.
     db::Partitions::default()
         .ensure(
@@ -119,7 +130,8 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         "ratio"
     );
     for &period in &args.batch_period {
-        let from = now - chrono::Duration::hours(hours_of(period) + 1);
+        // Closed days: to midnight; otherwise to an hour ago.
+        let from = now - chrono::Duration::hours(hours_of(period) + i64::from(!args.closed_days));
         let to = from + chrono::Duration::hours(hours_of(period));
         let cadence = Cadence {
             sample_interval: Duration::from_secs(5),
@@ -149,7 +161,17 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
                     },
                 ),
                 ("grouped", GroupCommit::default()),
+                (
+                    "unmarked",
+                    GroupCommit {
+                        evidence_marks: false,
+                        ..GroupCommit::default()
+                    },
+                ),
             ] {
+                if writes == "unmarked" && !args.closed_days {
+                    continue;
+                }
                 forget_everything(&pool).await?;
                 runs.push((
                     nodes,
@@ -214,7 +236,8 @@ async fn run(args: &IngestBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
 async fn forget_everything(pool: &sqlx::PgPool) -> anyhow::Result<()> {
     sqlx::query(
         "truncate occupancy, gpu_presence, usage_hourly, usage_daily, usage_team_daily,
-                  usage_month_days, gpu_hourly, gpu_daily, slice, consumer, gpu cascade",
+                  usage_month_days, gpu_hourly, gpu_daily, evidence_day, evidence_day_done,
+                  evidence_day_stale, slice, consumer, gpu cascade",
     )
     .execute(pool)
     .await?;

@@ -5,13 +5,16 @@
 //! Each card holds one of four valid layouts: 3g.40gb (an oversized service: 6 GiB, 3 % busy) +
 //! 2g.20gb + 2 x 1g.10gb; 4g.40gb + 3g.40gb, both busy; three 1g.10gb, one never busy; two
 //! 2g.20gb, one never busy. Right-sizing shrinks the first kind's 3g and gives back the idle ones,
-//! and the plan packs what is left.
+//! and the plan packs what is left. Right-sizing's evidence is read for the fleet and for one team
+//! from the hourly rollups alone, then every closed day is summarised (`plan::days`) and the same
+//! read from the summaries, checked equal.
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use slicemeter::db;
 use slicemeter::domain::time::{Month, floor_hour};
+use slicemeter::plan::store::{self, Source};
 use slicemeter::plan::{self, recommend::TargetProfile};
 
 use crate::common::{in_scratch_schema, publish_example_card};
@@ -33,6 +36,7 @@ pub async fn plan(args: PlanBenchArgs) -> anyhow::Result<()> {
     in_scratch_schema(args.database_url.as_deref(), 4, |pool, _| run(&args, pool)).await
 }
 
+// long: the benchmark's lines in the order they print, each read against the floor of the same run
 async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let (gpus, days) = if args.smoke {
         (16, 7)
@@ -66,6 +70,62 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         floor,
         "(the floor)",
     );
+
+    // Right-sizing's evidence, for the fleet and for one team, from the hourly rollups alone;
+    // then every closed day summarised, and the same from the summaries (and the hours left).
+    let range = [plan::right_sizing_range(days, now)];
+    let mut hourly = Vec::new();
+    for (what, team) in [("fleet", None), ("one team", Some("team-1"))] {
+        let t = Instant::now();
+        let read = store::evidence_from(&pool, &range, team, Source::HourlyOnly).await?;
+        line(
+            &format!("evidence, {what}, hourly rollups"),
+            t.elapsed(),
+            floor,
+            &format!("({} groups)", read[0].len()),
+        );
+        hourly.push(read);
+    }
+    let t = Instant::now();
+    let round = plan::days::summarise_due(&pool, now, 10_000).await?;
+    let took = t.elapsed();
+    let slowest = round
+        .summarised
+        .iter()
+        .map(|d| d.1)
+        .max()
+        .unwrap_or_default();
+    line(
+        "summarise the closed days",
+        took,
+        floor,
+        &format!(
+            "({} days, {:.3} s a day, the slowest {:.3} s; {} rows)",
+            round.summarised.len(),
+            took.as_secs_f64() / round.summarised.len().max(1) as f64,
+            slowest.as_secs_f64(),
+            sqlx::query_scalar::<_, i64>("select count(*) from evidence_day")
+                .fetch_one(&pool)
+                .await?
+        ),
+    );
+    for ((what, team), hourly) in [("fleet", None), ("one team", Some("team-1"))]
+        .into_iter()
+        .zip(&hourly)
+    {
+        let t = Instant::now();
+        let read = store::evidence(&pool, &range, team).await?;
+        line(
+            &format!("evidence, {what}, summaries"),
+            t.elapsed(),
+            floor,
+            &format!("({} groups, equal to the hourly read)", read[0].len()),
+        );
+        anyhow::ensure!(
+            format!("{read:?}") == format!("{hourly:?}"),
+            "the {what}'s evidence from the summaries differs from the hourly rollups'"
+        );
+    }
 
     let t = Instant::now();
     let recs = plan::recommendations(
@@ -194,6 +254,14 @@ async fn write_fleet(
                                     case l.role when 'oversized' then 0.03
                                                when 'idle' then 0 else 0.8 end as busy) p,
               generate_series($1, $2 - interval '1 hour', interval '1 hour') h",
+        "insert into usage_daily (day, slice_id, consumer_id, held_seconds, memory_byte_seconds,
+                                  memory_peak_bytes, compute_active_seconds, compute_known_seconds,
+                                  window_count, gpu_id, team_id)
+         select date_trunc('day', hour, 'UTC'), slice_id, consumer_id, sum(held_seconds),
+                sum(memory_byte_seconds), max(memory_peak_bytes), sum(compute_active_seconds),
+                sum(compute_known_seconds), sum(window_count), gpu_id, team_id
+         from usage_hourly where hour >= $1 and hour < $2
+         group by 1, slice_id, consumer_id, gpu_id, team_id",
         "insert into gpu_hourly
          select h, g.gpu_id, 3600
          from gpu g, generate_series($1, $2 - interval '1 hour', interval '1 hour') h",
