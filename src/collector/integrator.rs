@@ -198,15 +198,17 @@ impl Integrator {
 
 fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
     for r in readings {
-        let Some(holder) = &r.holder else { continue };
+        let Some(consumer) = &r.consumer else {
+            continue;
+        };
         let i = match w.occupancy.iter().position(|o| {
-            o.slice == r.slice && (Arc::ptr_eq(&o.consumer, holder) || o.consumer == *holder)
+            o.slice == r.slice && (Arc::ptr_eq(&o.consumer, consumer) || o.consumer == *consumer)
         }) {
             Some(i) => i,
             None => {
                 w.occupancy.push(Occupancy {
                     slice: r.slice,
-                    consumer: holder.clone(),
+                    consumer: consumer.clone(),
                     held_ms: 0,
                     memory_byte_ms: 0,
                     memory_peak_bytes: 0,
@@ -230,7 +232,7 @@ fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
 mod tests {
     use super::*;
 
-    fn holder(pod: &str) -> Arc<ConsumerReport> {
+    fn consumer(pod: &str) -> Arc<ConsumerReport> {
         Arc::new(ConsumerReport {
             namespace: Some("nlp".into()),
             pod: Some(pod.into()),
@@ -241,7 +243,7 @@ mod tests {
     fn reading(slice: usize, h: Option<&Arc<ConsumerReport>>, mem: u64, ppm: u32) -> Reading {
         Reading {
             slice,
-            holder: h.cloned(),
+            consumer: h.cloned(),
             memory_used_bytes: mem,
             compute_active_ppm: Some(ppm),
         }
@@ -251,7 +253,7 @@ mod tests {
     /// a slice that changes hands mid-window and a free spell.
     #[test]
     fn window_sums_equal_the_exact_integrals_and_windows_tile_the_sampled_time() {
-        let (a, b) = (holder("a-0"), holder("b-0"));
+        let (a, b) = (consumer("a-0"), consumer("b-0"));
         let window = 60_000;
         let mut integrator = Integrator::new(window, 10_000);
         let mut times = Vec::new();
@@ -306,7 +308,7 @@ mod tests {
             let next = times.get(k + 1).copied().unwrap_or(end);
             let dt = (next - t) as u64;
             for r in readings {
-                if let Some(h) = &r.holder {
+                if let Some(h) = &r.consumer {
                     let e = want.entry((r.slice, h.pod.clone().unwrap())).or_default();
                     e.0 += dt;
                     e.1 += u128::from(r.memory_used_bytes) * u128::from(dt);
@@ -332,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_gap_longer_than_the_step_limit_is_not_counted() {
-        let a = holder("a");
+        let a = consumer("a");
         let mut integrator = Integrator::new(60_000, 10_000);
         let mut closed = integrator.push(0, vec![reading(0, Some(&a), 100, 1_000_000)]);
         closed.extend(integrator.push(5_000, vec![reading(0, Some(&a), 100, 1_000_000)]));
@@ -353,7 +355,7 @@ mod tests {
 
     #[test]
     fn unknown_compute_makes_the_window_unknown_and_converts_to_null() {
-        let a = holder("a");
+        let a = consumer("a");
         let mut integrator = Integrator::new(60_000, 10_000);
         let mut r = reading(0, Some(&a), 1 << 30, 0);
         r.compute_active_ppm = None;
@@ -369,7 +371,7 @@ mod tests {
 
     #[test]
     fn samples_on_the_grid_close_each_window_when_its_end_is_reached() {
-        let a = holder("a");
+        let a = consumer("a");
         let mut integrator = Integrator::new(60_000, 10_000);
         let mut closed = Vec::new();
         for t in (0..=120_000).step_by(5_000) {

@@ -229,7 +229,7 @@ impl ConsumerReport {
     }
 
     /// Names someone: a namespace or pod, a unix user, a job or a claim.
-    pub fn names_a_holder(&self) -> bool {
+    pub fn names_someone(&self) -> bool {
         self.namespace.is_some()
             || self.pod.is_some()
             || self.unix_user.is_some()

@@ -626,7 +626,7 @@ pub async fn stored_windows(
                   s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
                   g.memory_bytes as gpu_memory_bytes,
                   coalesce(c.namespace || '/' || c.pod, c.pod, c.namespace, c.unix_user, c.job_id,
-                           'a DRA claim') as "holder!"
+                           'a DRA claim') as "consumer_name!"
            from slice s
            join gpu g on g.gpu_id = s.gpu_id
            join occupancy o on o.slice_id = s.slice_id and o.gpu_id = s.gpu_id
@@ -675,7 +675,7 @@ pub async fn stored_windows(
             ),
             slice_uuid: r.slice_uuid,
             gpu_id: r.gpu_id,
-            holder: r.holder,
+            consumer_name: r.consumer_name,
         })
         .collect())
 }

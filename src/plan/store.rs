@@ -26,12 +26,12 @@ pub struct InstanceToday {
     pub compute_slices: u8,
     pub memory_slices: u8,
     /// Who held it most in that hour.
-    pub holder: Option<Holder>,
+    pub consumer: Option<Consumer>,
 }
 
 /// A workload as right-sizing names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Holder {
+pub struct Consumer {
     pub team: TeamId,
     pub namespace: Option<String>,
     pub workload_kind: String,
@@ -90,8 +90,8 @@ pub async fn cards_today(
             (r.slice_uuid, r.profile, r.compute_slices, r.memory_slices)
         {
             let card = cards.last_mut().expect("pushed above");
-            let holder = match (r.team_id, r.workload_kind, r.workload) {
-                (Some(team), Some(workload_kind), Some(workload)) => Some(Holder {
+            let consumer = match (r.team_id, r.workload_kind, r.workload) {
+                (Some(team), Some(workload_kind), Some(workload)) => Some(Consumer {
                     team,
                     namespace: r.namespace,
                     workload_kind,
@@ -104,7 +104,7 @@ pub async fn cards_today(
                 profile,
                 compute_slices: u8::try_from(c).unwrap_or(u8::MAX),
                 memory_slices: u8::try_from(m).unwrap_or(u8::MAX),
-                holder,
+                consumer,
             });
         }
     }

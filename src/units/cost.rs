@@ -194,7 +194,7 @@ struct Acc {
 pub struct Joined {
     by_pod: bool,
     /// (hour, namespace, join) → (team, workload) → cost.
-    cost_at: BTreeMap<Place, Holders>,
+    cost_at: BTreeMap<Place, ConsumerCosts>,
     /// (hour, namespace, join) → model → units.
     units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>>,
     /// Units at places no cost joins, by key and hour.
@@ -202,7 +202,7 @@ pub struct Joined {
 }
 
 type Place = (DateTime<Utc>, Option<String>, Option<String>);
-type Holders = BTreeMap<(Option<String>, Option<String>), Decimal>;
+type ConsumerCosts = BTreeMap<(Option<String>, Option<String>), Decimal>;
 
 /// Places costs and units hour by hour (`by_pod`: series join pods, else workloads).
 pub fn join(
@@ -210,7 +210,7 @@ pub fn join(
     costs: &[CostRow],
     units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
 ) -> Joined {
-    let mut cost_at: BTreeMap<Place, Holders> = BTreeMap::new();
+    let mut cost_at: BTreeMap<Place, ConsumerCosts> = BTreeMap::new();
     for c in costs {
         let join = if by_pod { &c.pod } else { &c.workload };
         *cost_at
@@ -280,18 +280,18 @@ impl Joined {
         let (cost_at, units_at) = (&self.cost_at, &self.units_at);
         let mut rows: BTreeMap<Key, Acc> = BTreeMap::new();
         let mut idle: BTreeMap<Key, Acc> = BTreeMap::new();
-        for (place, holders) in cost_at {
+        for (place, consumers) in cost_at {
             let counted = units_at
                 .get(place)
                 .filter(|m| m.values().any(|u| *u > Decimal::ZERO));
-            let place_cost: Decimal = holders.values().sum();
-            for ((team, workload), cost) in holders {
+            let place_cost: Decimal = consumers.values().sum();
+            for ((team, workload), cost) in consumers {
                 match counted {
                     Some(models) => {
                         let total_units: Decimal = models.values().sum();
-                        // A holder's part of the place's units (one holder a pod, nearly always).
+                        // A consumer's part of the place's units (one consumer a pod, nearly always).
                         let part = if place_cost.is_zero() {
-                            Decimal::ONE / Decimal::from(holders.len())
+                            Decimal::ONE / Decimal::from(consumers.len())
                         } else {
                             *cost / place_cost
                         };

@@ -501,11 +501,11 @@ fn gpu_bars(rows: &[FleetSliceRow], month: Month) -> Vec<PlacedGpu> {
         let gpu = &mut gpus.last_mut().expect("pushed above").bar;
         gpu.slices.push(SliceMark {
             share,
-            team: r.holder_team.clone(),
-            hover: match &r.holder_team {
+            team: r.consumer_team.clone(),
+            hover: match &r.consumer_team {
                 Some(t) => format!(
                     "{what}: held by {t}{}",
-                    r.holder_pod
+                    r.consumer_pod
                         .as_deref()
                         .map(|p| format!(" ({p})"))
                         .unwrap_or_default()

@@ -1,12 +1,12 @@
 //! The ledger's SQL: one card's hours from the hourly rollups, or an issued month's days from its
-//! books (`book_gpu_day` for presence and what the layout stranded, `book_slice` for its holders).
+//! books (`book_gpu_day` for presence and what the layout stranded, `book_slice` for its consumers).
 
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::{CardSeconds, HolderSeconds};
+use super::{CardSeconds, ConsumerSeconds};
 use crate::billing::pricing::StrandedSeconds;
 use crate::domain::exact::Exact;
 use crate::domain::slice::{GpuGeometry, PhysicalShare, SliceKind};
@@ -53,7 +53,7 @@ fn kind(s: &str) -> Result<SliceKind, sqlx::Error> {
     SliceKind::from_str(s).map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
-/// The card's steps in `[from, to)` from the hourly rollups: its holders and its presence, per step
+/// The card's steps in `[from, to)` from the hourly rollups: its consumers and its presence, per step
 /// and rate card version in force. The rollups' keys start with the hour, so the card's rows are
 /// probed by key (each hour of the range, and each of the card's slices) rather than read out of
 /// every row of the range: 12 ms instead of 190 ms for a card of a 1,000-GPU month.
@@ -63,8 +63,8 @@ pub async fn from_rollups(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     step: Step,
-) -> Result<(Vec<HolderSeconds>, Vec<CardSeconds>), sqlx::Error> {
-    let holders = sqlx::query!(
+) -> Result<(Vec<ConsumerSeconds>, Vec<CardSeconds>), sqlx::Error> {
+    let consumers = sqlx::query!(
         r#"with cards as (
                select t.at, r.rate_card_id
                from generate_series($2::timestamptz, $3::timestamptz, interval '1 hour') t(at)
@@ -97,10 +97,10 @@ pub async fn from_rollups(
     )
     .fetch_all(pool)
     .await?;
-    let holders = holders
+    let consumers = consumers
         .into_iter()
         .map(|r| {
-            Ok(HolderSeconds {
+            Ok(ConsumerSeconds {
                 bucket: r.bucket,
                 rate_card: r.rate_card,
                 team: r.team,
@@ -164,7 +164,7 @@ pub async fn from_rollups(
             ),
         })
         .collect();
-    Ok((holders, presence))
+    Ok((consumers, presence))
 }
 
 /// The card's steps in `[from, to)` of the issued `month`, from its books (days: a step is a day
@@ -177,7 +177,7 @@ pub async fn from_books(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     step: Step,
-) -> Result<Option<(Vec<HolderSeconds>, Vec<CardSeconds>)>, sqlx::Error> {
+) -> Result<Option<(Vec<ConsumerSeconds>, Vec<CardSeconds>)>, sqlx::Error> {
     let kept = sqlx::query_scalar!(
         r#"select exists (select 1 from book_gpu_day where period = $1) as "kept!""#,
         month.first_day()
@@ -187,7 +187,7 @@ pub async fn from_books(
     if !kept {
         return Ok(None);
     }
-    let holders = sqlx::query!(
+    let consumers = sqlx::query!(
         r#"select date_trunc($5, x.day, 'UTC') as "bucket!", b.rate_card_id as "rate_card?",
                   b.team_id as "team!: TeamId", b.slice_uuid as "slice_uuid!", b.kind as "kind!",
                   b.profile as "profile?", b.compute_share as "compute_share!",
@@ -210,10 +210,10 @@ pub async fn from_books(
     )
     .fetch_all(pool)
     .await?;
-    let holders = holders
+    let consumers = consumers
         .into_iter()
         .map(|r| {
-            Ok(HolderSeconds {
+            Ok(ConsumerSeconds {
                 bucket: r.bucket,
                 rate_card: r.rate_card,
                 team: r.team,
@@ -268,5 +268,5 @@ pub async fn from_books(
             ),
         })
         .collect();
-    Ok(Some((holders, presence)))
+    Ok(Some((consumers, presence)))
 }
