@@ -9,9 +9,9 @@ use std::sync::Arc;
 use super::source::Reading;
 use crate::domain::batch::{ConsumerReport, WindowReport};
 
-/// One slice and consumer's figures within one window, in exact integer units.
+/// One consumer's window on one slice: its figures within one grid window, in exact integer units.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Occupancy {
+pub struct ConsumerWindow {
     pub slice: usize,
     pub consumer: Arc<ConsumerReport>,
     pub held_ms: u64,
@@ -21,16 +21,16 @@ pub struct Occupancy {
     pub compute_ppm_ms: Option<u128>,
 }
 
-/// A closed window of the grid: the part of it that was observed, and what was held in it.
+/// A closed window of the grid: the part of it that was observed, and each consumer's window in it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClosedWindow {
     /// Observed start and end, in Unix milliseconds; within one grid window.
     pub start_ms: i64,
     pub end_ms: i64,
-    pub occupancy: Vec<Occupancy>,
+    pub windows: Vec<ConsumerWindow>,
 }
 
-impl Occupancy {
+impl ConsumerWindow {
     /// The window as the ingest contract has it.
     pub fn report(&self, slice_uuid: &str, start_ms: i64, end_ms: i64) -> WindowReport {
         WindowReport {
@@ -184,7 +184,7 @@ impl Integrator {
             let w = self.current.get_or_insert_with(|| ClosedWindow {
                 start_ms: a,
                 end_ms: a,
-                occupancy: Vec::new(),
+                windows: Vec::new(),
             });
             apply(w, readings, (b - a) as u64);
             w.end_ms = b;
@@ -201,12 +201,12 @@ fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
         let Some(consumer) = &r.consumer else {
             continue;
         };
-        let i = match w.occupancy.iter().position(|o| {
+        let i = match w.windows.iter().position(|o| {
             o.slice == r.slice && (Arc::ptr_eq(&o.consumer, consumer) || o.consumer == *consumer)
         }) {
             Some(i) => i,
             None => {
-                w.occupancy.push(Occupancy {
+                w.windows.push(ConsumerWindow {
                     slice: r.slice,
                     consumer: consumer.clone(),
                     held_ms: 0,
@@ -214,10 +214,10 @@ fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
                     memory_peak_bytes: 0,
                     compute_ppm_ms: Some(0),
                 });
-                w.occupancy.len() - 1
+                w.windows.len() - 1
             }
         };
-        let o = &mut w.occupancy[i];
+        let o = &mut w.windows[i];
         o.held_ms += ms;
         o.memory_byte_ms += u128::from(r.memory_used_bytes) * u128::from(ms);
         o.memory_peak_bytes = o.memory_peak_bytes.max(r.memory_used_bytes);
@@ -318,7 +318,7 @@ mod tests {
         }
         let mut got = std::collections::BTreeMap::<(usize, String), (u64, u128, u128)>::new();
         for w in &closed {
-            for o in &w.occupancy {
+            for o in &w.windows {
                 assert!(o.held_ms <= (w.end_ms - w.start_ms) as u64);
                 let e = got
                     .entry((o.slice, o.consumer.pod.clone().unwrap()))
@@ -343,7 +343,7 @@ mod tests {
         closed.extend(integrator.flush(50_000));
         let held: u64 = closed
             .iter()
-            .flat_map(|w| &w.occupancy)
+            .flat_map(|w| &w.windows)
             .map(|o| o.held_ms)
             .sum();
         assert_eq!(held, 5_000 + 10_000 + 5_000);
@@ -361,7 +361,7 @@ mod tests {
         r.compute_active_ppm = None;
         integrator.push(0, vec![r.clone()]);
         let closed = integrator.flush(5_000);
-        let o = &closed[0].occupancy[0];
+        let o = &closed[0].windows[0];
         assert_eq!(o.compute_ppm_ms, None);
         let w = o.report("MIG-x", 0, 5_000);
         assert_eq!(w.compute_active_seconds, None);
@@ -379,7 +379,7 @@ mod tests {
         }
         assert_eq!(closed.len(), 2);
         assert_eq!((closed[1].start_ms, closed[1].end_ms), (60_000, 120_000));
-        let w = closed[1].occupancy[0].report("s", 60_000, 120_000);
+        let w = closed[1].windows[0].report("s", 60_000, 120_000);
         assert_eq!(
             (w.held_seconds, w.compute_active_seconds),
             (60.0, Some(30.0))

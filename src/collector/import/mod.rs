@@ -58,7 +58,7 @@ pub fn chunk_selectors() -> [String; 2] {
 pub struct ChunkPlan {
     /// The scrape interval: a sample stands for its slot of this length.
     pub interval_ms: i64,
-    /// The occupancy window, as `collect --window`.
+    /// The window grid's step, as `collect --window`.
     pub window_ms: i64,
     pub read: ReadOptions,
     /// Nodes whose device plugin shares GPUs otherwise than `read.sharing` says.
@@ -318,7 +318,7 @@ mod tests {
         let want: Vec<_> = closed
             .iter()
             .flat_map(|w| {
-                w.occupancy
+                w.windows
                     .iter()
                     .map(|o| o.report("GPU-1::gi9/1g.10gb", w.start_ms, w.end_ms))
             })
