@@ -8,6 +8,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::slice::SliceKind;
+
 /// The contract's bounds (docs/ingest.md, Bounds at ingest): every figure a collector sends is bounded by the
 /// card, and every bound is chosen so that no sum over a month, anywhere, can overflow an exact
 /// decimal (`rust_decimal`'s 96-bit mantissa, about 7.9e28).
@@ -141,6 +143,15 @@ pub struct SliceReport {
     pub replicas: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<i64>,
+}
+
+impl SliceReport {
+    /// Its kind, where the text names one. `kind` stays text on the wire so that ingest's
+    /// validation can refuse an unknown one in its own words, naming the field; a collector's own
+    /// records always name one.
+    pub fn slice_kind(&self) -> Option<SliceKind> {
+        self.kind.parse().ok()
+    }
 }
 
 /// Who held a slice and how much of it they occupied over `[start, end)`.

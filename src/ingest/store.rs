@@ -188,7 +188,7 @@ impl ReservationColumns {
 /// A reservation as stored in the `slice` table, back in its domain type.
 #[allow(clippy::too_many_arguments)]
 fn reservation_of(
-    kind: &str,
+    kind: SliceKind,
     profile: Option<String>,
     compute_slices: Option<i16>,
     memory_slices: Option<i16>,
@@ -199,7 +199,7 @@ fn reservation_of(
     replicas: Option<i16>,
     replica: Option<i16>,
 ) -> Option<Reservation> {
-    Some(match kind.parse().ok()? {
+    Some(match kind {
         SliceKind::Mig => Reservation::Mig {
             profile: profile?,
             profile_id: None,
@@ -294,10 +294,11 @@ pub async fn register_slices(
     .execute(&mut *tx)
     .await?;
     let stored = sqlx::query!(
-        "select slice_id, slice_uuid, gpu_id, kind, profile, compute_slices, memory_slices, memory_bytes,
+        r#"select slice_id, slice_uuid, gpu_id, kind as "kind: SliceKind", profile, compute_slices,
+                memory_slices, memory_bytes,
                 active_thread_percentage, pinned_memory_bytes, fraction, replicas, replica,
                 gpu_instance_id
-         from slice where slice_uuid = any($1)",
+         from slice where slice_uuid = any($1)"#,
         &uuids
     )
     .fetch_all(&mut *tx)
@@ -306,7 +307,7 @@ pub async fn register_slices(
         .into_iter()
         .map(|r| RegisteredSlice {
             reservation: reservation_of(
-                &r.kind,
+                r.kind,
                 r.profile,
                 r.compute_slices,
                 r.memory_slices,
@@ -621,7 +622,7 @@ pub async fn stored_windows(
     let rows = sqlx::query!(
         r#"select o.slice_id, o.consumer_id, o.window_start, o.window_end, o.held_seconds,
                   o.memory_byte_seconds, o.memory_peak_bytes, o.compute_active_seconds,
-                  s.slice_uuid, s.gpu_id, s.kind, s.compute_share, s.memory_share, s.reserved,
+                  s.slice_uuid, s.gpu_id, s.kind as "kind: SliceKind", s.compute_share, s.memory_share, s.reserved,
                   s.profile, s.compute_slices, s.memory_slices, s.memory_bytes as slice_memory_bytes,
                   s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
                   g.memory_bytes as gpu_memory_bytes,
@@ -662,7 +663,7 @@ pub async fn stored_windows(
                 gpu_memory_bytes: u64::try_from(r.gpu_memory_bytes).unwrap_or(0),
             },
             reservation: reservation_of(
-                &r.kind,
+                r.kind,
                 r.profile,
                 r.compute_slices,
                 r.memory_slices,

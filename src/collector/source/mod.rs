@@ -120,16 +120,16 @@ impl CardFit {
                 let g = inventory.gpus.iter().position(|g| g.uuid == s.gpu_uuid);
                 let whole = g.map_or(0, |g| gpu_memory[g]);
                 let bytes = |v: Option<i64>| v.and_then(|b| u64::try_from(b).ok()).unwrap_or(whole);
-                match s.kind.parse() {
-                    Ok(SliceKind::Mig) => (bytes(s.memory_bytes), None),
-                    Ok(SliceKind::Mps) => (bytes(s.pinned_memory_bytes), None),
-                    Ok(SliceKind::Vgpu) => (
+                match s.slice_kind() {
+                    Some(SliceKind::Mig) => (bytes(s.memory_bytes), None),
+                    Some(SliceKind::Mps) => (bytes(s.pinned_memory_bytes), None),
+                    Some(SliceKind::Vgpu) => (
                         s.fraction
                             .map_or(whole, |f| (whole as f64 * f.clamp(0.0, 1.0)) as u64),
                         None,
                     ),
-                    Ok(SliceKind::Timeslice) => (whole, g),
-                    Ok(SliceKind::Whole) | Err(_) => (whole, None),
+                    Some(SliceKind::Timeslice) => (whole, g),
+                    Some(SliceKind::Whole) | None => (whole, None),
                 }
             })
             .collect();

@@ -1,8 +1,6 @@
 //! The ledger's SQL: one card's hours from the hourly rollups, or an issued month's days from its
 //! books (`book_gpu_day` for presence and what the layout stranded, `book_slice` for its consumers).
 
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
@@ -49,10 +47,6 @@ fn exact(s: &str) -> Result<Exact, sqlx::Error> {
     Exact::parse(s).ok_or_else(|| sqlx::Error::Decode(format!("{s:?} is not a sum").into()))
 }
 
-fn kind(s: &str) -> Result<SliceKind, sqlx::Error> {
-    SliceKind::from_str(s).map_err(|e| sqlx::Error::Decode(e.into()))
-}
-
 /// The card's steps in `[from, to)` from the hourly rollups: its consumers and its presence, per step
 /// and rate card version in force. The rollups' keys start with the hour, so the card's rows are
 /// probed by key (each hour of the range, and each of the card's slices) rather than read out of
@@ -74,7 +68,7 @@ pub async fn from_rollups(
            select date_trunc($4, u.hour, 'UTC') as "bucket!", v.rate_card_id as "rate_card?",
                   u.team_id as "team!: TeamId",
                   (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2] as "workload?",
-                  s.slice_uuid as "slice_uuid!", s.kind as "kind!", s.profile as "profile?",
+                  s.slice_uuid as "slice_uuid!", s.kind as "kind!: SliceKind", s.profile as "profile?",
                   s.compute_share as "compute_share!", s.memory_share as "memory_share!",
                   s.memory_reserved_bytes as "memory_reserved_bytes!",
                   sum(u.held_seconds)::text as "held!", sum(u.compute_active_seconds)::text as "active!",
@@ -106,10 +100,10 @@ pub async fn from_rollups(
                 team: r.team,
                 workload: r.workload,
                 slice_uuid: r.slice_uuid,
-                kind: kind(&r.kind)?,
+                kind: r.kind,
                 profile: r.profile,
                 share: PhysicalShare {
-                    kind: kind(&r.kind)?,
+                    kind: r.kind,
                     compute: r.compute_share,
                     memory: r.memory_share,
                     memory_reserved_bytes: u64::try_from(r.memory_reserved_bytes)
@@ -189,7 +183,7 @@ pub async fn from_books(
     }
     let consumers = sqlx::query!(
         r#"select date_trunc($5, x.day, 'UTC') as "bucket!", b.rate_card_id as "rate_card?",
-                  b.team_id as "team!: TeamId", b.slice_uuid as "slice_uuid!", b.kind as "kind!",
+                  b.team_id as "team!: TeamId", b.slice_uuid as "slice_uuid!", b.kind as "kind!: SliceKind",
                   b.profile as "profile?", b.compute_share as "compute_share!",
                   b.memory_share as "memory_share!",
                   b.memory_reserved_bytes as "memory_reserved_bytes!",
@@ -219,10 +213,10 @@ pub async fn from_books(
                 team: r.team,
                 workload: None,
                 slice_uuid: r.slice_uuid,
-                kind: kind(&r.kind)?,
+                kind: r.kind,
                 profile: r.profile,
                 share: PhysicalShare {
-                    kind: kind(&r.kind)?,
+                    kind: r.kind,
                     compute: r.compute_share,
                     memory: r.memory_share,
                     memory_reserved_bytes: u64::try_from(r.memory_reserved_bytes)
