@@ -391,7 +391,7 @@ async fn write_batches(
         )
         .ok_or(IngestError::RollupOverflow)?;
     }
-    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
+    store::add_to_rollup(&mut tx, rollup, teams.teams()).await?;
     tx.commit().await?;
     // An unchanged inventory costs nothing here either.
     if let Some(known) = known

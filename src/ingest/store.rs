@@ -844,7 +844,7 @@ async fn copy_in(tx: &mut PgConnection, statement: &str, rows: &[u8]) -> Result<
 }
 
 /// A rollup row's key: slice id, GPU id, consumer id ([`WindowIds::rollup_key`]) and the team, as
-/// an index into the names [`add_to_rollup`] is given (`attribution::Teams`).
+/// an index into the teams [`add_to_rollup`] is given (`attribution::Teams`).
 pub type RollupKey = (i32, i32, i64, u32);
 
 /// Adds the hourly sums of new windows, keyed by [`RollupKey`] (`teams` names their teams), to the
@@ -853,7 +853,7 @@ pub type RollupKey = (i32, i32, i64, u32);
 pub async fn add_to_rollup(
     tx: &mut PgConnection,
     rollup: Rollup<RollupKey>,
-    teams: &[String],
+    teams: &[TeamId],
 ) -> Result<(), sqlx::Error> {
     if rollup.rows.is_empty() {
         return Ok(());
@@ -875,7 +875,8 @@ pub async fn add_to_rollup(
         slice.push(s);
         gpu.push(g);
         consumer.push(c);
-        team.push(teams.get(t as usize).cloned().unwrap_or_default());
+        // The index is one `teams` gave out: every key names a team, never a default.
+        team.push(teams[t as usize].as_str().to_owned());
         held.push(f.held_seconds);
         memory.push(f.memory_byte_seconds);
         peak.push(f.memory_peak_bytes);

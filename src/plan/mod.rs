@@ -280,7 +280,7 @@ pub fn right_sizing_range(days: u32, now: DateTime<Utc>) -> (DateTime<Utc>, Date
 pub async fn recommendations(
     pool: &sqlx::PgPool,
     evidence: &EvidenceCache,
-    team: Option<&str>,
+    team: Option<&TeamId>,
     days: u32,
     target: recommend::TargetProfile,
     now: DateTime<Utc>,

@@ -150,7 +150,7 @@ impl Evidence {
 /// consumer, `workload_of`, migration 0012), the GPU model and the slice's kind, profile and share.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, sqlx::FromRow)]
 struct EvidenceGroup {
-    team_id: String,
+    team_id: TeamId,
     namespace: Option<String>,
     workload: String,
     model: String,
@@ -194,7 +194,7 @@ struct EvidenceFigures {
 pub async fn evidence(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
-    team: Option<&str>,
+    team: Option<&TeamId>,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_by_key(|&i| ranges[i].0);
@@ -234,7 +234,7 @@ pub async fn evidence(
 async fn evidence_together(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
-    team: Option<&str>,
+    team: Option<&TeamId>,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     let (Some(first), Some(last)) = (
         ranges.iter().map(|r| r.0).min(),
@@ -338,7 +338,7 @@ async fn evidence_together(
             continue;
         };
         out[r].push(Evidence {
-            team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+            team: g.team_id.clone(),
             namespace: g.namespace.clone(),
             workload_kind: g.workload_kind.clone(),
             workload: g.workload.clone(),

@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use super::UnitDefinition;
 use super::count::UnitKey;
 use crate::billing::rate_card::Currency;
+use crate::domain::team::TeamId;
 
 /// What a unit cost is grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -70,7 +71,7 @@ impl UnitGroupBy {
 
     fn key(
         &self,
-        team: &Option<String>,
+        team: &Option<TeamId>,
         ns: &Option<String>,
         workload: &Option<String>,
         model: Option<&Option<String>>,
@@ -79,7 +80,10 @@ impl UnitGroupBy {
         for d in &self.0 {
             match d {
                 UnitDimension::Team => {
-                    key.insert("team".to_owned(), team.clone());
+                    key.insert(
+                        "team".to_owned(),
+                        team.as_ref().map(|t| t.as_str().to_owned()),
+                    );
                 }
                 UnitDimension::Model => {
                     key.insert("model".to_owned(), model.cloned().flatten());
@@ -100,7 +104,7 @@ type Key = BTreeMap<String, Option<String>>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostRow {
     pub hour: DateTime<Utc>,
-    pub team: Option<String>,
+    pub team: Option<TeamId>,
     pub namespace: Option<String>,
     pub workload: Option<String>,
     pub pod: Option<String>,
@@ -202,7 +206,7 @@ pub struct Joined {
 }
 
 type Place = (DateTime<Utc>, Option<String>, Option<String>);
-type ConsumerCosts = BTreeMap<(Option<String>, Option<String>), Decimal>;
+type ConsumerCosts = BTreeMap<(Option<TeamId>, Option<String>), Decimal>;
 
 /// Places costs and units hour by hour (`by_pod`: series join pods, else workloads).
 pub fn join(
@@ -466,7 +470,7 @@ mod tests {
     fn cost(h: u32, pod: &str, c: &str) -> CostRow {
         CostRow {
             hour: at(h),
-            team: Some("nlp".into()),
+            team: Some(TeamId::parse("nlp").unwrap()),
             namespace: Some("ns".into()),
             workload: Some("chat".into()),
             pod: Some(pod.into()),
