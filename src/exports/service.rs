@@ -24,7 +24,8 @@ use super::chunks::{Chunk, ChunkWriter, Piece, checked_stream};
 use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::split::{Split, idle_spread_ratios};
 use super::focus::{
-    self, Allocated, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id, usage_row,
+    self, Allocated, Category, Issuer, LineGroup, PlatformFigure, Row, Version, platform_row,
+    sku_id, usage_row,
 };
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::{LineKind, PeriodBill};
@@ -537,7 +538,7 @@ async fn write_focus(
                     d.day,
                     &d.model,
                     card,
-                    "unallocated",
+                    PlatformFigure::Unallocated,
                     fleet - taken,
                     issuer,
                 );
@@ -549,7 +550,7 @@ async fn write_focus(
                     d.day,
                     &d.model,
                     card,
-                    "unallocated",
+                    PlatformFigure::Unallocated,
                     Decimal::ZERO,
                     issuer,
                 );
@@ -568,7 +569,7 @@ async fn write_focus(
                         d.day,
                         &d.model,
                         card,
-                        "sharing-discount",
+                        PlatformFigure::SharingDiscount,
                         discount,
                         issuer,
                     ),
@@ -611,7 +612,7 @@ async fn write_focus(
                     .values()
                     .last()
                     .expect("a priced month has a rate card"),
-                "rounding",
+                PlatformFigure::Rounding,
                 c.rounding_residual,
                 issuer,
             );
