@@ -57,7 +57,7 @@ pub async fn books(conn: &mut PgConnection, month: Month) -> Result<Books, sqlx:
 }
 
 /// The months in `[first, last]` whose books are frozen (issued).
-pub async fn frozen_periods(
+pub async fn issued_periods(
     conn: &mut PgConnection,
     first: Month,
     last: Month,

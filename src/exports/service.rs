@@ -86,7 +86,7 @@ struct FocusPlan {
     team: Option<TeamId>,
     bill: PeriodBill,
     /// Whether the month is issued: its rows then come from its books.
-    frozen: bool,
+    issued: bool,
     cards: BTreeMap<i64, RateCard>,
     invoices: Vec<Invoice>,
     /// Each team's voided invoice of the month, by number: its charges were issued on it (and
@@ -107,7 +107,7 @@ impl FocusPlan {
         version: Version,
     ) -> Result<FocusPlan, ExportError> {
         let inputs = service::month(pool, cache, month).await?;
-        let (bill, frozen) = (inputs.bill().clone(), inputs.books().issued());
+        let (bill, issued) = (inputs.bill().clone(), inputs.books().issued());
         let mut documents = Vec::new();
         let mut voided = BTreeMap::new();
         for i in invoices::list(pool, Some(month), team.as_ref()).await? {
@@ -123,7 +123,7 @@ impl FocusPlan {
             month,
             team,
             bill,
-            frozen,
+            issued,
             cards,
             invoices: documents,
             voided,
@@ -217,7 +217,7 @@ async fn write_focus(
         month,
         team,
         bill,
-        frozen,
+        issued,
         cards,
         invoices,
         voided,
@@ -272,13 +272,13 @@ async fn write_focus(
 
     let days = {
         let mut conn = pool.acquire().await?;
-        store::model_days(&mut conn, month, frozen).await?
+        store::model_days(&mut conn, month, issued).await?
     };
     // FOCUS 1.3's split cost allocation: each card's day, the origin charge that its slices' rows
     // and the unallocated rows split (from the books when the month is issued).
     let mut split = if version == Version::V1_3 {
         let mut conn = pool.acquire().await?;
-        Split::read(&mut conn, month, frozen).await?
+        Split::read(&mut conn, month, issued).await?
     } else {
         Split::default()
     };
@@ -286,7 +286,7 @@ async fn write_focus(
     // The rows stream for as long as the client reads them: past any request's statement timeout.
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
-    let mut rows = store::slice_days(&mut tx, month, frozen, team.as_ref());
+    let mut rows = store::slice_days(&mut tx, month, issued, team.as_ref());
     let mut pending: Option<(LineGroup, Row, Exact)> = None;
     let mut rounder = CarryRounder::new();
     loop {

@@ -43,7 +43,7 @@ pub async fn card_ledger(
         .await?
         .ok_or_else(|| LedgerError::UnknownGpu(uuid.to_owned()))?;
     let issued: BTreeSet<Month> =
-        billing::frozen_periods(pool, Month::of(from), Month::of(to - Duration::hours(1))).await?;
+        billing::issued_periods(pool, Month::of(from), Month::of(to - Duration::hours(1))).await?;
     if let (Step::Hour, Some(m)) = (step, issued.first()) {
         return Err(LedgerError::HoursOfIssuedMonth(*m));
     }
