@@ -29,7 +29,7 @@ pub mod db;
 pub mod domain;
 /// The finance exports: FOCUS, the ERP journal, OpenCost's allocation API.
 pub mod exports;
-/// The fleet as it stands: GPUs, slices, holders, and which node reports each GPU.
+/// The fleet as it stands: GPUs, slices, consumers, and which node reports each GPU.
 pub mod fleet;
 /// The HTTP API, the dashboard and the server.
 pub mod http;

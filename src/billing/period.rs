@@ -970,7 +970,7 @@ pub(crate) mod tests {
     /// A random fleet: GPUs cut into MIG, MPS, vGPU, time-sliced or whole slices, held for random
     /// parts of a random number of hours, under one or two rate cards with random prices, factors,
     /// weights and idle policies.
-    // long: one generator; its parts (GPUs, holders, cards) only make sense drawn together.
+    // long: one generator; its parts (GPUs, consumers, cards) only make sense drawn together.
     fn fleet() -> impl Strategy<Value = Fleet> {
         let gpu = (
             0usize..5,

@@ -87,13 +87,13 @@ async fn bill_in(
 }
 
 /// The months in `[first, last]` whose books are frozen (issued), in one read.
-pub async fn frozen_periods(
+pub async fn issued_periods(
     pool: &PgPool,
     first: Month,
     last: Month,
 ) -> Result<BTreeSet<Month>, Error> {
     let mut conn = pool.acquire().await?;
-    let months = store::frozen_periods(&mut conn, first, last).await?;
+    let months = store::issued_periods(&mut conn, first, last).await?;
     Ok(months.into_iter().collect())
 }
 

@@ -5,8 +5,6 @@
 //! reads from the books or the rollups: usage per (team, model, kind, profile) and GPU presence per
 //! model, each split by the rate card version in force for its hours.
 
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
@@ -59,7 +57,7 @@ pub async fn books(conn: &mut PgConnection, month: Month) -> Result<Books, sqlx:
 }
 
 /// The months in `[first, last]` whose books are frozen (issued).
-pub async fn frozen_periods(
+pub async fn issued_periods(
     conn: &mut PgConnection,
     first: Month,
     last: Month,
@@ -213,7 +211,7 @@ pub async fn usage_aggregates(
            -- Per share, additions only: the shares are applied in Rust as fractions
            -- (`ExactSums`), exact, and the sums come as text because they may be longer than a
            -- Decimal holds.
-           select p.team_id as "team!: TeamId", p.model as "model!", p.kind as "kind!", p.profile,
+           select p.team_id as "team!: TeamId", p.model as "model!", p.kind as "kind!: SliceKind", p.profile,
                   p.rate_card_id as "rate_card?", p.compute_share as "compute_share!",
                   p.memory_share as "memory_share!",
                   p.memory_reserved_bytes as "memory_reserved_bytes!",
@@ -242,7 +240,7 @@ pub async fn usage_aggregates(
         if r.rate_card.is_none() {
             uncovered = Some(uncovered.map_or(r.first_hour, |u| u.min(r.first_hour)));
         }
-        let kind = SliceKind::from_str(&r.kind).map_err(|e| sqlx::Error::Decode(e.into()))?;
+        let kind = r.kind;
         let share = PhysicalShare {
             kind,
             compute: r.compute_share,

@@ -139,7 +139,7 @@ impl CollectArgs {
         })
     }
 
-    /// The collector's source: the simulator, or NVML with its holders' attribution.
+    /// The collector's source: the simulator, or NVML with its consumers' attribution.
     async fn source(&self) -> anyhow::Result<Box<dyn Source>> {
         Ok(match self.source {
             SourceKind::Sim => Box::new(SimSource::new(

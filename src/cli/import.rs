@@ -18,7 +18,7 @@ use crate::collector::import;
 use crate::collector::import::prometheus::{Auth, Prometheus};
 use crate::collector::shipper::{ShipError, Shipper};
 use crate::collector::source::dcgm::Refusals;
-use crate::collector::source::dcgm::read::{HolderLabels, ReadOptions};
+use crate::collector::source::dcgm::read::{ConsumerLabels, ReadOptions};
 use crate::collector::source::nvml::Sharing;
 use crate::process;
 use dry_run::{RateCardView, Tally, print_dry_run};
@@ -34,7 +34,7 @@ pub enum ImportCommand {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum HolderLabelsArg {
+pub enum ConsumerLabelsArg {
     /// `exported_pod` and its kin where Prometheus has them (it scraped without `honor_labels`),
     /// else `pod`, `namespace`, `container`.
     Auto,
@@ -106,8 +106,13 @@ pub struct PrometheusArgs {
     #[arg(long, value_parser = node_sharing)]
     pub node_sharing: Vec<(String, Sharing)>,
     /// Which labels name a series' holder.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub holder_labels: HolderLabelsArg,
+    #[arg(
+        long = "holder-labels",
+        value_name = "HOLDER_LABELS",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub consumer_labels: ConsumerLabelsArg,
     /// Times a query that timed out or met a server error is asked again.
     #[arg(long, default_value_t = 2)]
     pub retries: u32,
@@ -245,18 +250,18 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
     };
     let prom = Prometheus::new(&args.url, auth, args.query_timeout, args.max_answer_bytes)
         .map_err(anyhow::Error::msg)?;
-    let holders = match args.holder_labels {
-        HolderLabelsArg::Plain => HolderLabels::Plain,
-        HolderLabelsArg::Exported => HolderLabels::Exported,
-        HolderLabelsArg::Auto => {
+    let consumers = match args.consumer_labels {
+        ConsumerLabelsArg::Plain => ConsumerLabels::Plain,
+        ConsumerLabelsArg::Exported => ConsumerLabels::Exported,
+        ConsumerLabelsArg::Auto => {
             let names = prom.label_names(&import::selector()).await?;
             if names.iter().any(|n| n == "exported_pod") {
                 eprintln!(
                     "Holders are read from exported_pod, exported_namespace and exported_container (Prometheus scraped without honor_labels)."
                 );
-                HolderLabels::Exported
+                ConsumerLabels::Exported
             } else {
-                HolderLabels::Plain
+                ConsumerLabels::Plain
             }
         }
     };
@@ -325,7 +330,7 @@ async fn prometheus(args: PrometheusArgs) -> anyhow::Result<()> {
         prometheus: prom,
         server: server.clone(),
         read: ReadOptions {
-            holders,
+            consumers,
             sharing: args.gpu_sharing,
         },
         node_sharing: args.node_sharing.iter().cloned().collect(),

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use super::source::Reading;
 use crate::domain::batch::{ConsumerReport, WindowReport};
 
-/// One slice and consumer's figures within one window, in exact integer units.
+/// One consumer's window on one slice: its figures within one grid window, in exact integer units.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Occupancy {
+pub struct ConsumerWindow {
     pub slice: usize,
     pub consumer: Arc<ConsumerReport>,
     pub held_ms: u64,
@@ -21,16 +21,16 @@ pub struct Occupancy {
     pub compute_ppm_ms: Option<u128>,
 }
 
-/// A closed window of the grid: the part of it that was observed, and what was held in it.
+/// A closed window of the grid: the part of it that was observed, and each consumer's window in it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClosedWindow {
     /// Observed start and end, in Unix milliseconds; within one grid window.
     pub start_ms: i64,
     pub end_ms: i64,
-    pub occupancy: Vec<Occupancy>,
+    pub windows: Vec<ConsumerWindow>,
 }
 
-impl Occupancy {
+impl ConsumerWindow {
     /// The window as the ingest contract has it.
     pub fn report(&self, slice_uuid: &str, start_ms: i64, end_ms: i64) -> WindowReport {
         WindowReport {
@@ -184,7 +184,7 @@ impl Integrator {
             let w = self.current.get_or_insert_with(|| ClosedWindow {
                 start_ms: a,
                 end_ms: a,
-                occupancy: Vec::new(),
+                windows: Vec::new(),
             });
             apply(w, readings, (b - a) as u64);
             w.end_ms = b;
@@ -198,24 +198,26 @@ impl Integrator {
 
 fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
     for r in readings {
-        let Some(holder) = &r.holder else { continue };
-        let i = match w.occupancy.iter().position(|o| {
-            o.slice == r.slice && (Arc::ptr_eq(&o.consumer, holder) || o.consumer == *holder)
+        let Some(consumer) = &r.consumer else {
+            continue;
+        };
+        let i = match w.windows.iter().position(|o| {
+            o.slice == r.slice && (Arc::ptr_eq(&o.consumer, consumer) || o.consumer == *consumer)
         }) {
             Some(i) => i,
             None => {
-                w.occupancy.push(Occupancy {
+                w.windows.push(ConsumerWindow {
                     slice: r.slice,
-                    consumer: holder.clone(),
+                    consumer: consumer.clone(),
                     held_ms: 0,
                     memory_byte_ms: 0,
                     memory_peak_bytes: 0,
                     compute_ppm_ms: Some(0),
                 });
-                w.occupancy.len() - 1
+                w.windows.len() - 1
             }
         };
-        let o = &mut w.occupancy[i];
+        let o = &mut w.windows[i];
         o.held_ms += ms;
         o.memory_byte_ms += u128::from(r.memory_used_bytes) * u128::from(ms);
         o.memory_peak_bytes = o.memory_peak_bytes.max(r.memory_used_bytes);
@@ -230,7 +232,7 @@ fn apply(w: &mut ClosedWindow, readings: &[Reading], ms: u64) {
 mod tests {
     use super::*;
 
-    fn holder(pod: &str) -> Arc<ConsumerReport> {
+    fn consumer(pod: &str) -> Arc<ConsumerReport> {
         Arc::new(ConsumerReport {
             namespace: Some("nlp".into()),
             pod: Some(pod.into()),
@@ -241,7 +243,7 @@ mod tests {
     fn reading(slice: usize, h: Option<&Arc<ConsumerReport>>, mem: u64, ppm: u32) -> Reading {
         Reading {
             slice,
-            holder: h.cloned(),
+            consumer: h.cloned(),
             memory_used_bytes: mem,
             compute_active_ppm: Some(ppm),
         }
@@ -251,7 +253,7 @@ mod tests {
     /// a slice that changes hands mid-window and a free spell.
     #[test]
     fn window_sums_equal_the_exact_integrals_and_windows_tile_the_sampled_time() {
-        let (a, b) = (holder("a-0"), holder("b-0"));
+        let (a, b) = (consumer("a-0"), consumer("b-0"));
         let window = 60_000;
         let mut integrator = Integrator::new(window, 10_000);
         let mut times = Vec::new();
@@ -306,7 +308,7 @@ mod tests {
             let next = times.get(k + 1).copied().unwrap_or(end);
             let dt = (next - t) as u64;
             for r in readings {
-                if let Some(h) = &r.holder {
+                if let Some(h) = &r.consumer {
                     let e = want.entry((r.slice, h.pod.clone().unwrap())).or_default();
                     e.0 += dt;
                     e.1 += u128::from(r.memory_used_bytes) * u128::from(dt);
@@ -316,7 +318,7 @@ mod tests {
         }
         let mut got = std::collections::BTreeMap::<(usize, String), (u64, u128, u128)>::new();
         for w in &closed {
-            for o in &w.occupancy {
+            for o in &w.windows {
                 assert!(o.held_ms <= (w.end_ms - w.start_ms) as u64);
                 let e = got
                     .entry((o.slice, o.consumer.pod.clone().unwrap()))
@@ -332,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_gap_longer_than_the_step_limit_is_not_counted() {
-        let a = holder("a");
+        let a = consumer("a");
         let mut integrator = Integrator::new(60_000, 10_000);
         let mut closed = integrator.push(0, vec![reading(0, Some(&a), 100, 1_000_000)]);
         closed.extend(integrator.push(5_000, vec![reading(0, Some(&a), 100, 1_000_000)]));
@@ -341,7 +343,7 @@ mod tests {
         closed.extend(integrator.flush(50_000));
         let held: u64 = closed
             .iter()
-            .flat_map(|w| &w.occupancy)
+            .flat_map(|w| &w.windows)
             .map(|o| o.held_ms)
             .sum();
         assert_eq!(held, 5_000 + 10_000 + 5_000);
@@ -353,13 +355,13 @@ mod tests {
 
     #[test]
     fn unknown_compute_makes_the_window_unknown_and_converts_to_null() {
-        let a = holder("a");
+        let a = consumer("a");
         let mut integrator = Integrator::new(60_000, 10_000);
         let mut r = reading(0, Some(&a), 1 << 30, 0);
         r.compute_active_ppm = None;
         integrator.push(0, vec![r.clone()]);
         let closed = integrator.flush(5_000);
-        let o = &closed[0].occupancy[0];
+        let o = &closed[0].windows[0];
         assert_eq!(o.compute_ppm_ms, None);
         let w = o.report("MIG-x", 0, 5_000);
         assert_eq!(w.compute_active_seconds, None);
@@ -369,7 +371,7 @@ mod tests {
 
     #[test]
     fn samples_on_the_grid_close_each_window_when_its_end_is_reached() {
-        let a = holder("a");
+        let a = consumer("a");
         let mut integrator = Integrator::new(60_000, 10_000);
         let mut closed = Vec::new();
         for t in (0..=120_000).step_by(5_000) {
@@ -377,7 +379,7 @@ mod tests {
         }
         assert_eq!(closed.len(), 2);
         assert_eq!((closed[1].start_ms, closed[1].end_ms), (60_000, 120_000));
-        let w = closed[1].occupancy[0].report("s", 60_000, 120_000);
+        let w = closed[1].windows[0].report("s", 60_000, 120_000);
         assert_eq!(
             (w.held_seconds, w.compute_active_seconds),
             (60.0, Some(30.0))

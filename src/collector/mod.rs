@@ -58,7 +58,7 @@ fn batch_of(node: &str, inventory: &Inventory, windows: &[ClosedWindow]) -> Batc
         windows: windows
             .iter()
             .flat_map(|w| {
-                w.occupancy
+                w.windows
                     .iter()
                     .map(|o| o.report(&inventory.slices[o.slice].uuid, w.start_ms, w.end_ms))
             })

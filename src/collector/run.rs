@@ -1,7 +1,7 @@
 //! The `collect` command's four modes over a source: live (sample, spool, ship until stopped), replay
 //! (a simulated stretch in fast-forward, spooled and shipped), drain (ship what the spool holds) and
 //! dry run (print the windows instead); the spool and shipper they share; and the NVML source with
-//! its holders' attribution (kubelet PodResources, the API server, processes, a static map).
+//! its consumers' attribution (kubelet PodResources, the API server, processes, a static map).
 
 use std::future::Future;
 use std::io::Write;
@@ -105,7 +105,7 @@ pub struct NvmlOptions {
     pub static_map: Option<PathBuf>,
 }
 
-/// This machine's GPUs through NVML, with their holders' attribution. With a kubelet, it waits a
+/// This machine's GPUs through NVML, with their consumers' attribution. With a kubelet, it waits a
 /// little for the first listing, so that the first windows are attributed too.
 pub async fn open_nvml(o: &NvmlOptions) -> Result<NvmlSource<RealNvml>, CollectorError> {
     let api = RealNvml::init().map_err(|e| CollectorError::Setup(format!("NVML: {e}")))?;

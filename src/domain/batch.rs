@@ -8,6 +8,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::domain::slice::SliceKind;
+
 /// The contract's bounds (docs/ingest.md, Bounds at ingest): every figure a collector sends is bounded by the
 /// card, and every bound is chosen so that no sum over a month, anywhere, can overflow an exact
 /// decimal (`rust_decimal`'s 96-bit mantissa, about 7.9e28).
@@ -143,6 +145,15 @@ pub struct SliceReport {
     pub replica: Option<i64>,
 }
 
+impl SliceReport {
+    /// Its kind, where the text names one. `kind` stays text on the wire so that ingest's
+    /// validation can refuse an unknown one in its own words, naming the field; a collector's own
+    /// records always name one.
+    pub fn slice_kind(&self) -> Option<SliceKind> {
+        self.kind.parse().ok()
+    }
+}
+
 /// Who held a slice and how much of it they occupied over `[start, end)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WindowReport {
@@ -229,7 +240,7 @@ impl ConsumerReport {
     }
 
     /// Names someone: a namespace or pod, a unix user, a job or a claim.
-    pub fn names_a_holder(&self) -> bool {
+    pub fn names_someone(&self) -> bool {
         self.namespace.is_some()
             || self.pod.is_some()
             || self.unix_user.is_some()

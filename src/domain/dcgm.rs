@@ -3,7 +3,7 @@
 //! `DCGM_FI_DEV_GPU_UTIL{UUID="GPU-…",Hostname="node-1",modelName="NVIDIA H100 80GB HBM3",
 //! GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",namespace="nlp",pod="trainer-0",container="main",
 //! dra_claim_name="trainer-0-gpu",dra_claim_namespace="nlp",dra_driver_name="gpu.nvidia.com"}`.
-//! slicemeter speaks it wherever a slice and its holder are named (the fleet API's `dcgm` labels,
+//! slicemeter speaks it wherever a slice and its consumer are named (the fleet API's `dcgm` labels,
 //! the usage report's dimensions of the same names, the FOCUS rows' tags), so that its answers join
 //! with the DCGM dashboards users already run. This is the one home of those names.
 
@@ -68,7 +68,7 @@ impl DcgmLabel {
         DcgmLabel::ALL.into_iter().find(|l| l.name() == name)
     }
 
-    /// Whether the holder (not the device) gives its value.
+    /// Whether the consumer (not the device) gives its value.
     pub fn of_claim(self) -> bool {
         matches!(
             self,
@@ -106,7 +106,7 @@ pub struct Device<'a> {
 }
 
 impl Device<'_> {
-    /// The value of a device label; none for a holder's.
+    /// The value of a device label; none for a consumer's.
     pub fn value(&self, label: DcgmLabel) -> Option<String> {
         let mig = self.kind == SliceKind::Mig;
         match label {
@@ -170,9 +170,9 @@ pub struct DcgmLabels {
 }
 
 impl DcgmLabels {
-    /// The labels of `device` held by `holder`, if anyone holds it.
-    pub fn of(device: &Device<'_>, holder: Option<&ConsumerReport>) -> DcgmLabels {
-        let claim = holder.and_then(|h| h.dra_claim.as_ref());
+    /// The labels of `device` held by `consumer`, if anyone holds it.
+    pub fn of(device: &Device<'_>, consumer: Option<&ConsumerReport>) -> DcgmLabels {
+        let claim = consumer.and_then(|h| h.dra_claim.as_ref());
         let dra = |l: DcgmLabel| claim.and_then(|c| l.of_dra(c)).map(str::to_owned);
         DcgmLabels {
             uuid: device.value(DcgmLabel::Uuid).unwrap_or_default(),
@@ -180,9 +180,9 @@ impl DcgmLabels {
             model_name: device.model.to_owned(),
             gpu_i_profile: device.value(DcgmLabel::GpuIProfile),
             gpu_i_id: device.value(DcgmLabel::GpuIId),
-            pod: holder.and_then(|h| h.pod.clone()),
-            namespace: holder.and_then(|h| h.namespace.clone()),
-            container: holder.and_then(|h| h.container.clone()),
+            pod: consumer.and_then(|h| h.pod.clone()),
+            namespace: consumer.and_then(|h| h.namespace.clone()),
+            container: consumer.and_then(|h| h.container.clone()),
             dra_claim_name: dra(DcgmLabel::DraClaimName),
             dra_claim_namespace: dra(DcgmLabel::DraClaimNamespace),
             dra_driver_name: dra(DcgmLabel::DraDriverName),
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_mig_instance_held_through_a_dra_claim_is_labelled_as_dcgm_exporter_labels_it() {
-        let holder = ConsumerReport {
+        let consumer = ConsumerReport {
             namespace: Some("nlp".into()),
             pod: Some("trainer-0".into()),
             container: Some("main".into()),
@@ -222,7 +222,7 @@ mod tests {
             }),
             ..ConsumerReport::default()
         };
-        let json = serde_json::to_value(DcgmLabels::of(&mig(), Some(&holder))).unwrap();
+        let json = serde_json::to_value(DcgmLabels::of(&mig(), Some(&consumer))).unwrap();
         assert_eq!(
             json,
             serde_json::json!({

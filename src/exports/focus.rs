@@ -486,33 +486,51 @@ pub fn usage_row(
     Ok((group, row, charge.amount))
 }
 
-/// One of the platform's rows: `what` is `unallocated`, `sharing-discount` or `rounding`.
+/// Which of the platform's figures a row carries; its text names the row's SKU and tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlatformFigure {
+    Unallocated,
+    SharingDiscount,
+    Rounding,
+}
+
+impl PlatformFigure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlatformFigure::Unallocated => "unallocated",
+            PlatformFigure::SharingDiscount => "sharing-discount",
+            PlatformFigure::Rounding => "rounding",
+        }
+    }
+}
+
+/// One of the platform's rows: unallocated capacity, the sharing discount or the rounding residual.
 pub fn platform_row(
     month: Month,
     day: DateTime<Utc>,
     model: &str,
     card: &RateCard,
-    what: &str,
+    what: PlatformFigure,
     exact: Decimal,
     issuer: &Issuer,
 ) -> Row {
     let description = match what {
-        "unallocated" => {
+        PlatformFigure::Unallocated => {
             format!("Unallocated capacity of {model}: the share of its GPUs no slice held")
         }
-        _ => {
+        PlatformFigure::SharingDiscount | PlatformFigure::Rounding => {
             format!("Sharing discount on {model}: the (1 - isolation factor) part of shared slices")
         }
     };
     let sku = if model.is_empty() {
-        what.to_owned()
+        what.as_str().to_owned()
     } else {
-        format!("{model}/{what}")
+        format!("{model}/{}", what.as_str())
     };
     // Unallocated capacity and the sharing discount are GPU-hours at the model's hourly cost; the
     // rounding residual is minor units at one minor unit each (it may be negative, a price not).
     let (hourly, _) = card.hourly_cost(model);
-    let (unit_price, unit) = if what == "rounding" {
+    let (unit_price, unit) = if what == PlatformFigure::Rounding {
         (Decimal::new(1, card.currency.minor_units), MINOR_UNIT)
     } else {
         (hourly, PRICING_UNIT)
@@ -540,7 +558,7 @@ pub fn platform_row(
         sku_id: sku,
         sub_account_id: PLATFORM_ACCOUNT.into(),
         sub_account_name: issuer.name.clone(),
-        tags: BTreeMap::from([("slicemeter/platform".to_owned(), what.to_owned())]),
+        tags: BTreeMap::from([("slicemeter/platform".to_owned(), what.as_str().to_owned())]),
         gpu_model: (!model.is_empty()).then(|| model.to_owned()),
         slice_kind: None,
         mig_profile: None,
@@ -549,9 +567,9 @@ pub fn platform_row(
         rate_card: Some(card.id),
         invoice_number: None,
         sku_meter: match what {
-            "unallocated" => "Unallocated capacity",
-            "sharing-discount" => "Sharing discount",
-            _ => "Rounding",
+            PlatformFigure::Unallocated => "Unallocated capacity",
+            PlatformFigure::SharingDiscount => "Sharing discount",
+            PlatformFigure::Rounding => "Rounding",
         },
         // The unallocated portion of its cards' days, once known (`split::Split::unallocated`).
         allocation: None,

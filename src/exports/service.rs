@@ -24,7 +24,8 @@ use super::chunks::{Chunk, ChunkWriter, Piece, checked_stream};
 use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::split::{Split, idle_spread_ratios};
 use super::focus::{
-    self, Allocated, Category, Issuer, LineGroup, Row, Version, platform_row, sku_id, usage_row,
+    self, Allocated, Category, Issuer, LineGroup, PlatformFigure, Row, Version, platform_row,
+    sku_id, usage_row,
 };
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::{LineKind, PeriodBill};
@@ -85,7 +86,7 @@ struct FocusPlan {
     team: Option<TeamId>,
     bill: PeriodBill,
     /// Whether the month is issued: its rows then come from its books.
-    frozen: bool,
+    issued: bool,
     cards: BTreeMap<i64, RateCard>,
     invoices: Vec<Invoice>,
     /// Each team's voided invoice of the month, by number: its charges were issued on it (and
@@ -106,7 +107,7 @@ impl FocusPlan {
         version: Version,
     ) -> Result<FocusPlan, ExportError> {
         let inputs = service::month(pool, cache, month).await?;
-        let (bill, frozen) = (inputs.bill().clone(), inputs.books().issued());
+        let (bill, issued) = (inputs.bill().clone(), inputs.books().issued());
         let mut documents = Vec::new();
         let mut voided = BTreeMap::new();
         for i in invoices::list(pool, Some(month), team.as_ref()).await? {
@@ -122,7 +123,7 @@ impl FocusPlan {
             month,
             team,
             bill,
-            frozen,
+            issued,
             cards,
             invoices: documents,
             voided,
@@ -216,7 +217,7 @@ async fn write_focus(
         month,
         team,
         bill,
-        frozen,
+        issued,
         cards,
         invoices,
         voided,
@@ -271,13 +272,13 @@ async fn write_focus(
 
     let days = {
         let mut conn = pool.acquire().await?;
-        store::model_days(&mut conn, month, frozen).await?
+        store::model_days(&mut conn, month, issued).await?
     };
     // FOCUS 1.3's split cost allocation: each card's day, the origin charge that its slices' rows
     // and the unallocated rows split (from the books when the month is issued).
     let mut split = if version == Version::V1_3 {
         let mut conn = pool.acquire().await?;
-        Split::read(&mut conn, month, frozen).await?
+        Split::read(&mut conn, month, issued).await?
     } else {
         Split::default()
     };
@@ -285,7 +286,7 @@ async fn write_focus(
     // The rows stream for as long as the client reads them: past any request's statement timeout.
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
-    let mut rows = store::slice_days(&mut tx, month, frozen, team.as_ref());
+    let mut rows = store::slice_days(&mut tx, month, issued, team.as_ref());
     let mut pending: Option<(LineGroup, Row, Exact)> = None;
     let mut rounder = CarryRounder::new();
     loop {
@@ -537,7 +538,7 @@ async fn write_focus(
                     d.day,
                     &d.model,
                     card,
-                    "unallocated",
+                    PlatformFigure::Unallocated,
                     fleet - taken,
                     issuer,
                 );
@@ -549,7 +550,7 @@ async fn write_focus(
                     d.day,
                     &d.model,
                     card,
-                    "unallocated",
+                    PlatformFigure::Unallocated,
                     Decimal::ZERO,
                     issuer,
                 );
@@ -568,7 +569,7 @@ async fn write_focus(
                         d.day,
                         &d.model,
                         card,
-                        "sharing-discount",
+                        PlatformFigure::SharingDiscount,
                         discount,
                         issuer,
                     ),
@@ -611,7 +612,7 @@ async fn write_focus(
                     .values()
                     .last()
                     .expect("a priced month has a rate card"),
-                "rounding",
+                PlatformFigure::Rounding,
                 c.rounding_residual,
                 issuer,
             );

@@ -22,12 +22,12 @@ pub struct FleetSliceRow {
     pub gpu_instance_id: Option<i16>,
     pub compute_share: Option<Decimal>,
     pub memory_share: Option<Decimal>,
-    pub holder_team: Option<TeamId>,
-    pub holder_namespace: Option<String>,
-    pub holder_pod: Option<String>,
-    pub holder_container: Option<String>,
-    pub holder_user: Option<String>,
-    pub holder_dra_claim: Option<sqlx::types::Json<DraClaim>>,
+    pub consumer_team: Option<TeamId>,
+    pub consumer_namespace: Option<String>,
+    pub consumer_pod: Option<String>,
+    pub consumer_container: Option<String>,
+    pub consumer_user: Option<String>,
+    pub consumer_dra_claim: Option<sqlx::types::Json<DraClaim>>,
 }
 
 /// Whether [`slices`] finds each GPU's last hour present (`GET /v1/fleet` says it; the dashboard's
@@ -39,7 +39,7 @@ pub enum LastPresent {
     Skipped,
 }
 
-/// One row per slice (or per GPU without slices), with the slice's most recent holder in the
+/// One row per slice (or per GPU without slices), with the slice's most recent consumer in the
 /// rollups of the last hour, if any.
 pub async fn slices(
     pool: &PgPool,
@@ -48,7 +48,7 @@ pub async fn slices(
 ) -> Result<Vec<FleetSliceRow>, sqlx::Error> {
     sqlx::query_as!(
         FleetSliceRow,
-        r#"with holder as (
+        r#"with current_consumer as (
                select distinct on (u.slice_id) u.slice_id, u.consumer_id from usage_hourly u
                where u.hour >= date_trunc('hour', $1::timestamptz, 'UTC') - interval '1 hour' and u.hour <= $1
                order by u.slice_id, u.hour desc, u.held_seconds desc),
@@ -71,16 +71,16 @@ pub async fn slices(
                   s.slice_uuid as "slice_uuid?", s.kind as "kind?: SliceKind", s.profile, s.gpu_instance_id,
                   s.compute_share as "compute_share?", s.memory_share as "memory_share?",
                   case when c.consumer_id is not null
-                       then consumer_team_at(c.team_label, c.namespace, $1) end as "holder_team?: TeamId",
-                  c.namespace as holder_namespace,
-                  c.pod as holder_pod, c.container as holder_container,
-                  c.unix_user as holder_user,
-                  c.dra_claim as "holder_dra_claim: sqlx::types::Json<DraClaim>"
+                       then consumer_team_at(c.team_label, c.namespace, $1) end as "consumer_team?: TeamId",
+                  c.namespace as consumer_namespace,
+                  c.pod as consumer_pod, c.container as consumer_container,
+                  c.unix_user as consumer_user,
+                  c.dra_claim as "consumer_dra_claim: sqlx::types::Json<DraClaim>"
            from gpu g
            left join present p on p.gpu_id = g.gpu_id
            left join slice s on s.gpu_id = g.gpu_id
-           left join holder h on h.slice_id = s.slice_id
-           left join consumer c on c.consumer_id = h.consumer_id
+           left join current_consumer cc on cc.slice_id = s.slice_id
+           left join consumer c on c.consumer_id = cc.consumer_id
            order by g.node, g.gpu_uuid, s.slice_uuid"#,
         now,
         last_present == LastPresent::Found

@@ -116,7 +116,8 @@ pub struct FleetSlice {
     #[schema(value_type = String)]
     pub memory_share: Decimal,
     /// Who held it in the last hour, if anyone.
-    pub holder: Option<Holder>,
+    #[serde(rename = "holder")]
+    pub consumer: Option<FleetConsumer>,
     /// The slice and its holder as NVIDIA's dcgm-exporter labels their series (`UUID`, `Hostname`,
     /// `modelName`, `GPU_I_PROFILE`, `GPU_I_ID`, `pod`, `namespace`, `container`, `dra_claim_name`,
     /// `dra_claim_namespace`, `dra_driver_name`, `dra_pool_name`, `dra_device_name`), to join with
@@ -124,8 +125,10 @@ pub struct FleetSlice {
     pub dcgm: DcgmLabels,
 }
 
+// On the wire `holder` (its schema `Holder`), the fleet page's word before the glossary's.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Holder {
+#[schema(as = Holder)]
+pub struct FleetConsumer {
     #[schema(value_type = String)]
     pub team: TeamId,
     pub namespace: Option<String>,
@@ -168,13 +171,13 @@ async fn get_fleet(
         else {
             continue;
         };
-        let holder = r.holder_team.map(|team| Holder {
+        let consumer = r.consumer_team.map(|team| FleetConsumer {
             team,
-            namespace: r.holder_namespace,
-            pod: r.holder_pod,
-            container: r.holder_container,
-            unix_user: r.holder_user,
-            dra_claim: r.holder_dra_claim.map(|c| c.0),
+            namespace: r.consumer_namespace,
+            pod: r.consumer_pod,
+            container: r.consumer_container,
+            unix_user: r.consumer_user,
+            dra_claim: r.consumer_dra_claim.map(|c| c.0),
         });
         let dcgm = DcgmLabels::of(
             &Device {
@@ -185,7 +188,7 @@ async fn get_fleet(
                 profile: r.profile.as_deref(),
                 gpu_instance_id: r.gpu_instance_id,
             },
-            holder
+            consumer
                 .as_ref()
                 .map(|h| ConsumerReport {
                     namespace: h.namespace.clone(),
@@ -204,7 +207,7 @@ async fn get_fleet(
             gpu_instance_id: r.gpu_instance_id,
             compute_share: compute_share.normalize(),
             memory_share: memory_share.normalize(),
-            holder,
+            consumer,
             dcgm,
         });
     }

@@ -209,7 +209,7 @@ async fn recommendations(
         plan::recommendations(
             &state.pool,
             &state.evidence,
-            team.as_ref().map(TeamId::as_str),
+            team.as_ref(),
             days,
             target,
             Utc::now(),

@@ -182,7 +182,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
     Option::<String>::deserialize(d).map(Some)
 }
 
-/// A team's namespaces (or other holder groups): each 1 to 253 characters, each once.
+/// A team's namespaces (or other consumer groups): each 1 to 253 characters, each once.
 fn namespaces_schema() -> utoipa::openapi::schema::Array {
     use utoipa::openapi::{ArrayBuilder, ObjectBuilder, Type, schema::SchemaType};
     ArrayBuilder::new()

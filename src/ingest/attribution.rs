@@ -9,29 +9,30 @@ use std::collections::HashMap;
 use super::store::{RollupKey, WindowIds};
 use super::validate::{ValidBatch, ValidConsumer};
 use crate::domain::ownership::{self, Claim, Ownership};
+use crate::domain::team::TeamId;
 use crate::domain::window::{Rollup, Window};
 
 /// The teams a group's rollup rows name, each once: the rollup keys hold their index.
 #[derive(Debug, Default)]
 pub struct Teams {
-    names: Vec<String>,
-    index: HashMap<String, u32>,
+    teams: Vec<TeamId>,
+    index: HashMap<TeamId, u32>,
 }
 
 impl Teams {
-    fn index(&mut self, team: &str) -> u32 {
+    fn index(&mut self, team: &TeamId) -> u32 {
         if let Some(&i) = self.index.get(team) {
             return i;
         }
-        let i = self.names.len() as u32;
-        self.names.push(team.to_owned());
-        self.index.insert(team.to_owned(), i);
+        let i = self.teams.len() as u32;
+        self.teams.push(team.clone());
+        self.index.insert(team.clone(), i);
         i
     }
 
     /// The teams, by the index rollup keys hold.
-    pub fn names(&self) -> &[String] {
-        &self.names
+    pub fn teams(&self) -> &[TeamId] {
+        &self.teams
     }
 }
 
@@ -64,12 +65,12 @@ pub fn add<'w>(
         let claim = Claim::of(c.team_label.as_ref(), c.report.namespace.as_deref());
         // The common case, a window its owner holds throughout: its hours as they are.
         if !claim.changes_within(owners, w.start, w.end) {
-            let team = teams.index(claim.team_at(owners, w.start).as_str());
+            let team = teams.index(claim.team_at(owners, w.start));
             rollup.add((slice, gpu, consumer, team), &w.hours)?;
             continue;
         }
         for (hour, team, part) in ownership::attribute(w, claim, owners)? {
-            let team = teams.index(team.as_str());
+            let team = teams.index(team);
             rollup.add((slice, gpu, consumer, team), &[(hour, part)])?;
         }
     }

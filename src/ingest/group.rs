@@ -407,7 +407,7 @@ async fn write_batches(
         )
         .await?;
     }
-    store::add_to_rollup(&mut tx, rollup, teams.names()).await?;
+    store::add_to_rollup(&mut tx, rollup, teams.teams()).await?;
     tx.commit().await?;
     // An unchanged inventory costs nothing here either.
     if let Some(known) = known

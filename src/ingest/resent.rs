@@ -2,7 +2,7 @@
 //! them, these rules decide). GPUs' periods never overlap and a window lies inside its batch's
 //! period, so only a re-sent period can meet stored windows. A new window that repeats a stored one
 //! exactly is a duplicate (left out); one that repeats a stored window's slice, consumer and start
-//! with other figures, or that breaks the one-holder rule together with stored windows, makes the
+//! with other figures, or that breaks the one-consumer rule together with stored windows, makes the
 //! batch a conflict naming the stored window (409); one that, with them, uses or reserves more of a
 //! card than it has is invalid like an over-committed batch alone (422).
 
@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 
 use super::IngestError;
-use super::rules::{self, HolderClash, SliceUse};
+use super::rules::{self, ConsumerClash, SliceUse};
 use super::validate::ValidBatch;
 use crate::domain::fields::FieldError;
 use crate::domain::slice::{GpuGeometry, Reservation};
@@ -30,7 +30,7 @@ pub struct StoredWindow {
     /// `None` when the stored columns do not make a reservation.
     pub reservation: Option<Reservation>,
     /// Who held it, for messages: `namespace/pod`, a user, a job.
-    pub holder: String,
+    pub consumer_name: String,
 }
 
 /// Where a window comes from: this batch, or the store.
@@ -64,7 +64,7 @@ pub fn check<'b>(
         let r = &stored[k];
         format!(
             "the window stored for {} [{}, {}) held by {}",
-            r.slice_uuid, r.window.start, r.window.end, r.holder
+            r.slice_uuid, r.window.start, r.window.end, r.consumer_name
         )
     };
 
@@ -139,10 +139,10 @@ pub fn check<'b>(
         placed.push((ids.gpus[b.slices[w.slice].gpu], (Origin::Batch(i), w)));
     }
     let all: Vec<(Origin, &Window)> = placed.iter().map(|(_, p)| *p).collect();
-    for clash in rules::holder_clashes(&all) {
+    for clash in rules::consumer_clashes(&all) {
         let involved: Vec<Origin> = match clash {
-            HolderClash::Overlap { earlier, later } => vec![earlier, later],
-            HolderClash::OverHeld { windows, .. } => windows,
+            ConsumerClash::Overlap { earlier, later } => vec![earlier, later],
+            ConsumerClash::OverHeld { windows, .. } => windows,
         };
         let stored_ones: Vec<String> = involved
             .iter()

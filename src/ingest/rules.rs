@@ -21,7 +21,7 @@ use crate::domain::window::Window;
 
 /// A rule two or more windows of one slice break together.
 #[derive(Debug, Clone, PartialEq)]
-pub enum HolderClash<O> {
+pub enum ConsumerClash<O> {
     /// Windows over the same interval hold the slice longer than the interval lasts.
     OverHeld {
         windows: Vec<O>,
@@ -32,8 +32,8 @@ pub enum HolderClash<O> {
     Overlap { earlier: O, later: O },
 }
 
-/// Every clash of the one-holder rule among `windows`.
-pub fn holder_clashes<O: Copy>(windows: &[(O, &Window)]) -> Vec<HolderClash<O>> {
+/// Every clash of the one-consumer rule among `windows`.
+pub fn consumer_clashes<O: Copy>(windows: &[(O, &Window)]) -> Vec<ConsumerClash<O>> {
     let mut order: Vec<(O, &Window)> = windows.to_vec();
     order.sort_by_key(|(_, w)| (w.slice, w.start, w.end));
     let mut clashes = Vec::new();
@@ -54,7 +54,7 @@ pub fn holder_clashes<O: Copy>(windows: &[(O, &Window)]) -> Vec<HolderClash<O>> 
             && slice == first.slice
             && first.start < end
         {
-            clashes.push(HolderClash::Overlap {
+            clashes.push(ConsumerClash::Overlap {
                 earlier,
                 later: origin,
             });
@@ -66,7 +66,7 @@ pub fn holder_clashes<O: Copy>(windows: &[(O, &Window)]) -> Vec<HolderClash<O>> 
                 .unwrap_or(Decimal::MAX);
             let length = seconds_between(first.start, first.end);
             if held > length {
-                clashes.push(HolderClash::OverHeld {
+                clashes.push(ConsumerClash::OverHeld {
                     windows: group.iter().map(|(o, _)| *o).collect(),
                     held,
                     length,
@@ -201,7 +201,7 @@ const SLACK: Decimal = Decimal::from_parts(1, 0, 0, false, 12);
 /// Hours of `[period_start, period_end)` in which the windows of one GPU that has time-sliced
 /// replicas use more compute or memory than the GPU had: `slices[window.slice]` describes each
 /// window's slice. GPUs without time-sliced windows need no hourly check: their reserved shares and
-/// the one-holder rule bound them already.
+/// the one-consumer rule bound them already.
 pub fn hourly_overruns<O: Copy + PartialEq>(
     period_start: DateTime<Utc>,
     period_end: DateTime<Utc>,
@@ -301,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn a_slice_changing_hands_inside_a_window_is_fine_and_two_holders_at_once_are_not() {
+    fn a_slice_changing_hands_inside_a_window_is_fine_and_two_consumers_at_once_are_not() {
         let handover = [
             span(
                 0,
@@ -325,7 +325,7 @@ mod tests {
                 dec!(60),
             ),
         ];
-        assert_eq!(holder_clashes(&refs(&handover)), vec![]);
+        assert_eq!(consumer_clashes(&refs(&handover)), vec![]);
         let both = [
             span(
                 0,
@@ -350,8 +350,8 @@ mod tests {
             ),
         ];
         assert_eq!(
-            holder_clashes(&refs(&both)),
-            vec![HolderClash::OverHeld {
+            consumer_clashes(&refs(&both)),
+            vec![ConsumerClash::OverHeld {
                 windows: vec![0, 1],
                 held: dec!(120),
                 length: dec!(60)
@@ -400,17 +400,17 @@ mod tests {
             ),
         ];
         assert_eq!(
-            holder_clashes(&refs(&shifted)),
+            consumer_clashes(&refs(&shifted)),
             vec![
-                HolderClash::Overlap {
+                ConsumerClash::Overlap {
                     earlier: 0,
                     later: 1
                 },
-                HolderClash::Overlap {
+                ConsumerClash::Overlap {
                     earlier: 2,
                     later: 3
                 },
-                HolderClash::Overlap {
+                ConsumerClash::Overlap {
                     earlier: 2,
                     later: 4
                 },

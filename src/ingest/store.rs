@@ -188,7 +188,7 @@ impl ReservationColumns {
 /// A reservation as stored in the `slice` table, back in its domain type.
 #[allow(clippy::too_many_arguments)]
 fn reservation_of(
-    kind: &str,
+    kind: SliceKind,
     profile: Option<String>,
     compute_slices: Option<i16>,
     memory_slices: Option<i16>,
@@ -199,7 +199,7 @@ fn reservation_of(
     replicas: Option<i16>,
     replica: Option<i16>,
 ) -> Option<Reservation> {
-    Some(match kind.parse().ok()? {
+    Some(match kind {
         SliceKind::Mig => Reservation::Mig {
             profile: profile?,
             profile_id: None,
@@ -294,10 +294,11 @@ pub async fn register_slices(
     .execute(&mut *tx)
     .await?;
     let stored = sqlx::query!(
-        "select slice_id, slice_uuid, gpu_id, kind, profile, compute_slices, memory_slices, memory_bytes,
+        r#"select slice_id, slice_uuid, gpu_id, kind as "kind: SliceKind", profile, compute_slices,
+                memory_slices, memory_bytes,
                 active_thread_percentage, pinned_memory_bytes, fraction, replicas, replica,
                 gpu_instance_id
-         from slice where slice_uuid = any($1)",
+         from slice where slice_uuid = any($1)"#,
         &uuids
     )
     .fetch_all(&mut *tx)
@@ -306,7 +307,7 @@ pub async fn register_slices(
         .into_iter()
         .map(|r| RegisteredSlice {
             reservation: reservation_of(
-                &r.kind,
+                r.kind,
                 r.profile,
                 r.compute_slices,
                 r.memory_slices,
@@ -621,12 +622,12 @@ pub async fn stored_windows(
     let rows = sqlx::query!(
         r#"select o.slice_id, o.consumer_id, o.window_start, o.window_end, o.held_seconds,
                   o.memory_byte_seconds, o.memory_peak_bytes, o.compute_active_seconds,
-                  s.slice_uuid, s.gpu_id, s.kind, s.compute_share, s.memory_share, s.reserved,
+                  s.slice_uuid, s.gpu_id, s.kind as "kind: SliceKind", s.compute_share, s.memory_share, s.reserved,
                   s.profile, s.compute_slices, s.memory_slices, s.memory_bytes as slice_memory_bytes,
                   s.active_thread_percentage, s.pinned_memory_bytes, s.fraction, s.replicas, s.replica,
                   g.memory_bytes as gpu_memory_bytes,
                   coalesce(c.namespace || '/' || c.pod, c.pod, c.namespace, c.unix_user, c.job_id,
-                           'a DRA claim') as "holder!"
+                           'a DRA claim') as "consumer_name!"
            from slice s
            join gpu g on g.gpu_id = s.gpu_id
            join occupancy o on o.slice_id = s.slice_id and o.gpu_id = s.gpu_id
@@ -662,7 +663,7 @@ pub async fn stored_windows(
                 gpu_memory_bytes: u64::try_from(r.gpu_memory_bytes).unwrap_or(0),
             },
             reservation: reservation_of(
-                &r.kind,
+                r.kind,
                 r.profile,
                 r.compute_slices,
                 r.memory_slices,
@@ -675,7 +676,7 @@ pub async fn stored_windows(
             ),
             slice_uuid: r.slice_uuid,
             gpu_id: r.gpu_id,
-            holder: r.holder,
+            consumer_name: r.consumer_name,
         })
         .collect())
 }
@@ -883,7 +884,7 @@ pub async fn mark_closed_days(
 }
 
 /// A rollup row's key: slice id, GPU id, consumer id ([`WindowIds::rollup_key`]) and the team, as
-/// an index into the names [`add_to_rollup`] is given (`attribution::Teams`).
+/// an index into the teams [`add_to_rollup`] is given (`attribution::Teams`).
 pub type RollupKey = (i32, i32, i64, u32);
 
 /// Adds the hourly sums of new windows, keyed by [`RollupKey`] (`teams` names their teams), to the
@@ -892,7 +893,7 @@ pub type RollupKey = (i32, i32, i64, u32);
 pub async fn add_to_rollup(
     tx: &mut PgConnection,
     rollup: Rollup<RollupKey>,
-    teams: &[String],
+    teams: &[TeamId],
 ) -> Result<(), sqlx::Error> {
     if rollup.rows.is_empty() {
         return Ok(());
@@ -914,7 +915,8 @@ pub async fn add_to_rollup(
         slice.push(s);
         gpu.push(g);
         consumer.push(c);
-        team.push(teams.get(t as usize).cloned().unwrap_or_default());
+        // The index is one `teams` gave out: every key names a team, never a default.
+        team.push(teams[t as usize].as_str().to_owned());
         held.push(f.held_seconds);
         memory.push(f.memory_byte_seconds);
         peak.push(f.memory_peak_bytes);

@@ -15,7 +15,7 @@ use chrono::{DateTime, Duration, NaiveDate, Timelike, Utc};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
-use super::rules::{self, HolderClash, SliceUse};
+use super::rules::{self, ConsumerClash, SliceUse};
 use crate::domain::batch::{Batch, ConsumerReport, SliceReport, bounds, is_node_name};
 use crate::domain::fields::FieldError;
 use crate::domain::profiles::{self, Instance};
@@ -665,17 +665,17 @@ pub fn validate(
         windows.push((i, window));
     }
 
-    // One holder at a time, and no more of a card used in an hour than it had.
+    // One consumer at a time, and no more of a card used in an hour than it had.
     let placed: Vec<(usize, &Window)> = windows.iter().map(|(i, w)| (*i, w)).collect();
-    for clash in rules::holder_clashes(&placed) {
+    for clash in rules::consumer_clashes(&placed) {
         match clash {
-            HolderClash::Overlap { earlier, later } => errors.push(
+            ConsumerClash::Overlap { earlier, later } => errors.push(
                 format!("windows[{later}].start"),
                 format!(
                     "overlaps windows[{earlier}] of the same slice: a slice has one holder at a time"
                 ),
             ),
-            HolderClash::OverHeld {
+            ConsumerClash::OverHeld {
                 windows: ws,
                 held,
                 length,
@@ -748,7 +748,7 @@ fn human(d: Duration) -> String {
 /// The consumer's names and labels: printable and within Kubernetes' lengths.
 fn check_consumer(c: &ConsumerReport, at: &dyn Fn(&str) -> String, errors: &mut Errors) -> bool {
     let before = errors.count();
-    if !c.names_a_holder() {
+    if !c.names_someone() {
         errors.push(
             at("consumer"),
             "the consumer names no holder: give a namespace or pod, a unix_user, a job_id or a dra_claim",

@@ -7,6 +7,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::store::{self, Evidence};
 use crate::db::cache::SnapshotCache;
+use crate::domain::team::TeamId;
 
 /// Workloads' evidence (`store::evidence`: percentiles over every hour of every workload, the
 /// costliest read of the team page) kept while the database has not changed, as the reports'
@@ -22,7 +23,7 @@ type Range = (DateTime<Utc>, DateTime<Utc>);
 
 /// The ranges by their days, and the team: right-sizing's range ends at the current hour, so that
 /// a kept read of the hour before is still served at once (and read anew behind the request).
-type EvidenceKey = (Vec<(NaiveDate, NaiveDate)>, Option<String>);
+type EvidenceKey = (Vec<(NaiveDate, NaiveDate)>, Option<TeamId>);
 
 type EvidenceRead = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Vec<Vec<Evidence>>, sqlx::Error>> + Send>,
@@ -43,7 +44,7 @@ impl EvidenceCache {
         &self,
         pool: &sqlx::PgPool,
         ranges: &[Range],
-        team: Option<&str>,
+        team: Option<&TeamId>,
     ) -> Result<Arc<Vec<Vec<Evidence>>>, sqlx::Error> {
         let (key, read) = Self::read_of(pool, ranges, team);
         self.0
@@ -55,16 +56,15 @@ impl EvidenceCache {
     fn read_of(
         pool: &sqlx::PgPool,
         ranges: &[Range],
-        team: Option<&str>,
+        team: Option<&TeamId>,
     ) -> (EvidenceKey, impl FnOnce() -> EvidenceRead + Send + 'static) {
         let days = ranges
             .iter()
             .map(|(from, to)| (from.date_naive(), to.date_naive()))
             .collect();
-        let (read_pool, exact, read_team) =
-            (pool.clone(), ranges.to_vec(), team.map(str::to_owned));
-        ((days, team.map(str::to_owned)), move || {
-            Box::pin(async move { store::evidence(&read_pool, &exact, read_team.as_deref()).await })
+        let (read_pool, exact, read_team) = (pool.clone(), ranges.to_vec(), team.cloned());
+        ((days, team.cloned()), move || {
+            Box::pin(async move { store::evidence(&read_pool, &exact, read_team.as_ref()).await })
                 as EvidenceRead
         })
     }
@@ -78,7 +78,7 @@ impl EvidenceCache {
         &self,
         pool: &sqlx::PgPool,
         ranges: &[Range],
-        team: Option<&str>,
+        team: Option<&TeamId>,
         wait: Duration,
     ) -> Result<Option<Arc<Vec<Vec<Evidence>>>>, sqlx::Error> {
         let (key, read) = Self::read_of(pool, ranges, team);

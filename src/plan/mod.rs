@@ -220,7 +220,7 @@ pub async fn consolidation(
     .map_err(|e| PlanError::Solver(e.to_string()))?
 }
 
-/// Each instance's change, by slice uuid: its holder's recommendation for its profile.
+/// Each instance's change, by slice uuid: its consumer's recommendation for its profile.
 pub fn changes(
     cards: &[CardToday],
     recommendations: &[recommend::Recommendation],
@@ -230,7 +230,7 @@ pub fn changes(
     for c in cards {
         let table = profiles::table_model(&c.model);
         for i in &c.instances {
-            let Some(h) = &i.holder else { continue };
+            let Some(h) = &i.consumer else { continue };
             let Some(r) = recommendations.iter().find(|r| {
                 r.team == h.team
                     && r.namespace == h.namespace
@@ -282,7 +282,7 @@ pub fn right_sizing_range(days: u32, now: DateTime<Utc>) -> (DateTime<Utc>, Date
 pub async fn recommendations(
     pool: &sqlx::PgPool,
     evidence: &EvidenceCache,
-    team: Option<&str>,
+    team: Option<&TeamId>,
     days: u32,
     target: recommend::TargetProfile,
     now: DateTime<Utc>,
@@ -448,8 +448,8 @@ fn plan_model(
             memory_slices: shape.memory_slices,
             compute_slices: shape.compute_slices,
             stays: items[p.item].card == p.card,
-            team: i.holder.as_ref().map(|h| h.team.clone()),
-            workload: i.holder.as_ref().map(|h| h.workload.clone()),
+            team: i.consumer.as_ref().map(|h| h.team.clone()),
+            workload: i.consumer.as_ref().map(|h| h.workload.clone()),
         });
     }
     for c in &mut planned {
@@ -506,8 +506,8 @@ fn plan_model(
                     memory_slices: i.memory_slices,
                     compute_slices: i.compute_slices,
                     stays: true,
-                    team: i.holder.as_ref().map(|h| h.team.clone()),
-                    workload: i.holder.as_ref().map(|h| h.workload.clone()),
+                    team: i.consumer.as_ref().map(|h| h.team.clone()),
+                    workload: i.consumer.as_ref().map(|h| h.workload.clone()),
                 })
                 .collect();
             instances.sort_by_key(|i| (i.start, i.slice_uuid.clone()));

@@ -27,12 +27,12 @@ pub struct InstanceToday {
     pub compute_slices: u8,
     pub memory_slices: u8,
     /// Who held it most in that hour.
-    pub holder: Option<Holder>,
+    pub consumer: Option<Consumer>,
 }
 
 /// A workload as right-sizing names it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Holder {
+pub struct Consumer {
     pub team: TeamId,
     pub namespace: Option<String>,
     pub workload_kind: String,
@@ -91,8 +91,8 @@ pub async fn cards_today(
             (r.slice_uuid, r.profile, r.compute_slices, r.memory_slices)
         {
             let card = cards.last_mut().expect("pushed above");
-            let holder = match (r.team_id, r.workload_kind, r.workload) {
-                (Some(team), Some(workload_kind), Some(workload)) => Some(Holder {
+            let consumer = match (r.team_id, r.workload_kind, r.workload) {
+                (Some(team), Some(workload_kind), Some(workload)) => Some(Consumer {
                     team,
                     namespace: r.namespace,
                     workload_kind,
@@ -105,7 +105,7 @@ pub async fn cards_today(
                 profile,
                 compute_slices: u8::try_from(c).unwrap_or(u8::MAX),
                 memory_slices: u8::try_from(m).unwrap_or(u8::MAX),
-                holder,
+                consumer,
             });
         }
     }
@@ -151,7 +151,7 @@ impl Evidence {
 /// consumer, `workload_of`, migration 0012), the GPU model and the slice's kind, profile and share.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, sqlx::FromRow)]
 pub(super) struct EvidenceGroup {
-    pub(super) team_id: String,
+    pub(super) team_id: TeamId,
     pub(super) namespace: Option<String>,
     pub(super) workload: String,
     pub(super) model: String,
@@ -239,7 +239,7 @@ pub enum Source {
 pub async fn evidence(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
-    team: Option<&str>,
+    team: Option<&TeamId>,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     evidence_from(pool, ranges, team, Source::Summaries).await
 }
@@ -248,7 +248,7 @@ pub async fn evidence(
 pub async fn evidence_from(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
-    team: Option<&str>,
+    team: Option<&TeamId>,
     source: Source,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
@@ -285,7 +285,7 @@ pub async fn evidence_from(
 async fn evidence_together(
     pool: &PgPool,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
-    team: Option<&str>,
+    team: Option<&TeamId>,
     source: Source,
 ) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
     let (Some(first), Some(last)) = (
@@ -392,7 +392,7 @@ async fn evidence_together(
     for (g, per_range) in merged {
         for (r, m) in per_range.into_iter().enumerate() {
             if let Some(f) = m.and_then(super::merge::Merged::finish) {
-                out[r].push(evidence_of(&g, f)?);
+                out[r].push(evidence_of(&g, f));
             }
         }
     }
@@ -437,7 +437,7 @@ async fn summarised_days(
 async fn day_rows(
     conn: &mut PgConnection,
     days: &[DateTime<Utc>],
-    team: Option<&str>,
+    team: Option<&TeamId>,
 ) -> Result<Vec<DayRow>, sqlx::Error> {
     if days.is_empty() {
         return Ok(Vec::new());
@@ -457,9 +457,9 @@ async fn day_rows(
 }
 
 /// A group's evidence of its merged figures.
-fn evidence_of(g: &EvidenceGroup, f: super::merge::Figures) -> Result<Evidence, sqlx::Error> {
-    Ok(Evidence {
-        team: TeamId::parse(&g.team_id).map_err(|e| sqlx::Error::Decode(Box::new(e)))?,
+fn evidence_of(g: &EvidenceGroup, f: super::merge::Figures) -> Evidence {
+    Evidence {
+        team: g.team_id.clone(),
         namespace: g.namespace.clone(),
         workload_kind: g.workload_kind.clone(),
         workload: g.workload.clone(),
@@ -480,7 +480,7 @@ fn evidence_of(g: &EvidenceGroup, f: super::merge::Figures) -> Result<Evidence, 
         memory_p99_bytes: f.memory_p99_bytes,
         memory_max_bytes: f.memory_max_bytes,
         compute_p95: f.compute_p95,
-    })
+    }
 }
 
 /// A group's hours of one stretch of a run.

@@ -188,7 +188,7 @@ async fn invoiced_months(
     // An issued month's rows are what its hours cost now, none of its bill: not priced (nor its
     // corrections read) for nothing, the dashboards' history being mostly issued months.
     let issued = match (months.first(), months.last()) {
-        (Some(&first), Some(&last)) => billing::frozen_periods(pool, first, last).await?,
+        (Some(&first), Some(&last)) => billing::issued_periods(pool, first, last).await?,
         _ => BTreeSet::new(),
     };
     let mut invoiced = Invoiced::default();

@@ -49,7 +49,7 @@ pub struct UsageSums {
     /// The values of the label keys grouped by, in order.
     pub labels: Vec<Option<String>>,
     /// The GPU's uuid, read only when grouped by dcgm-exporter's `UUID`; likewise the MIG GPU
-    /// instance id (`GPU_I_ID`) and the holder's DRA claim (`dra_*`).
+    /// instance id (`GPU_I_ID`) and the consumer's DRA claim (`dra_*`).
     pub gpu_uuid: Option<String>,
     pub gpu_instance_id: Option<i16>,
     pub dra_claim: Option<DraClaim>,

@@ -3,13 +3,13 @@
 //! 4.6.0): per family a `# HELP` and `# TYPE` line, then a series per GPU (or, on a MIG GPU, per
 //! GPU instance) with the labels `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, then
 //! `GPU_I_PROFILE` and `GPU_I_ID` on a MIG instance, `Hostname` (or `hostname`),
-//! `DCGM_FI_DRIVER_VERSION`, and the holder's `container`, `namespace`, `pod`, `pod_uid`, `vgpu` in
+//! `DCGM_FI_DRIVER_VERSION`, and the consumer's `container`, `namespace`, `pod`, `pod_uid`, `vgpu` in
 //! that order; integers as integers, ratios with six decimals, no timestamps.
 //!
-//! A held device's series carry its holder. With `--kubernetes-virtual-gpus`, every series of a
-//! shared GPU is copied once per holder with the device's figure and the holder's `vgpu`, except
+//! A held device's series carry its consumer. With `--kubernetes-virtual-gpus`, every series of a
+//! shared GPU is copied once per consumer with the device's figure and the consumer's `vgpu`, except
 //! `DCGM_FI_DEV_FB_USED` and `DCGM_FI_DEV_GPU_UTIL`, which keep the device's series without a
-//! holder and add one per holder with its own figure (and `pod_uid`).
+//! consumer and add one per consumer with its own figure (and `pod_uid`).
 //!
 //! The tests serve these pages to the `dcgm` source and to a real Prometheus; the benchmarks parse
 //! them at fleet size.
@@ -32,13 +32,13 @@ pub struct ExporterPod {
     pub own: Option<(u64, u32)>,
 }
 
-/// A whole GPU's or a MIG instance's figures and holders.
+/// A whole GPU's or a MIG instance's figures and consumers.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ExporterDevice {
     pub fb_used_mib: u64,
     pub fb_free_mib: u64,
     pub engine_active: f64,
-    pub holders: Vec<ExporterPod>,
+    pub consumers: Vec<ExporterPod>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -293,21 +293,21 @@ impl ExporterPage {
         };
         let per_process = self.virtual_gpus
             && match figure {
-                Figure::Used => d.holders.iter().any(|h| h.own.is_some()),
-                Figure::Util => instance.is_none() && d.holders.iter().any(|h| h.own.is_some()),
+                Figure::Used => d.consumers.iter().any(|h| h.own.is_some()),
+                Figure::Util => instance.is_none() && d.consumers.iter().any(|h| h.own.is_some()),
                 _ => false,
             };
-        let holders: &[ExporterPod] = if self.virtual_gpus {
-            &d.holders
+        let consumers: &[ExporterPod] = if self.virtual_gpus {
+            &d.consumers
         } else {
             // Without virtual GPUs the exporter maps a device to one pod.
-            &d.holders[..d.holders.len().min(1)]
+            &d.consumers[..d.consumers.len().min(1)]
         };
-        if holders.is_empty() || per_process {
+        if consumers.is_empty() || per_process {
             base(out);
             let _ = writeln!(out, "}} {}{suffix}", value(d));
         }
-        for h in holders {
+        for h in consumers {
             base(out);
             let own = if per_process {
                 let (memory, util) = h.own.unwrap_or((0, 0));
@@ -334,8 +334,8 @@ impl ExporterPage {
     }
 
     /// The page a node of the simulated fleet would serve at one sample: its MIG instances as GPU
-    /// instances, its other GPUs as whole GPUs, their slices' holders as pods (a time-sliced,
-    /// MPS or vGPU GPU's as holders of virtual GPUs with their own figures).
+    /// instances, its other GPUs as whole GPUs, their slices' consumers as pods (a time-sliced,
+    /// MPS or vGPU GPU's as consumers of virtual GPUs with their own figures).
     pub fn of_sim(
         hostname_label: &'static str,
         node: &str,
@@ -344,7 +344,7 @@ impl ExporterPage {
     ) -> ExporterPage {
         let mib = |b: u64| b >> 20;
         let pod = |r: &Reading, vgpu: Option<u32>| {
-            r.holder.as_ref().map(|h| ExporterPod {
+            r.consumer.as_ref().map(|h| ExporterPod {
                 namespace: h.namespace.clone().unwrap_or_else(|| "default".into()),
                 pod: h
                     .pod
@@ -391,7 +391,7 @@ impl ExporterPage {
                             engine_active: r
                                 .and_then(|r| r.compute_active_ppm)
                                 .map_or(0.0, |p| f64::from(p) / 1e6),
-                            holders: r
+                            consumers: r
                                 .and_then(|r| pod(r, None))
                                 .map(|mut p| {
                                     p.own = None;
@@ -412,7 +412,7 @@ impl ExporterPage {
                         if !shared {
                             p.own = None;
                         }
-                        d.holders.push(p);
+                        d.consumers.push(p);
                     }
                 }
                 d.fb_used_mib = d.fb_used_mib.min(total);

@@ -66,10 +66,10 @@ impl Source for SimSource {
                 replanned = true;
             }
             let plan = self.plans[i].as_ref().expect("set above");
-            let Some(holder) = &plan.holder else {
+            let Some(consumer) = &plan.consumer else {
                 out.push(Reading {
                     slice: i,
-                    holder: None,
+                    consumer: None,
                     memory_used_bytes: 0,
                     compute_active_ppm: Some(0),
                 });
@@ -78,7 +78,7 @@ impl Source for SimSource {
             let r = self.fleet.reading(slice, plan, t);
             out.push(Reading {
                 slice: i,
-                holder: Some(holder.clone()),
+                consumer: Some(consumer.clone()),
                 memory_used_bytes: r.memory_used_bytes,
                 compute_active_ppm: Some(r.compute_active_ppm),
             });

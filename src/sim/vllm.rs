@@ -44,14 +44,14 @@ pub fn generation_tokens(fleet: &SimFleet, after_ms: i64, at_ms: i64) -> Vec<Raw
     for slice in slices {
         for block in SimFleet::block_of(after_ms + 1)..=SimFleet::block_of(at_ms) {
             let plan = fleet.plan(slice, block);
-            let Some(holder) = plan
-                .holder
+            let Some(consumer) = plan
+                .consumer
                 .as_ref()
                 .filter(|_| plan.workload == Workload::DailyInference)
             else {
                 continue;
             };
-            let (Some(namespace), Some(pod)) = (&holder.namespace, &holder.pod) else {
+            let (Some(namespace), Some(pod)) = (&consumer.namespace, &consumer.pod) else {
                 continue;
             };
             let labels = vec![

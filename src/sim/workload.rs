@@ -87,7 +87,7 @@ const BLOCKS_PER_WEEK: i64 = 42;
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub block: i64,
-    pub holder: Option<Arc<ConsumerReport>>,
+    pub consumer: Option<Arc<ConsumerReport>>,
     pub workload: Workload,
     /// A per-pod constant in `[0, 1)`: how much of its reservation this pod's model fills.
     level: f64,
@@ -135,7 +135,7 @@ impl SimFleet {
             let team = &self.teams[slice.home_team];
             let generation = hash(&[seed, id, 22]);
             let key = hash(&[generation, slice.home_team as u64, 23]);
-            let holder = self.consumer(key, || {
+            let consumer = self.consumer(key, || {
                 let (pod, mut labels) = pod_of(workload, generation, hash(&[seed, 24]));
                 if team.labels_pods {
                     labels.insert(ConsumerReport::TEAM_LABEL.to_owned(), team.id.clone());
@@ -150,7 +150,7 @@ impl SimFleet {
             });
             return Plan {
                 block,
-                holder: Some(holder),
+                consumer: Some(consumer),
                 workload,
                 level: unit(hash(&[generation, 10])),
             };
@@ -169,7 +169,7 @@ impl SimFleet {
         if free_week || gap {
             return Plan {
                 block,
-                holder: None,
+                consumer: None,
                 workload,
                 level: 0.0,
             };
@@ -208,7 +208,7 @@ impl SimFleet {
             label as u64,
             where_.to_bits(),
         ]);
-        let holder = self.consumer(key, || {
+        let consumer = self.consumer(key, || {
             let (pod, mut labels) =
                 pod_of(workload, pod_hash, hash(&[seed, w, team_idx as u64, 24]));
             if label {
@@ -236,7 +236,7 @@ impl SimFleet {
         });
         Plan {
             block,
-            holder: Some(holder),
+            consumer: Some(consumer),
             workload,
             level: unit(hash(&[pod_hash, 10])),
         }
@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn over_a_month_slices_change_hands_and_some_are_held_idle() {
         let f = SimFleet::generate(3, 16);
-        let mut holders = std::collections::BTreeSet::new();
+        let mut consumers = std::collections::BTreeSet::new();
         let mut idle_blocks = 0;
         let mut free_blocks = 0;
         let slices: Vec<_> = f
@@ -307,9 +307,9 @@ mod tests {
         for s in &slices {
             for block in 0..180 {
                 let p = f.plan(s, 120_000 + block);
-                match &p.holder {
+                match &p.consumer {
                     Some(h) => {
-                        holders.insert(h.pod.clone());
+                        consumers.insert(h.pod.clone());
                         idle_blocks += usize::from(p.workload == Workload::IdleHeld);
                     }
                     None => free_blocks += 1,
@@ -317,9 +317,9 @@ mod tests {
             }
         }
         assert!(
-            holders.len() > slices.len() * 3,
+            consumers.len() > slices.len() * 3,
             "{} pods on {} slices",
-            holders.len(),
+            consumers.len(),
             slices.len()
         );
         assert!(idle_blocks > 0 && free_blocks > 0);
@@ -335,11 +335,15 @@ mod tests {
                 continue;
             }
             oversized += 1;
-            let pod = first.holder.as_ref().unwrap();
+            let pod = first.consumer.as_ref().unwrap();
             assert!(pod.labels.contains_key("pod-template-hash"), "{pod:?}");
             for block in 120_000..120_000 + 180 {
                 let p = f.plan(s, block);
-                assert_eq!(p.holder.as_ref().unwrap().pod, pod.pod, "one pod all month");
+                assert_eq!(
+                    p.consumer.as_ref().unwrap().pod,
+                    pod.pod,
+                    "one pod all month"
+                );
                 let r = f.reading(s, &p, block * 4 * 3_600_000);
                 assert!(r.memory_used_bytes <= 10 << 30, "{r:?}");
                 assert!(r.compute_active_ppm < 40_000, "{r:?}");
@@ -370,12 +374,12 @@ mod tests {
             for g in forgotten {
                 assert!(g.report.mig_enabled, "seed {seed}: {:?}", g.report);
                 for s in &g.slices {
-                    let pod = f.plan(s, 120_000).holder.unwrap().pod.clone();
+                    let pod = f.plan(s, 120_000).consumer.unwrap().pod.clone();
                     for block in 120_000..120_000 + 180 {
                         let p = f.plan(s, block);
                         assert_eq!(p.workload, Workload::IdleHeld);
                         assert_eq!(
-                            p.holder.as_ref().unwrap().pod,
+                            p.consumer.as_ref().unwrap().pod,
                             pod,
                             "one notebook all month"
                         );

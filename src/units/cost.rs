@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 use super::UnitDefinition;
 use super::count::UnitKey;
 use crate::billing::rate_card::Currency;
+use crate::domain::team::TeamId;
 
 /// What a unit cost is grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -70,7 +71,7 @@ impl UnitGroupBy {
 
     fn key(
         &self,
-        team: &Option<String>,
+        team: &Option<TeamId>,
         ns: &Option<String>,
         workload: &Option<String>,
         model: Option<&Option<String>>,
@@ -79,7 +80,10 @@ impl UnitGroupBy {
         for d in &self.0 {
             match d {
                 UnitDimension::Team => {
-                    key.insert("team".to_owned(), team.clone());
+                    key.insert(
+                        "team".to_owned(),
+                        team.as_ref().map(|t| t.as_str().to_owned()),
+                    );
                 }
                 UnitDimension::Model => {
                     key.insert("model".to_owned(), model.cloned().flatten());
@@ -100,7 +104,7 @@ type Key = BTreeMap<String, Option<String>>;
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostRow {
     pub hour: DateTime<Utc>,
-    pub team: Option<String>,
+    pub team: Option<TeamId>,
     pub namespace: Option<String>,
     pub workload: Option<String>,
     pub pod: Option<String>,
@@ -194,7 +198,7 @@ struct Acc {
 pub struct Joined {
     by_pod: bool,
     /// (hour, namespace, join) → (team, workload) → cost.
-    cost_at: BTreeMap<Place, Holders>,
+    cost_at: BTreeMap<Place, ConsumerCosts>,
     /// (hour, namespace, join) → model → units.
     units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>>,
     /// Units at places no cost joins, by key and hour.
@@ -202,7 +206,7 @@ pub struct Joined {
 }
 
 type Place = (DateTime<Utc>, Option<String>, Option<String>);
-type Holders = BTreeMap<(Option<String>, Option<String>), Decimal>;
+type ConsumerCosts = BTreeMap<(Option<TeamId>, Option<String>), Decimal>;
 
 /// Places costs and units hour by hour (`by_pod`: series join pods, else workloads).
 pub fn join(
@@ -210,7 +214,7 @@ pub fn join(
     costs: &[CostRow],
     units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
 ) -> Joined {
-    let mut cost_at: BTreeMap<Place, Holders> = BTreeMap::new();
+    let mut cost_at: BTreeMap<Place, ConsumerCosts> = BTreeMap::new();
     for c in costs {
         let join = if by_pod { &c.pod } else { &c.workload };
         *cost_at
@@ -280,18 +284,18 @@ impl Joined {
         let (cost_at, units_at) = (&self.cost_at, &self.units_at);
         let mut rows: BTreeMap<Key, Acc> = BTreeMap::new();
         let mut idle: BTreeMap<Key, Acc> = BTreeMap::new();
-        for (place, holders) in cost_at {
+        for (place, consumers) in cost_at {
             let counted = units_at
                 .get(place)
                 .filter(|m| m.values().any(|u| *u > Decimal::ZERO));
-            let place_cost: Decimal = holders.values().sum();
-            for ((team, workload), cost) in holders {
+            let place_cost: Decimal = consumers.values().sum();
+            for ((team, workload), cost) in consumers {
                 match counted {
                     Some(models) => {
                         let total_units: Decimal = models.values().sum();
-                        // A holder's part of the place's units (one holder a pod, nearly always).
+                        // A consumer's part of the place's units (one consumer a pod, nearly always).
                         let part = if place_cost.is_zero() {
-                            Decimal::ONE / Decimal::from(holders.len())
+                            Decimal::ONE / Decimal::from(consumers.len())
                         } else {
                             *cost / place_cost
                         };
@@ -466,7 +470,7 @@ mod tests {
     fn cost(h: u32, pod: &str, c: &str) -> CostRow {
         CostRow {
             hour: at(h),
-            team: Some("nlp".into()),
+            team: Some(TeamId::parse("nlp").unwrap()),
             namespace: Some("ns".into()),
             workload: Some("chat".into()),
             pod: Some(pod.into()),

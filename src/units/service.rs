@@ -181,9 +181,15 @@ pub async fn unit_costs(
     for ((hour, key), cost) in &usage.rows {
         let get = |i: usize| key.get(i).cloned().flatten();
         namespaces.insert(get(1));
+        // The books' team, back in its type: one that is not a team id is a bad row, never a
+        // default.
+        let team = get(0)
+            .map(TeamId::try_from)
+            .transpose()
+            .map_err(|e| BooksError::Db(sqlx::Error::Decode(e.into())))?;
         costs.push(CostRow {
             hour: *hour,
-            team: get(0),
+            team,
             namespace: get(1),
             workload: get(2),
             pod: get(3),

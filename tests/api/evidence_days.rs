@@ -219,7 +219,8 @@ async fn equal_both_ways(
         recommendations(app, &hourly, now).await
     );
     // One team's read is that team's part of the fleet's.
-    let vision = store::evidence(&app.pool, ranges, Some("vision"))
+    let vision_team = slicemeter::domain::team::TeamId::parse("vision").unwrap();
+    let vision = store::evidence(&app.pool, ranges, Some(&vision_team))
         .await
         .unwrap();
     for (one, all) in vision.iter().zip(&summarised) {

@@ -100,9 +100,13 @@ async fn ranges_read_together_each_get_their_own_hours() {
             .collect::<Vec<_>>()
     );
     // Only one team's, when asked.
-    let vision = slicemeter::plan::store::evidence(&app.pool, &[early, late], Some("vision"))
-        .await
-        .unwrap();
+    let vision = slicemeter::plan::store::evidence(
+        &app.pool,
+        &[early, late],
+        Some(&"vision".parse().unwrap()),
+    )
+    .await
+    .unwrap();
     assert!(vision[0].is_empty(), "{:?}", vision[0]);
     assert_eq!(vision[1].len(), 1);
     assert_eq!(vision[1][0].workload, "detector");

@@ -145,7 +145,7 @@ fn page(node: usize, k: i64) -> String {
             fb_used_mib: mib,
             fb_free_mib: 1_000,
             engine_active: 0.5,
-            holders: held
+            consumers: held
                 .iter()
                 .filter(|h| h.device == Dev::Gi(id))
                 .map(|h| pod(h, None, None))
@@ -177,7 +177,7 @@ fn page(node: usize, k: i64) -> String {
                         fb_used_mib: 60_000,
                         fb_free_mib: 21_920,
                         engine_active: 0.02,
-                        holders: held
+                        consumers: held
                             .iter()
                             .filter(|h| h.device == Dev::A100)
                             .map(|h| pod(h, None, None))
@@ -195,7 +195,7 @@ fn page(node: usize, k: i64) -> String {
                         fb_used_mib: 0,
                         fb_free_mib: 46_068,
                         engine_active: 0.0,
-                        holders: Vec::new(),
+                        consumers: Vec::new(),
                     },
                     instances: Vec::new(),
                 },
@@ -221,7 +221,7 @@ fn page(node: usize, k: i64) -> String {
                         .sum(),
                     fb_free_mib: 80_000,
                     engine_active: 0.85,
-                    holders: held
+                    consumers: held
                         .iter()
                         .filter_map(|h| match h.device {
                             Dev::H200 { vgpu, mib, util } => {
@@ -856,7 +856,7 @@ async fn a_series_from_promtool_blocks_is_held_to_its_last_sample_plus_one_inter
                         fb_used_mib: 4_096,
                         fb_free_mib: 5_888,
                         engine_active: 0.5,
-                        holders: vec![pod(&held, None, None)],
+                        consumers: vec![pod(&held, None, None)],
                     },
                 }],
             }],

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use slicemeter::db;
+use slicemeter::domain::team::TeamId;
 use slicemeter::domain::time::{Month, floor_hour};
 use slicemeter::plan::store::{self, Source};
 use slicemeter::plan::{self, recommend::TargetProfile};
@@ -75,7 +76,8 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     // then every closed day summarised, and the same from the summaries (and the hours left).
     let range = [plan::right_sizing_range(days, now)];
     let mut hourly = Vec::new();
-    for (what, team) in [("fleet", None), ("one team", Some("team-1"))] {
+    let team_1 = TeamId::parse("team-1")?;
+    for (what, team) in [("fleet", None), ("one team", Some(&team_1))] {
         let t = Instant::now();
         let read = store::evidence_from(&pool, &range, team, Source::HourlyOnly).await?;
         line(
@@ -109,7 +111,7 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
                 .await?
         ),
     );
-    for ((what, team), hourly) in [("fleet", None), ("one team", Some("team-1"))]
+    for ((what, team), hourly) in [("fleet", None), ("one team", Some(&team_1))]
         .into_iter()
         .zip(&hourly)
     {

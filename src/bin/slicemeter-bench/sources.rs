@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chrono::Utc;
-use slicemeter::cli::import::{HolderLabelsArg, ImportCommand, PrometheusArgs};
+use slicemeter::cli::import::{ConsumerLabelsArg, ImportCommand, PrometheusArgs};
 use slicemeter::collector::source::Source;
 use slicemeter::collector::source::dcgm::page;
-use slicemeter::collector::source::dcgm::read::{self, HolderLabels, ReadOptions};
+use slicemeter::collector::source::dcgm::read::{self, ConsumerLabels, ReadOptions};
 use slicemeter::collector::source::nvml::Sharing;
 use slicemeter::domain::access::{Actor, Role};
 use slicemeter::domain::time::Month;
@@ -84,7 +84,7 @@ fn parse_page(args: &SourcesBenchArgs) -> anyhow::Result<()> {
     let gpus = if args.smoke { 20 } else { args.page_gpus };
     let text = fleet_page(gpus, args.seed, Utc::now())?;
     let options = ReadOptions {
-        holders: HolderLabels::Plain,
+        consumers: ConsumerLabels::Plain,
         sharing: Sharing::None,
     };
     let mut scan = Vec::new();
@@ -275,7 +275,7 @@ async fn import_month(args: &SourcesBenchArgs, pool: sqlx::PgPool) -> anyhow::Re
         },
         gpu_sharing: Sharing::None,
         node_sharing: Vec::new(),
-        holder_labels: HolderLabelsArg::Plain,
+        consumer_labels: ConsumerLabelsArg::Plain,
         retries: 2,
         query_timeout: Duration::from_secs(120),
         max_answer_bytes: 1 << 30,

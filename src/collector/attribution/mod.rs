@@ -51,10 +51,10 @@ pub fn snapshot(listing: &[PodResources], pods: Option<&[PodMeta]>) -> Snapshot 
                 labels: pod_labels.clone(),
                 ..ConsumerReport::default()
             };
-            let holder = Arc::new(base.clone());
+            let consumer = Arc::new(base.clone());
             for d in &c.devices {
                 for id in &d.device_ids {
-                    s.devices.insert(id.clone(), holder.clone());
+                    s.devices.insert(id.clone(), consumer.clone());
                 }
             }
             for claim in &c.dynamic_resources {
@@ -178,7 +178,7 @@ pub fn load_static_map(path: &Path) -> Result<HashMap<String, Arc<ConsumerReport
         .collect())
 }
 
-/// Finds holders: of devices through the kubelet or the static map, of processes through `/proc`.
+/// Finds consumers: of devices through the kubelet or the static map, of processes through `/proc`.
 #[derive(Default)]
 pub struct Attribution {
     pub kubelet: Option<SharedSnapshot>,
@@ -192,8 +192,8 @@ impl Attribution {
         self.kubelet.is_some()
     }
 
-    /// The holder of a device, as the kubelet or (the last resort) the static map says.
-    pub fn holder_of_device(&self, id: &str) -> Option<Arc<ConsumerReport>> {
+    /// The consumer of a device, as the kubelet or (the last resort) the static map says.
+    pub fn consumer_of_device(&self, id: &str) -> Option<Arc<ConsumerReport>> {
         if let Some(k) = &self.kubelet
             && let Some(h) = k
                 .read()
@@ -208,7 +208,7 @@ impl Attribution {
 
     /// Who a process is: its pod (by cgroup uid with API access, else by `HOSTNAME` when that names
     /// one pod on the node), else its systemd unit or container, else its unix user.
-    pub fn holder_of_process(&self, pid: u32) -> Option<Arc<ConsumerReport>> {
+    pub fn consumer_of_process(&self, pid: u32) -> Option<Arc<ConsumerReport>> {
         let id = self.procfs.identity(pid)?;
         if let Some(k) = &self.kubelet {
             let guard = k.read().expect("not poisoned");
@@ -240,8 +240,8 @@ impl Attribution {
     }
 }
 
-/// Two holders are the same pod (containers aside), or the same consumer off Kubernetes.
-pub fn same_holder(a: &ConsumerReport, b: &ConsumerReport) -> bool {
+/// Two consumers are the same pod (containers aside), or the same consumer off Kubernetes.
+pub fn same_consumer(a: &ConsumerReport, b: &ConsumerReport) -> bool {
     match (&a.pod, &b.pod) {
         (Some(_), Some(_)) => (&a.namespace, &a.pod) == (&b.namespace, &b.pod),
         _ => a == b,
@@ -360,19 +360,19 @@ mod tests {
             static_map: HashMap::new(),
         };
         assert_eq!(
-            a.holder_of_process(10).unwrap().pod.as_deref(),
+            a.consumer_of_process(10).unwrap().pod.as_deref(),
             Some("trainer-0")
         );
         assert_eq!(
-            a.holder_of_process(11).unwrap().namespace.as_deref(),
+            a.consumer_of_process(11).unwrap().namespace.as_deref(),
             Some("search")
         );
-        let unit = a.holder_of_process(12).unwrap();
+        let unit = a.consumer_of_process(12).unwrap();
         assert_eq!(
             (unit.job_id.as_deref(), unit.unix_user.as_deref()),
             (Some("train-llm.service"), Some("root"))
         );
-        assert!(a.holder_of_process(99).is_none());
+        assert!(a.consumer_of_process(99).is_none());
     }
 
     #[test]
@@ -385,7 +385,7 @@ mod tests {
             ..Attribution::default()
         };
         assert_eq!(
-            a.holder_of_device("GPU-abc").unwrap().team_label(),
+            a.consumer_of_device("GPU-abc").unwrap().team_label(),
             Some("research")
         );
         assert!(load_static_map(&dir.path().join("missing.toml")).is_err());

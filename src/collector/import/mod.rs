@@ -58,7 +58,7 @@ pub fn chunk_selectors() -> [String; 2] {
 pub struct ChunkPlan {
     /// The scrape interval: a sample stands for its slot of this length.
     pub interval_ms: i64,
-    /// The occupancy window, as `collect --window`.
+    /// The window grid's step, as `collect --window`.
     pub window_ms: i64,
     pub read: ReadOptions,
     /// Nodes whose device plugin shares GPUs otherwise than `read.sharing` says.
@@ -239,7 +239,7 @@ pub fn chunk_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collector::source::dcgm::read::HolderLabels;
+    use crate::collector::source::dcgm::read::ConsumerLabels;
 
     fn series(metric: &str, gi: &str, pod: Option<&str>, samples: Vec<(i64, f64)>) -> RawSeries {
         let mut labels = vec![
@@ -265,7 +265,7 @@ mod tests {
             interval_ms: 1_000,
             window_ms: 10_000,
             read: ReadOptions {
-                holders: HolderLabels::Plain,
+                consumers: ConsumerLabels::Plain,
                 sharing: Sharing::None,
             },
             node_sharing: BTreeMap::new(),
@@ -302,7 +302,7 @@ mod tests {
             let held = (2..14).contains(k);
             let reading = crate::collector::source::Reading {
                 slice: 0,
-                holder: held.then(|| {
+                consumer: held.then(|| {
                     std::sync::Arc::new(crate::domain::batch::ConsumerReport {
                         namespace: Some("nlp".into()),
                         pod: Some("a".into()),
@@ -318,7 +318,7 @@ mod tests {
         let want: Vec<_> = closed
             .iter()
             .flat_map(|w| {
-                w.occupancy
+                w.windows
                     .iter()
                     .map(|o| o.report("GPU-1::gi9/1g.10gb", w.start_ms, w.end_ms))
             })

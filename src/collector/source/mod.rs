@@ -24,7 +24,7 @@ pub struct Reading {
     /// Index into the inventory's slices.
     pub slice: usize,
     /// Who holds it; `None` when it is free.
-    pub holder: Option<Arc<ConsumerReport>>,
+    pub consumer: Option<Arc<ConsumerReport>>,
     pub memory_used_bytes: u64,
     /// SM activity in parts per million, relative to the slice (to the whole GPU for a time-sliced
     /// replica); `None` where the GPU cannot measure it.
@@ -120,16 +120,16 @@ impl CardFit {
                 let g = inventory.gpus.iter().position(|g| g.uuid == s.gpu_uuid);
                 let whole = g.map_or(0, |g| gpu_memory[g]);
                 let bytes = |v: Option<i64>| v.and_then(|b| u64::try_from(b).ok()).unwrap_or(whole);
-                match s.kind.parse() {
-                    Ok(SliceKind::Mig) => (bytes(s.memory_bytes), None),
-                    Ok(SliceKind::Mps) => (bytes(s.pinned_memory_bytes), None),
-                    Ok(SliceKind::Vgpu) => (
+                match s.slice_kind() {
+                    Some(SliceKind::Mig) => (bytes(s.memory_bytes), None),
+                    Some(SliceKind::Mps) => (bytes(s.pinned_memory_bytes), None),
+                    Some(SliceKind::Vgpu) => (
                         s.fraction
                             .map_or(whole, |f| (whole as f64 * f.clamp(0.0, 1.0)) as u64),
                         None,
                     ),
-                    Ok(SliceKind::Timeslice) => (whole, g),
-                    Ok(SliceKind::Whole) | Err(_) => (whole, None),
+                    Some(SliceKind::Timeslice) => (whole, g),
+                    Some(SliceKind::Whole) | None => (whole, None),
                 }
             })
             .collect();
@@ -156,13 +156,13 @@ impl CardFit {
                 r.compute_active_ppm = Some(1_000_000);
                 cut += 1;
             }
-            if let (Some(g), Some(_)) = (gpu, &r.holder) {
+            if let (Some(g), Some(_)) = (gpu, &r.consumer) {
                 let e = shared.entry(g).or_default();
                 e.0 += r.memory_used_bytes;
                 e.1 += u64::from(r.compute_active_ppm.unwrap_or(0));
                 e.2.push(k);
             }
-            if let Some(h) = &r.holder {
+            if let Some(h) = &r.consumer {
                 let long = h.labels.len() > bounds::MAX_LABELS
                     || h.labels.iter().any(|(k, v)| {
                         k.len() > bounds::MAX_LABEL_KEY_CHARS
@@ -171,7 +171,7 @@ impl CardFit {
                 if long {
                     let mut fitted = (**h).clone();
                     cut += fitted.fit_labels_to_contract();
-                    r.holder = Some(Arc::new(fitted));
+                    r.consumer = Some(Arc::new(fitted));
                 }
             }
         }
@@ -228,13 +228,13 @@ mod tests {
 
     #[test]
     fn replicas_of_one_gpu_are_fitted_to_the_whole_card_together() {
-        let holder = Arc::new(ConsumerReport {
+        let consumer = Arc::new(ConsumerReport {
             pod: Some("p".into()),
             ..ConsumerReport::default()
         });
         let reading = |slice, memory, ppm| Reading {
             slice,
-            holder: Some(holder.clone()),
+            consumer: Some(consumer.clone()),
             memory_used_bytes: memory,
             compute_active_ppm: Some(ppm),
         };

@@ -379,26 +379,27 @@ fn gpu_map(rows: &[FleetSliceRow], palette: &Palette, view: &MapView) -> Markup 
         (None, Some(m)) => Some(m.clone()),
         (None, None) => None,
     };
-    let (what, bars): (&str, Vec<GpuBar>) =
-        if gpus.len() <= view.per_gpu_limit || view.node.is_some() {
-            ("GPU", gpus.into_iter().map(|g| g.bar).collect())
-        } else if view.model.is_none() {
-            (
-                "GPU model",
-                grouped(gpus, |g| g.model.clone(), |k| view.link("model", k)),
-            )
-        } else {
-            (
-                "node",
-                grouped(gpus, |g| g.node.clone(), |k| view.link("node", k)),
-            )
-        };
+    // One bar per GPU while they are few (or one node's), else one per model or node.
+    let per_gpu = gpus.len() <= view.per_gpu_limit || view.node.is_some();
+    let (what, bars): (&str, Vec<GpuBar>) = if per_gpu {
+        ("GPU", gpus.into_iter().map(|g| g.bar).collect())
+    } else if view.model.is_none() {
+        (
+            "GPU model",
+            grouped(gpus, |g| g.model.clone(), |k| view.link("model", k)),
+        )
+    } else {
+        (
+            "node",
+            grouped(gpus, |g| g.node.clone(), |k| view.link("node", k)),
+        )
+    };
     html! {
-        @if scope.is_some() || what != "GPU" {
+        @if scope.is_some() || !per_gpu {
             p class="map-scope" data-map-rows=(what) {
                 "One bar per " (what)
                 @if let Some(s) = &scope { " of " (s) }
-                @if what != "GPU" {
+                @if !per_gpu {
                     " (" (bars.len()) " bars), cut by team at the GPUs' average share; follow a bar's label for the GPUs behind it."
                 }
                 @if scope.is_some() {
@@ -501,11 +502,11 @@ fn gpu_bars(rows: &[FleetSliceRow], month: Month) -> Vec<PlacedGpu> {
         let gpu = &mut gpus.last_mut().expect("pushed above").bar;
         gpu.slices.push(SliceMark {
             share,
-            team: r.holder_team.clone(),
-            hover: match &r.holder_team {
+            team: r.consumer_team.clone(),
+            hover: match &r.consumer_team {
                 Some(t) => format!(
                     "{what}: held by {t}{}",
-                    r.holder_pod
+                    r.consumer_pod
                         .as_deref()
                         .map(|p| format!(" ({p})"))
                         .unwrap_or_default()

@@ -275,6 +275,8 @@ fn invoice_page(i: &Invoice) -> Result<Markup, UiError> {
         }
         @for (heading, about, kinds) in &sections {
             @let lines: Vec<_> = i.lines.iter().filter(|l| kinds.contains(&l.line_kind)).collect();
+            // Correction lines say which issued month they correct.
+            @let corrects = kinds.contains(&LineKind::Correction);
             @if !lines.is_empty() {
                 section data-section=(heading.to_lowercase()) {
                     h2 { (heading) }
@@ -284,7 +286,7 @@ fn invoice_page(i: &Invoice) -> Result<Markup, UiError> {
                             caption { (heading) " lines" }
                             thead { tr {
                                 th scope="col" class="num" { "#" }
-                                @if *heading == "Corrections" { th scope="col" { "Corrects" } }
+                                @if corrects { th scope="col" { "Corrects" } }
                                 th scope="col" { "GPU model" }
                                 th scope="col" { "Kind" }
                                 th scope="col" { "Profile" }
@@ -299,7 +301,7 @@ fn invoice_page(i: &Invoice) -> Result<Markup, UiError> {
                                 @for l in &lines {
                                     tr data-line=(l.line_no) {
                                         td class="num" { (l.line_no) }
-                                        @if *heading == "Corrections" { td { (l.corrects_period.map(|p| p.to_string()).unwrap_or_default()) } }
+                                        @if corrects { td { (l.corrects_period.map(|p| p.to_string()).unwrap_or_default()) } }
                                         td { (l.gpu_model.as_deref().unwrap_or("")) }
                                         td { (l.slice_kind.map(|k| k.as_str()).unwrap_or("")) }
                                         td { (l.profile.as_deref().unwrap_or("")) }

@@ -164,7 +164,7 @@ pub async fn mig_parted(
 }
 
 /// A bar per card on the memory-slice axis: each instance where it is placed, as wide as its
-/// memory slices, coloured by its holder's team; free memory slices grey; freed cards empty.
+/// memory slices, coloured by its consumer's team; free memory slices grey; freed cards empty.
 fn bars(cards: &[CardPlan], freed: &[String]) -> Vec<GpuBar> {
     let mut out: Vec<GpuBar> = cards
         .iter()

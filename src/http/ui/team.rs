@@ -87,17 +87,11 @@ async fn team_month(
     ];
     let evidence = async {
         match evidence_wait {
-            None => Some(
-                state
-                    .evidence
-                    .get(&state.pool, &ranges, Some(team.as_str()))
-                    .await,
-            )
-            .transpose(),
+            None => Some(state.evidence.get(&state.pool, &ranges, Some(team)).await).transpose(),
             Some(wait) => {
                 state
                     .evidence
-                    .get_within(&state.pool, &ranges, Some(team.as_str()), wait)
+                    .get_within(&state.pool, &ranges, Some(team), wait)
                     .await
             }
         }

@@ -2,11 +2,11 @@
 //! range, what one GPU cost and where every unit of it went:
 //!
 //! ```text
-//! cost = holders' charges + sharing discount + placeable + stranded + rounding
+//! cost = consumers' charges + sharing discount + placeable + stranded + rounding
 //! ```
 //!
 //! each figure rounded once, half to even, from its exact value, and `rounding` what that left
-//! over, so that the rows add up to the card's cost to the minor unit. A holder is a (team,
+//! over, so that the rows add up to the card's cost to the minor unit. A consumer is a (team,
 //! workload, slice): the team the hours went to, the pod's owner, the slice it held. Priced as
 //! invoices are (`billing::pricing`): the rate card version in force for each hour, its weights and
 //! isolation factors. Unallocated capacity is the platform's here whatever the idle policy: `spread`
@@ -56,9 +56,9 @@ pub enum Source {
     Books,
 }
 
-/// One holder's occupancy of the card in one step, under one rate card version.
+/// One consumer's occupancy of the card in one step, under one rate card version.
 #[derive(Debug, Clone)]
-pub struct HolderSeconds {
+pub struct ConsumerSeconds {
     pub bucket: DateTime<Utc>,
     pub rate_card: Option<i64>,
     pub team: TeamId,
@@ -113,7 +113,8 @@ pub struct LedgerStep {
     /// The card's hours present at its model's hourly cost.
     #[schema(value_type = String, example = "4.00")]
     pub cost: Decimal,
-    pub holders: Vec<HolderCharge>,
+    #[serde(rename = "holders")]
+    pub consumers: Vec<ConsumerCharge>,
     /// The `(1 - isolation factor)` part of the shared slices' cost.
     #[schema(value_type = String, example = "0.00")]
     pub sharing_discount: Decimal,
@@ -133,7 +134,8 @@ pub struct LedgerStep {
 
 /// What one holder was charged in a step.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct HolderCharge {
+#[schema(as = HolderCharge)]
+pub struct ConsumerCharge {
     #[schema(value_type = String)]
     pub team: TeamId,
     pub workload: Option<String>,
@@ -156,11 +158,11 @@ fn step_end(bucket: DateTime<Utc>, step: Step, to: DateTime<Utc>) -> DateTime<Ut
     end.min(to)
 }
 
-/// A holder: (team, workload, slice).
-type HolderKey = (TeamId, Option<String>, String);
+/// A consumer: (team, workload, slice).
+type ConsumerKey = (TeamId, Option<String>, String);
 
-/// A holder's step, exact.
-struct HolderSums {
+/// A consumer's step, exact.
+struct ConsumerSums {
     kind: SliceKind,
     profile: Option<String>,
     held: Exact,
@@ -172,10 +174,10 @@ struct HolderSums {
 struct StepSums {
     cost: Exact,
     stranded: Exact,
-    holders: BTreeMap<HolderKey, HolderSums>,
+    consumers: BTreeMap<ConsumerKey, ConsumerSums>,
 }
 
-/// The ledger of `card` over `[from, to)`: `holders` and `presence` carry their step's start and the
+/// The ledger of `card` over `[from, to)`: `consumers` and `presence` carry their step's start and the
 /// rate card version in force (`None`: none was), `books` says which steps were read from an issued
 /// month's books, `cards` holds every version they name.
 #[allow(clippy::too_many_arguments)]
@@ -184,7 +186,7 @@ pub fn ledger(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     step: Step,
-    holders: &[HolderSeconds],
+    consumers: &[ConsumerSeconds],
     presence: &[CardSeconds],
     books: &dyn Fn(DateTime<Utc>) -> bool,
     cards: &BTreeMap<i64, RateCard>,
@@ -221,7 +223,7 @@ pub fn ledger(
         s.cost += fleet_cost(&aggregate, rc).0;
         s.stranded += stranded_cost(&card.model, &p.stranded, rc);
     }
-    for h in holders {
+    for h in consumers {
         let rc = version(h.bucket, h.rate_card)?;
         one_currency(&rc.currency)?;
         let usage = UsageAggregate {
@@ -241,9 +243,9 @@ pub fn ledger(
         let entry = steps
             .entry(h.bucket)
             .or_default()
-            .holders
+            .consumers
             .entry((h.team.clone(), h.workload.clone(), h.slice_uuid.clone()))
-            .or_insert_with(|| HolderSums {
+            .or_insert_with(|| ConsumerSums {
                 kind: h.kind,
                 profile: h.profile.clone(),
                 held: Exact::zero(),
@@ -263,13 +265,13 @@ pub fn ledger(
     let hour = Exact::from(3600);
     let mut out = Vec::with_capacity(steps.len());
     for (bucket, s) in steps {
-        let mut charged = Vec::with_capacity(s.holders.len());
+        let mut charged = Vec::with_capacity(s.consumers.len());
         let mut allocated = Exact::zero();
         let mut discount = Exact::zero();
-        for ((team, workload, slice_uuid), h) in s.holders {
+        for ((team, workload, slice_uuid), h) in s.consumers {
             discount += &h.allocated - &h.amount;
             allocated += &h.allocated;
-            charged.push(HolderCharge {
+            charged.push(ConsumerCharge {
                 team,
                 workload,
                 slice_uuid,
@@ -299,7 +301,7 @@ pub fn ledger(
                 Source::Rollups
             },
             cost,
-            holders: charged,
+            consumers: charged,
             sharing_discount,
             unallocated,
             placeable,
@@ -325,7 +327,7 @@ fn unsigned(mut d: Decimal) -> Decimal {
     d
 }
 
-/// The ledger as CSV: per step the card's cost (`entry` = `cost`), then one row per holder and one
+/// The ledger as CSV: per step the card's cost (`entry` = `cost`), then one row per consumer and one
 /// per platform figure (`sharing_discount`, `placeable`, `stranded`, `rounding`), whose amounts add
 /// up to the cost row's; text cells made safe to open in a spreadsheet.
 pub fn to_csv(l: &Ledger) -> Result<Vec<u8>, csv::Error> {
@@ -355,37 +357,38 @@ pub fn to_csv(l: &Ledger) -> Result<Vec<u8>, csv::Error> {
             Source::Rollups => "rollups",
             Source::Books => "books",
         };
-        let row = |entry: &str, holder: Option<&HolderCharge>, amount: Decimal| -> Vec<String> {
-            vec![
-                s.start.to_rfc3339(),
-                s.end.to_rfc3339(),
-                source.to_owned(),
-                uuid.clone(),
-                model.clone(),
-                node.clone(),
-                entry.to_owned(),
-                holder.map(|h| t(h.team.as_str())).unwrap_or_default(),
-                holder
-                    .and_then(|h| h.workload.as_deref())
-                    .map(t)
-                    .unwrap_or_default(),
-                holder.map(|h| t(&h.slice_uuid)).unwrap_or_default(),
-                holder
-                    .map(|h| h.kind.as_str().to_owned())
-                    .unwrap_or_default(),
-                holder
-                    .and_then(|h| h.profile.as_deref())
-                    .map(t)
-                    .unwrap_or_default(),
-                holder
-                    .map(|h| h.slice_hours.to_string())
-                    .unwrap_or_default(),
-                currency.clone(),
-                amount.to_string(),
-            ]
-        };
+        let row =
+            |entry: &str, consumer: Option<&ConsumerCharge>, amount: Decimal| -> Vec<String> {
+                vec![
+                    s.start.to_rfc3339(),
+                    s.end.to_rfc3339(),
+                    source.to_owned(),
+                    uuid.clone(),
+                    model.clone(),
+                    node.clone(),
+                    entry.to_owned(),
+                    consumer.map(|h| t(h.team.as_str())).unwrap_or_default(),
+                    consumer
+                        .and_then(|h| h.workload.as_deref())
+                        .map(t)
+                        .unwrap_or_default(),
+                    consumer.map(|h| t(&h.slice_uuid)).unwrap_or_default(),
+                    consumer
+                        .map(|h| h.kind.as_str().to_owned())
+                        .unwrap_or_default(),
+                    consumer
+                        .and_then(|h| h.profile.as_deref())
+                        .map(t)
+                        .unwrap_or_default(),
+                    consumer
+                        .map(|h| h.slice_hours.to_string())
+                        .unwrap_or_default(),
+                    currency.clone(),
+                    amount.to_string(),
+                ]
+            };
         w.write_record(row("cost", None, s.cost))?;
-        for h in &s.holders {
+        for h in &s.consumers {
             w.write_record(row("holder", Some(h), h.charge))?;
         }
         for (entry, amount) in [

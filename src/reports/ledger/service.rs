@@ -43,19 +43,19 @@ pub async fn card_ledger(
         .await?
         .ok_or_else(|| LedgerError::UnknownGpu(uuid.to_owned()))?;
     let issued: BTreeSet<Month> =
-        billing::frozen_periods(pool, Month::of(from), Month::of(to - Duration::hours(1))).await?;
+        billing::issued_periods(pool, Month::of(from), Month::of(to - Duration::hours(1))).await?;
     if let (Step::Hour, Some(m)) = (step, issued.first()) {
         return Err(LedgerError::HoursOfIssuedMonth(*m));
     }
     let in_books = |bucket: DateTime<Utc>| issued.contains(&Month::of(bucket));
-    let (mut holders, mut presence) = store::from_rollups(pool, &gpu, from, to, step).await?;
-    holders.retain(|h| !in_books(h.bucket));
+    let (mut consumers, mut presence) = store::from_rollups(pool, &gpu, from, to, step).await?;
+    consumers.retain(|h| !in_books(h.bucket));
     presence.retain(|p| !in_books(p.bucket));
     for &m in &issued {
         let (h, p) = store::from_books(pool, &gpu, m, from.max(m.start()), to.min(m.end()), step)
             .await?
             .ok_or(billing::Error::NoBooks(m))?;
-        holders.extend(h);
+        consumers.extend(h);
         presence.extend(p);
     }
     let cards = rate_cards::rate_cards_in(&mut *pool.acquire().await?).await?;
@@ -64,8 +64,8 @@ pub async fn card_ledger(
         model: gpu.model,
         node: gpu.node,
     };
-    Ok(
-        ledger(card, from, to, step, &holders, &presence, &in_books, &cards)
-            .map_err(billing::Error::from)?,
+    Ok(ledger(
+        card, from, to, step, &consumers, &presence, &in_books, &cards,
     )
+    .map_err(billing::Error::from)?)
 }

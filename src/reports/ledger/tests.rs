@@ -35,7 +35,7 @@ fn at(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
 }
 
-fn held(hour: &str, team: &str, slice: &str, r: &Reservation, seconds: i64) -> HolderSeconds {
+fn held(hour: &str, team: &str, slice: &str, r: &Reservation, seconds: i64) -> ConsumerSeconds {
     held_by(at(hour), team, slice, r, seconds)
 }
 
@@ -45,8 +45,8 @@ fn held_by(
     slice: &str,
     r: &Reservation,
     seconds: i64,
-) -> HolderSeconds {
-    HolderSeconds {
+) -> ConsumerSeconds {
+    ConsumerSeconds {
         bucket: hour,
         rate_card: Some(1),
         team: TeamId::parse(team).unwrap(),
@@ -88,7 +88,7 @@ fn each_hour_of_a_card_adds_up_to_its_cost_to_the_cent() {
         active_thread_percentage: 50,
         pinned_memory_bytes: 40 << 30,
     };
-    let holders = [
+    let consumers = [
         held("2026-10-01T00:00:00Z", "nlp", "GPU-a::0", &mig(3, 4), 3600),
         held(
             "2026-10-01T00:00:00Z",
@@ -124,7 +124,7 @@ fn each_hour_of_a_card_adds_up_to_its_cost_to_the_cent() {
         at("2026-10-01T00:00:00Z"),
         at("2026-10-01T02:00:00Z"),
         Step::Hour,
-        &holders,
+        &consumers,
         &presence,
         &|_| false,
         &card(),
@@ -137,7 +137,7 @@ fn each_hour_of_a_card_adds_up_to_its_cost_to_the_cent() {
         .map(|s| {
             (
                 s.cost,
-                s.holders.iter().map(|h| h.charge).collect::<Vec<_>>(),
+                s.consumers.iter().map(|h| h.charge).collect::<Vec<_>>(),
                 s.sharing_discount,
                 s.placeable,
                 s.stranded,
@@ -166,7 +166,7 @@ fn each_hour_of_a_card_adds_up_to_its_cost_to_the_cent() {
             ),
         ]
     );
-    assert_eq!(l.steps[1].holders[0].slice_hours, dec!(0.5));
+    assert_eq!(l.steps[1].consumers[0].slice_hours, dec!(0.5));
     // The CSV: per step the cost, then rows that add up to it.
     let csv = String::from_utf8(to_csv(&l).unwrap()).unwrap();
     let mut r = csv::Reader::from_reader(csv.as_bytes());
@@ -199,7 +199,7 @@ fn a_name_a_spreadsheet_would_run_is_quoted_in_the_csv() {
             end: at("2026-10-01T01:00:00Z"),
             source: Source::Rollups,
             cost: dec!(4.00),
-            holders: vec![HolderCharge {
+            consumers: vec![ConsumerCharge {
                 team: TeamId::parse("nlp").unwrap(),
                 workload: Some("-2+3".into()),
                 slice_uuid: "GPU-a::0".into(),
@@ -266,7 +266,7 @@ proptest! {
         for (n, (layout, hours, held)) in cards.iter().enumerate() {
             let slices: Vec<Reservation> = LAYOUTS[*layout].iter().map(|p| instance(p)).collect();
             let s = crate::domain::layout::stranded(&H100, &slices.iter().collect::<Vec<_>>());
-            let mut holders = Vec::new();
+            let mut consumers = Vec::new();
             let mut present = Vec::new();
             for h in 0..*hours {
                 let hour = month.0 + chrono::Duration::hours(h);
@@ -289,26 +289,26 @@ proptest! {
                     }
                     let mut x = held_by(hour, teams[team], &format!("GPU-{n}::{i}"), r, seconds);
                     x.profile = Some(LAYOUTS[*layout][i].to_owned());
-                    holders.push(x);
+                    consumers.push(x);
                 }
             }
             let header = |uuid: String| Card { gpu_uuid: uuid, model: H100_MODEL.into(), node: "n".into() };
             let hourly = ledger(header(format!("GPU-{n}")), month.0, month.1, Step::Hour,
-                                &holders, &present, &|_| false, &rate).unwrap();
+                                &consumers, &present, &|_| false, &rate).unwrap();
             for st in &hourly.steps {
-                let charges: Decimal = st.holders.iter().map(|h| h.charge).sum();
+                let charges: Decimal = st.consumers.iter().map(|h| h.charge).sum();
                 prop_assert_eq!(st.cost, dec!(4.00));
                 prop_assert_eq!(st.cost, charges + st.sharing_discount + st.placeable + st.stranded + st.rounding);
                 prop_assert_eq!(st.unallocated, st.placeable + st.stranded);
                 prop_assert!(st.placeable >= Decimal::ZERO, "{st:?}");
-                prop_assert!(st.rounding.abs() <= half * Decimal::from(st.holders.len() + 3), "{st:?}");
+                prop_assert!(st.rounding.abs() <= half * Decimal::from(st.consumers.len() + 3), "{st:?}");
             }
             // The same hours a month at a time, and as billing reads them.
-            let by_month: Vec<HolderSeconds> = holders.iter().cloned().map(|mut h| { h.bucket = month.0; h }).collect();
+            let by_month: Vec<ConsumerSeconds> = consumers.iter().cloned().map(|mut h| { h.bucket = month.0; h }).collect();
             let present_month: Vec<CardSeconds> = present.iter().cloned().map(|mut p| { p.bucket = month.0; p }).collect();
             months.push(ledger(header(format!("GPU-{n}")), month.0, month.1, Step::Month,
                                &by_month, &present_month, &|_| false, &rate).unwrap());
-            for h in &holders {
+            for h in &consumers {
                 usage.push((UsageAggregate {
                     team: h.team.clone(),
                     model: H100_MODEL.into(),

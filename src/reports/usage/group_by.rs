@@ -118,7 +118,7 @@ impl GroupBy {
         self.has(&Dimension::Node) || self.has(&Dimension::Dcgm(DcgmLabel::Hostname))
     }
 
-    /// Whether it groups by a label of the holder's DRA claim.
+    /// Whether it groups by a label of the consumer's DRA claim.
     pub fn has_dra_claim(&self) -> bool {
         self.0
             .iter()

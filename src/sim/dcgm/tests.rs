@@ -2,7 +2,7 @@
 use super::*;
 use crate::collector::source::dcgm::Refused;
 use crate::collector::source::dcgm::page;
-use crate::collector::source::dcgm::read::{self, HolderLabels, ReadOptions};
+use crate::collector::source::dcgm::read::{self, ConsumerLabels, ReadOptions};
 use crate::collector::source::nvml::Sharing;
 
 fn pod(ns: &str, name: &str, vgpu: Option<u32>, own: Option<(u64, u32)>) -> ExporterPod {
@@ -21,7 +21,7 @@ fn instance(
     profile: &str,
     used: u64,
     engine: f64,
-    holder: Option<ExporterPod>,
+    consumer: Option<ExporterPod>,
 ) -> ExporterInstance {
     ExporterInstance {
         gpu_instance_id: id,
@@ -30,7 +30,7 @@ fn instance(
             fb_used_mib: used,
             fb_free_mib: 1000,
             engine_active: engine,
-            holders: holder.into_iter().collect(),
+            consumers: consumer.into_iter().collect(),
         },
     }
 }
@@ -74,7 +74,7 @@ fn h100_and_a100(label: &'static str) -> ExporterPage {
                     fb_used_mib: 40_536,
                     fb_free_mib: 41_384,
                     engine_active: 0.731245,
-                    holders: vec![pod("nlp", "notebook", None, None)],
+                    consumers: vec![pod("nlp", "notebook", None, None)],
                 },
                 instances: Vec::new(),
             },
@@ -93,7 +93,7 @@ fn read_page(
     let (mut series, mut refused) = (Vec::new(), Vec::new());
     page::read(text, &mut series, &mut refused);
     let options = ReadOptions {
-        holders: HolderLabels::Plain,
+        consumers: ConsumerLabels::Plain,
         sharing,
     };
     let mut nodes = read::page_nodes(&series, &options, Some("gpu-node-1"), &mut refused);
@@ -174,7 +174,7 @@ fn a_mig_card_and_a_whole_gpu_read_as_slices_of_nvidias_tables_held_by_their_pod
             .iter()
             .map(|r| {
                 (
-                    r.holder.as_ref().and_then(|h| h.pod.clone()),
+                    r.consumer.as_ref().and_then(|h| h.pod.clone()),
                     r.memory_used_bytes >> 20,
                     r.compute_active_ppm,
                 )
@@ -191,7 +191,7 @@ fn a_mig_card_and_a_whole_gpu_read_as_slices_of_nvidias_tables_held_by_their_pod
             "{label}"
         );
         assert_eq!(
-            readings[1].holder.as_ref().unwrap().namespace.as_deref(),
+            readings[1].consumer.as_ref().unwrap().namespace.as_deref(),
             Some("nlp")
         );
     }
@@ -211,7 +211,7 @@ fn a_time_shared_gpus_pods_hold_their_replicas_with_their_own_figures_never_the_
                 fb_used_mib: 30_000,
                 fb_free_mib: 113_771,
                 engine_active: 0.9,
-                holders: vec![
+                consumers: vec![
                     pod("chat", "vllm-0", Some(1), Some((20_000, 60))),
                     pod("cv", "embed-0", Some(3), Some((10_000, 25))),
                 ],
@@ -234,7 +234,7 @@ fn a_time_shared_gpus_pods_hold_their_replicas_with_their_own_figures_never_the_
         .iter()
         .map(|r| {
             (
-                r.holder.as_ref().and_then(|h| h.pod.clone()),
+                r.consumer.as_ref().and_then(|h| h.pod.clone()),
                 r.memory_used_bytes >> 20,
                 r.compute_active_ppm,
             )

@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use super::nvml::Sharing;
 use super::{Inventory, Reading, Source, SourceError, Timing};
 use page::Series;
-use read::{HolderLabels, ReadOptions};
+use read::{ConsumerLabels, ReadOptions};
 pub use refusal::{Refusal, Refusals, Refused, ScrapeFailure};
 use slices::SliceAt;
 
@@ -72,7 +72,7 @@ impl DcgmSource {
         page::read(&page, &mut series, &mut refused);
         metrics::gauge!("slicemeter_collector_dcgm_series").set(series.len() as f64);
         let options = ReadOptions {
-            holders: HolderLabels::Plain,
+            consumers: ConsumerLabels::Plain,
             sharing: self.options.sharing,
         };
         let mut nodes = read::page_nodes(&series, &options, Some(&self.options.node), &mut refused);

@@ -6,8 +6,8 @@
 //! How dcgm-exporter labels its series (its `render_metrics.go` and `transformation/`): a GPU by
 //! `UUID` and `modelName`; a MIG instance by its parent GPU's `UUID` plus `GPU_I_ID` and
 //! `GPU_I_PROFILE` (no MIG uuid, so slicemeter names it `<UUID>::gi<GPU_I_ID>/<GPU_I_PROFILE>`); the
-//! node by `Hostname` (`hostname` since 4.6.0); a holder by `namespace`, `pod`, `container` (and
-//! `pod_uid`, `dra_claim_*`); a time-shared GPU's holders (with `--kubernetes-virtual-gpus`) by a
+//! node by `Hostname` (`hostname` since 4.6.0); a consumer by `namespace`, `pod`, `container` (and
+//! `pod_uid`, `dra_claim_*`); a time-shared GPU's consumers (with `--kubernetes-virtual-gpus`) by a
 //! copy of each series per pod with `vgpu`, whose value is the device's, not the pod's. Since
 //! 4.5.3 `DCGM_FI_DEV_FB_USED` and `DCGM_FI_DEV_GPU_UTIL` of a held device are the device's series
 //! without a pod plus one per pod with the pod's own figure (from NVML's per-process data).
@@ -19,41 +19,41 @@ use super::refusal::{Refusal, Refused};
 use crate::collector::source::nvml::Sharing;
 use crate::domain::batch::{ConsumerReport, DraClaim, bounds};
 
-/// Which labels name a series' holder.
+/// Which labels name a series' consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HolderLabels {
+pub enum ConsumerLabels {
     /// `namespace`, `pod`, `container` (a page read directly; `pod_namespace`, `pod_name`,
     /// `container_name` in the exporter's `-o` mode).
     Plain,
     /// `exported_namespace`, `exported_pod`, `exported_container`: a Prometheus that scraped the
     /// exporter without `honor_labels` renamed them, and its own `namespace` and `pod` name the
-    /// exporter's pod, not a holder.
+    /// exporter's pod, not a consumer.
     Exported,
 }
 
 /// How a scrape is read.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadOptions {
-    pub holders: HolderLabels,
+    pub consumers: ConsumerLabels,
     /// How the device plugin shares GPUs not in MIG mode.
     pub sharing: Sharing,
 }
 
 /// The figures of one device (a whole GPU or a MIG instance), per metric: the value of its series
-/// without a holder, and each holder's.
+/// without a consumer, and each consumer's.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceSeen {
     /// The MIG profile (`GPU_I_PROFILE`); none for a whole GPU.
     pub profile: Option<String>,
-    /// Per metric (in `Metric` order), its series without a holder.
+    /// Per metric (in `Metric` order), its series without a consumer.
     pub plain: [Option<f64>; 5],
-    /// Per holder, per metric, its series.
-    pub held: BTreeMap<Holder, [Option<f64>; 5]>,
+    /// Per consumer, per metric, its series.
+    pub held: BTreeMap<SeriesConsumer, [Option<f64>; 5]>,
 }
 
 /// Who holds a device, as the labels say.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Holder {
+pub struct SeriesConsumer {
     pub consumer: ConsumerReport,
     /// The replica of a time-shared GPU (`vgpu`), when the exporter knows it.
     pub vgpu: Option<u32>,
@@ -83,7 +83,7 @@ pub struct SeriesKey {
     pub model: String,
     /// A MIG instance's GPU instance id and profile.
     pub instance: Option<(u32, String)>,
-    pub holder: Option<Holder>,
+    pub consumer: Option<SeriesConsumer>,
 }
 
 impl SeriesKey {
@@ -98,8 +98,8 @@ impl SeriesKey {
         if let Some((id, profile)) = &self.instance {
             s.push_str(&format!(",GPU_I_ID={id},GPU_I_PROFILE={profile}"));
         }
-        if let Some(h) = &self.holder {
-            s.push_str(&format!(",holder={}", describe_holder(&h.consumer)));
+        if let Some(h) = &self.consumer {
+            s.push_str(&format!(",holder={}", describe_consumer(&h.consumer)));
         }
         s.push('}');
         s
@@ -220,14 +220,17 @@ fn name_label(
     }
 }
 
-fn holder(s: &Labelled<'_>, options: &ReadOptions) -> Result<Option<Holder>, (Refused, String)> {
-    let (pod, namespace, container): (&[&str], &[&str], &[&str]) = match options.holders {
-        HolderLabels::Plain => (
+fn consumer(
+    s: &Labelled<'_>,
+    options: &ReadOptions,
+) -> Result<Option<SeriesConsumer>, (Refused, String)> {
+    let (pod, namespace, container): (&[&str], &[&str], &[&str]) = match options.consumers {
+        ConsumerLabels::Plain => (
             &["pod", "pod_name"],
             &["namespace", "pod_namespace"],
             &["container", "container_name"],
         ),
-        HolderLabels::Exported => (
+        ConsumerLabels::Exported => (
             &["exported_pod"],
             &["exported_namespace"],
             &["exported_container"],
@@ -258,7 +261,7 @@ fn holder(s: &Labelled<'_>, options: &ReadOptions) -> Result<Option<Holder>, (Re
             )
         })?),
     };
-    Ok(Some(Holder {
+    Ok(Some(SeriesConsumer {
         consumer: ConsumerReport {
             namespace: name_label(s, namespace, "namespace")?,
             pod: Some(pod),
@@ -330,7 +333,7 @@ fn read_key(
         gpu: uuid.to_owned(),
         model: model.to_owned(),
         instance,
-        holder: holder(s, options)?,
+        consumer: consumer(s, options)?,
     })
 }
 
@@ -371,7 +374,7 @@ fn add(
         }
     }
     let slot = k.metric as usize;
-    match &k.holder {
+    match &k.consumer {
         None => device.plain[slot] = Some(value),
         Some(h) => {
             device.held.entry(h.clone()).or_default()[slot] = Some(value);
@@ -381,14 +384,14 @@ fn add(
 }
 
 impl DeviceSeen {
-    /// The device's own figure of `m`: its series without a holder, else a holder's copy (the
-    /// exporter copies the device's value onto each holder's series).
+    /// The device's own figure of `m`: its series without a consumer, else a consumer's copy (the
+    /// exporter copies the device's value onto each consumer's series).
     pub(super) fn figure(&self, m: Metric) -> Option<f64> {
         self.plain[m as usize].or_else(|| self.held.values().find_map(|f| f[m as usize]))
     }
 }
 
-pub(super) fn describe_holder(c: &ConsumerReport) -> String {
+pub(super) fn describe_consumer(c: &ConsumerReport) -> String {
     format!(
         "{}/{}",
         c.namespace.as_deref().unwrap_or("-"),

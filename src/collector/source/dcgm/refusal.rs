@@ -24,7 +24,7 @@ pub enum Refused {
     UnknownModel,
     /// A MIG profile not in NVIDIA's tables for the model.
     UnknownProfile,
-    /// More holders on a device than it has places for.
+    /// More consumers on a device than it has places for.
     SharedDevice,
 }
 

@@ -1,13 +1,13 @@
 //! One node's scrape as slicemeter's inventory and readings: GPUs with their geometry and memory
 //! from NVIDIA's tables, MIG instances as `mig` slices named from their GPU, instance id and
 //! profile, other GPUs whole or cut into the replicas the device plugin makes, and each slice's
-//! holder and figures.
+//! consumer and figures.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::page::Metric;
-use super::read::{GpuSeen, NodeScrape, describe_holder};
+use super::read::{GpuSeen, NodeScrape, describe_consumer};
 use super::refusal::{Refusal, Refused};
 use crate::collector::source::nvml::Sharing;
 use crate::collector::source::{Inventory, Reading};
@@ -171,14 +171,14 @@ impl NodeScrape {
     }
 
     /// The readings of each slice of `at` (an inventory's), in that order: who holds it and what
-    /// it occupies. Holders that cannot all be placed are refused into `refused`.
+    /// it occupies. Consumers that cannot all be placed are refused into `refused`.
     pub fn readings(&self, at: &[SliceAt], refused: &mut Vec<Refusal>) -> Vec<Reading> {
         let mut out = Vec::with_capacity(at.len());
         let mut replicas: BTreeMap<&str, Vec<Option<OnReplica>>> = BTreeMap::new();
         for (i, a) in at.iter().enumerate() {
             let mut reading = Reading {
                 slice: i,
-                holder: None,
+                consumer: None,
                 memory_used_bytes: 0,
                 compute_active_ppm: None,
             };
@@ -195,12 +195,12 @@ impl NodeScrape {
                                     .flatten()
                             })
                             .map(ppm);
-                        let mut holders = d.held.keys();
-                        if let Some(h) = holders.next() {
-                            reading.holder = Some(Arc::new(h.consumer.clone()));
-                            let others: Vec<_> = holders
+                        let mut consumers = d.held.keys();
+                        if let Some(h) = consumers.next() {
+                            reading.consumer = Some(Arc::new(h.consumer.clone()));
+                            let others: Vec<_> = consumers
                                 .filter(|o| o.consumer != h.consumer)
-                                .map(|o| describe_holder(&o.consumer))
+                                .map(|o| describe_consumer(&o.consumer))
                                 .collect();
                             if !others.is_empty() {
                                 refused.push(Refusal {
@@ -208,7 +208,7 @@ impl NodeScrape {
                                     series: format!("{gpu} GPU_I_ID={instance:?}"),
                                     detail: format!(
                                         "held by {} and also {}: a slice has one holder at a time (with time-slicing, start the collector with --gpu-sharing timeslice:N); billed to the first",
-                                        describe_holder(&h.consumer),
+                                        describe_consumer(&h.consumer),
                                         others.join(", ")
                                     ),
                                 });
@@ -225,7 +225,7 @@ impl NodeScrape {
                         .entry(gpu)
                         .or_insert_with(|| self.place_replicas(gpu, *n, refused));
                     if let Some(Some(on)) = placed.get(*replica as usize) {
-                        reading.holder = Some(on.holder.clone());
+                        reading.consumer = Some(on.consumer.clone());
                         reading.memory_used_bytes = on.memory_bytes;
                         reading.compute_active_ppm = on.compute_ppm;
                     }
@@ -236,7 +236,7 @@ impl NodeScrape {
         out
     }
 
-    /// Places the holders of time-shared GPU `gpu` on its `n` replicas: each on its `vgpu` where
+    /// Places the consumers of time-shared GPU `gpu` on its `n` replicas: each on its `vgpu` where
     /// the exporter says it, the others on the first free ones. Figures are each pod's own where
     /// the exporter gives them (its per-process series), else the device's split evenly.
     fn place_replicas(
@@ -249,24 +249,24 @@ impl NodeScrape {
         let Some(d) = self.gpus.get(gpu).and_then(|g| g.devices.get(&None)) else {
             return placed;
         };
-        // One entry per pod and container (a copy per vgpu of one pod is still one holder).
-        let mut holders: BTreeMap<&ConsumerReport, (Option<u32>, [Option<f64>; 5])> =
+        // One entry per pod and container (a copy per vgpu of one pod is still one consumer).
+        let mut consumers: BTreeMap<&ConsumerReport, (Option<u32>, [Option<f64>; 5])> =
             BTreeMap::new();
         for (h, f) in &d.held {
-            let e = holders.entry(&h.consumer).or_default();
+            let e = consumers.entry(&h.consumer).or_default();
             e.0 = e.0.or(h.vgpu);
             for (m, v) in f.iter().enumerate() {
                 e.1[m] = e.1[m].or(*v);
             }
         }
-        let k = holders.len().max(1) as f64;
+        let k = consumers.len().max(1) as f64;
         let own = |m: Metric, f: &[Option<f64>; 5]| {
             // A pod's own figure only when the device's series without a pod stands beside it.
             d.plain[m as usize].and(f[m as usize])
         };
         let mut unplaced = Vec::new();
         let mut figures = Vec::new();
-        for (c, (vgpu, f)) in &holders {
+        for (c, (vgpu, f)) in &consumers {
             let memory = own(Metric::FbUsed, f)
                 .or_else(|| d.figure(Metric::FbUsed).map(|v| v / k))
                 .map_or(0, |v| mib_bytes(Some(v)));
@@ -279,7 +279,7 @@ impl NodeScrape {
                 })
                 .map(ppm);
             let entry = OnReplica {
-                holder: Arc::new((*c).clone()),
+                consumer: Arc::new((*c).clone()),
                 memory_bytes: memory,
                 compute_ppm: compute,
             };
@@ -291,7 +291,7 @@ impl NodeScrape {
         for entry in figures {
             match placed.iter_mut().find(|p| p.is_none()) {
                 Some(free) => *free = Some(entry),
-                None => unplaced.push(describe_holder(&entry.holder)),
+                None => unplaced.push(describe_consumer(&entry.consumer)),
             }
         }
         if !unplaced.is_empty() {
@@ -308,10 +308,10 @@ impl NodeScrape {
     }
 }
 
-/// A time-shared GPU's replica's holder and its figures.
+/// A time-shared GPU's replica's consumer and its figures.
 #[derive(Debug, Clone)]
 struct OnReplica {
-    holder: Arc<ConsumerReport>,
+    consumer: Arc<ConsumerReport>,
     memory_bytes: u64,
     compute_ppm: Option<u32>,
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::{Inventory, Reading, Source, SourceError};
-use crate::collector::attribution::{Attribution, same_holder};
+use crate::collector::attribution::{Attribution, same_consumer};
 use crate::domain::batch::{ConsumerReport, GpuReport, SliceReport};
 use crate::domain::profiles;
 use crate::domain::slice::SliceKind;
@@ -281,24 +281,24 @@ impl<A: NvmlApi> NvmlSource<A> {
         Ok(inventory)
     }
 
-    /// The holder of a MIG device or whole GPU: as the kubelet says; with no scheduler, whoever has
+    /// The consumer of a MIG device or whole GPU: as the kubelet says; with no scheduler, whoever has
     /// the most memory on it (its processes on `gpu_instance`, or on the GPU for `None`); as a last
     /// resort, the static map.
-    fn holder(
+    fn consumer(
         &self,
         uuid: &str,
         processes: &[GpuProcess],
         gpu_instance: Option<u32>,
     ) -> Option<Arc<ConsumerReport>> {
         if self.attribution.on_kubernetes() {
-            return self.attribution.holder_of_device(uuid);
+            return self.attribution.consumer_of_device(uuid);
         }
         processes
             .iter()
             .filter(|p| gpu_instance.is_none() || p.gpu_instance_id == gpu_instance)
             .max_by_key(|p| p.used_memory_bytes)
-            .and_then(|p| self.attribution.holder_of_process(p.pid))
-            .or_else(|| self.attribution.holder_of_device(uuid))
+            .and_then(|p| self.attribution.consumer_of_process(p.pid))
+            .or_else(|| self.attribution.consumer_of_device(uuid))
     }
 
     fn lose(&mut self, gpu: u32, uuid: &str) {
@@ -330,7 +330,7 @@ impl<A: NvmlApi> Source for NvmlSource<A> {
         for (i, s) in self.slices.clone().into_iter().enumerate() {
             let free = Reading {
                 slice: i,
-                holder: None,
+                consumer: None,
                 memory_used_bytes: 0,
                 compute_active_ppm: None,
             };
@@ -362,32 +362,32 @@ impl<A: NvmlApi> Source for NvmlSource<A> {
             let result: Result<Reading, NvmlFailure> = (|| {
                 match s.place {
                     Place::Mig { mig, gpu_instance } => {
-                        let holder = self.holder(&s.uuid, &procs, Some(gpu_instance));
+                        let consumer = self.consumer(&s.uuid, &procs, Some(gpu_instance));
                         let memory = self.api.memory_used(s.gpu, Some(mig))?;
                         let compute = self.compute(s.gpu, Some(gpu_instance), &s.uuid)?;
                         Ok(Reading {
                             slice: i,
-                            holder,
+                            consumer,
                             memory_used_bytes: memory,
                             compute_active_ppm: compute,
                         })
                     }
                     Place::Whole => {
-                        let holder = self.holder(&s.uuid, &procs, None);
+                        let consumer = self.consumer(&s.uuid, &procs, None);
                         let memory = self.api.memory_used(s.gpu, None)?;
                         let compute = self.compute(s.gpu, None, &s.uuid)?;
                         Ok(Reading {
                             slice: i,
-                            holder,
+                            consumer,
                             memory_used_bytes: memory,
                             compute_active_ppm: compute,
                         })
                     }
                     Place::Replica { mps_fraction, .. } => {
-                        let Some(holder) = self.attribution.holder_of_device(&s.uuid) else {
+                        let Some(consumer) = self.attribution.consumer_of_device(&s.uuid) else {
                             return Ok(Reading {
                                 slice: i,
-                                holder: None,
+                                consumer: None,
                                 memory_used_bytes: 0,
                                 compute_active_ppm: None,
                             });
@@ -400,8 +400,8 @@ impl<A: NvmlApi> Source for NvmlSource<A> {
                             .iter()
                             .filter(|p| {
                                 self.attribution
-                                    .holder_of_process(p.pid)
-                                    .is_some_and(|h| same_holder(&h, &holder))
+                                    .consumer_of_process(p.pid)
+                                    .is_some_and(|h| same_consumer(&h, &consumer))
                             })
                             .collect();
                         let memory = mine.iter().map(|p| p.used_memory_bytes).sum();
@@ -418,7 +418,7 @@ impl<A: NvmlApi> Source for NvmlSource<A> {
                         .clamp(0.0, 1.0);
                         Ok(Reading {
                             slice: i,
-                            holder: Some(holder),
+                            consumer: Some(consumer),
                             memory_used_bytes: memory,
                             compute_active_ppm: Some((busy * 1e6) as u32),
                         })
