@@ -20,17 +20,20 @@ if [ ! -x "$venv/bin/schemathesis" ]; then
 fi
 
 db="slicemeter_fuzz_$$"
+# The server's own database, to drop the scratch one from: DATABASE_URL names the scratch one below
+# (a database cannot be dropped over a connection to itself, and the drop failed silently).
+server_url="$DATABASE_URL"
 base_url="${DATABASE_URL%/*}"
 url="$base_url/$db"
 work="$(mktemp -d)"
 server_pid=""
 cleanup() {
   [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  psql "$DATABASE_URL" -qc "drop database if exists $db" >/dev/null 2>&1 || true
+  psql "$server_url" -qc "drop database if exists $db" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-psql "$DATABASE_URL" -qc "create database $db" >/dev/null
+psql "$server_url" -qc "create database $db" >/dev/null
 
 export DATABASE_URL="$url" RUST_LOG=warn
 "$bin" migrate >/dev/null
