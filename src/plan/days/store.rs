@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::domain::time::floor_day;
-use crate::plan::store::{pairs_sql, partial_sql};
+use crate::plan::store::{evidence_settings, pairs_sql, partial_sql};
 
 /// The closed days that right-sizing reads from the hourly rollups because their summary is
 /// missing or stale.
@@ -105,12 +105,7 @@ pub async fn summarise_day(pool: &PgPool, day: DateTime<Utc>) -> Result<bool, sq
         .bind(day)
         .execute(&mut *tx)
         .await?;
-    sqlx::query(
-        "select set_config('work_mem', '64MB', true),
-                set_config('plan_cache_mode', 'force_custom_plan', true)",
-    )
-    .execute(&mut *tx)
-    .await?;
+    evidence_settings(&mut tx).await?;
     sqlx::query(concat!(
         "insert into evidence_day (day, team_id, namespace, workload_kind, workload, model, kind,
                                    profile, compute_share, memory_share, memory_reserved_bytes,
