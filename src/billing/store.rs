@@ -96,7 +96,7 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     sqlx::query!("delete from book_model_day where period = $1", p)
         .execute(&mut *conn)
         .await?;
-    sqlx::query!("delete from book_gpu_day where period = $1", p)
+    sqlx::query!("delete from book_gpu where period = $1", p)
         .execute(&mut *conn)
         .await?;
     sqlx::query!(
@@ -131,13 +131,21 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     Ok(())
 }
 
-/// Writes `month`'s per-GPU-day presence and stranded seconds into its books (`book_gpu_day`, what
-/// the per-card ledger and the fleet-wide split of an issued month are read from); part of
-/// [`write_books`], a statement of its own so that its cost can be measured apart
-/// (`slicemeter-bench scale`). Returns the rows written.
+/// Writes each GPU's days of `month` into its books, presence and stranded seconds (`book_gpu`,
+/// one row per GPU and rate card version with its days as arrays: what the per-card ledger and the
+/// FOCUS split cost allocation of an issued month are read from); part of [`write_books`], a
+/// statement of its own so that its cost can be measured apart (`slicemeter-bench scale`).
+/// Returns the rows written.
 pub async fn write_gpu_days(conn: &mut PgConnection, month: Month) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query!(
-        "insert into book_gpu_day select * from period_gpu_day($1, false)",
+        "insert into book_gpu
+         select $1, d.gpu_id, d.rate_card_id, array_agg(d.day), array_agg(d.present_seconds),
+                array_agg(d.stranded_compute_slice_seconds),
+                array_agg(d.stranded_memory_slice_seconds),
+                array_agg(d.stranded_thread_percent_seconds),
+                array_agg(d.stranded_memory_byte_seconds)
+         from period_gpu_day($1, false) d
+         group by d.gpu_id, d.rate_card_id",
         month.first_day()
     )
     .execute(&mut *conn)
@@ -299,7 +307,10 @@ pub async fn usage_aggregates(
 }
 
 /// GPU presence of `month` per (model, rate card in force), with what its GPUs' layouts stranded,
-/// from its books or the rollups, and the first uncovered day.
+/// from its books or the rollups, and the first uncovered day. One read: presence per model and
+/// day comes per GPU geometry with its stranded seconds (migration 0030), which are counted in the
+/// geometry's units (its slices and bytes) and made exact here; books written before migration
+/// 0028 hold no geometry and nothing stranded.
 pub async fn presence_aggregates(
     conn: &mut PgConnection,
     month: Month,
@@ -307,86 +318,57 @@ pub async fn presence_aggregates(
 ) -> Result<(Vec<(PresenceAggregate, Option<i64>)>, Option<DateTime<Utc>>), sqlx::Error> {
     let rows = sqlx::query!(
         r#"select d.model as "model!", d.rate_card_id as "rate_card?",
-                  min(d.day) as "first_hour!", sum(d.present_seconds) as "present_seconds!"
+                  d.memory_bytes, d.compute_slices, d.memory_slices,
+                  min(d.day) as "first_hour!", sum(d.present_seconds) as "present_seconds!",
+                  sum(d.stranded_compute_slice_seconds) as "compute_slice_seconds!",
+                  sum(d.stranded_memory_slice_seconds) as "memory_slice_seconds!",
+                  sum(d.stranded_thread_percent_seconds) as "thread_percent_seconds!",
+                  sum(d.stranded_memory_byte_seconds) as "memory_byte_seconds!"
            from period_model_day($1, $2) d
-           group by 1, 2
-           order by 1, 2"#,
+           group by 1, 2, 3, 4, 5
+           order by 1, 2, 3, 4, 5"#,
         month.first_day(),
         from_book
     )
     .fetch_all(&mut *conn)
     .await?;
     let mut uncovered: Option<DateTime<Utc>> = None;
-    let mut out = rows
-        .into_iter()
-        .map(|r| {
-            if r.rate_card.is_none() {
-                uncovered = Some(uncovered.map_or(r.first_hour, |u| u.min(r.first_hour)));
+    let mut out: Vec<(PresenceAggregate, Option<i64>)> = Vec::new();
+    for r in rows {
+        if r.rate_card.is_none() {
+            uncovered = Some(uncovered.map_or(r.first_hour, |u| u.min(r.first_hour)));
+        }
+        let stranded = match (r.memory_bytes, r.compute_slices, r.memory_slices) {
+            (Some(memory_bytes), Some(compute_slices), Some(memory_slices)) => {
+                StrandedSeconds::of_gpu(
+                    &GpuGeometry {
+                        memory_bytes: u64::try_from(memory_bytes).unwrap_or(1),
+                        compute_slices: u8::try_from(compute_slices).unwrap_or(1),
+                        memory_slices: u8::try_from(memory_slices).unwrap_or(1),
+                    },
+                    r.compute_slice_seconds,
+                    r.memory_slice_seconds,
+                    r.thread_percent_seconds,
+                    r.memory_byte_seconds,
+                )
             }
-            (
+            _ => StrandedSeconds::default(),
+        };
+        match out.last_mut() {
+            Some((p, c)) if p.model == r.model && *c == r.rate_card => {
+                p.present_seconds += r.present_seconds;
+                p.stranded.add(&stranded);
+            }
+            _ => out.push((
                 PresenceAggregate {
                     model: r.model,
                     rate_card: r.rate_card.unwrap_or_default(),
                     present_seconds: r.present_seconds,
-                    stranded: StrandedSeconds::default(),
+                    stranded,
                 },
                 r.rate_card,
-            )
-        })
-        .collect::<Vec<_>>();
-    for (model, rate_card, seconds) in stranded_seconds(conn, month, from_book).await? {
-        if let Some((p, _)) = out
-            .iter_mut()
-            .find(|(p, c)| p.model == model && *c == rate_card)
-        {
-            p.stranded.add(&seconds);
+            )),
         }
     }
     Ok((out, uncovered))
-}
-
-/// What `month`'s GPUs' layouts stranded per (model, rate card in force), from its books or the
-/// rollups: summed per geometry (its units are the GPU's slices and bytes), then exact. Books
-/// written before migration 0028 hold none. The fleet-wide split's one read, apart from presence
-/// so that its cost can be measured on its own (`slicemeter-bench scale`).
-pub async fn stranded_seconds(
-    conn: &mut PgConnection,
-    month: Month,
-    from_book: bool,
-) -> Result<Vec<(String, Option<i64>, StrandedSeconds)>, sqlx::Error> {
-    let stranded = sqlx::query!(
-        r#"select d.model as "model!", d.rate_card_id as "rate_card?",
-                  d.memory_bytes as "memory_bytes!", d.compute_slices as "compute_slices!",
-                  d.memory_slices as "memory_slices!",
-                  sum(d.stranded_compute_slice_seconds) as "compute_slice_seconds!",
-                  sum(d.stranded_memory_slice_seconds) as "memory_slice_seconds!",
-                  sum(d.stranded_thread_percent_seconds) as "thread_percent_seconds!",
-                  sum(d.stranded_memory_byte_seconds) as "memory_byte_seconds!"
-           from period_gpu_day($1, $2) d
-           where d.stranded_compute_slice_seconds > 0 or d.stranded_memory_slice_seconds > 0
-              or d.stranded_thread_percent_seconds > 0 or d.stranded_memory_byte_seconds > 0
-           group by 1, 2, 3, 4, 5"#,
-        month.first_day(),
-        from_book
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    Ok(stranded
-        .into_iter()
-        .map(|r| {
-            let geometry = GpuGeometry {
-                memory_bytes: u64::try_from(r.memory_bytes).unwrap_or(1),
-                compute_slices: u8::try_from(r.compute_slices).unwrap_or(1),
-                memory_slices: u8::try_from(r.memory_slices).unwrap_or(1),
-            };
-            let seconds = StrandedSeconds::of_gpu(
-                &geometry,
-                r.compute_slice_seconds,
-                r.memory_slice_seconds,
-                r.thread_percent_seconds,
-                r.memory_byte_seconds,
-            );
-            (r.model, r.rate_card, seconds)
-        })
-        .collect())
 }

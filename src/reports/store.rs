@@ -434,8 +434,9 @@ pub async fn model_days(
     sqlx::query_as!(
         ModelDay,
         r#"select d.model as "model!", d.rate_card_id as "rate_card?", d.day as "day!",
-                  d.present_seconds as "present_seconds!"
+                  sum(d.present_seconds) as "present_seconds!"
            from period_model_day($1, $2) d
+           group by 1, 2, 3
            order by 1, 2, 3"#,
         month.first_day(),
         from_book

@@ -239,7 +239,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
     assert_eq!(
         distributed,
         BTreeSet::from([
-            "book_gpu_day",
+            "book_gpu",
             "book_slice",
             "evidence_day",
             "gpu_daily",
@@ -316,7 +316,7 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
         );
     }
     // Only what 0019, 0020, 0022 and 0023 changed, and the tables added since (0026's
-    // `unit_definition`, 0028's `book_gpu_day`, 0029's `evidence_day` and its state tables): the
+    // `unit_definition`, 0029's `evidence_day` and its state tables, 0030's `book_gpu`): the
     // other distributed tables were keyed by the GPU already.
     for f in &found {
         assert!(
@@ -330,7 +330,7 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
                 "namespace_owner",
                 "team_namespace",
                 "unit_definition",
-                "book_gpu_day",
+                "book_gpu",
                 "evidence_day",
             ]
             .iter()

@@ -6,7 +6,7 @@
 //! [`RATIO_PLACES`]; the card's unallocated element takes what the cuts left, so a card-day's
 //! ratios sum to exactly 1.
 //!
-//! Read from what the month's rows are read from: an issued month's books (`book_gpu_day`), else the
+//! Read from what the month's rows are read from: an issued month's books (`book_gpu`), else the
 //! rollups, so an issued month's export keeps its bytes.
 
 use std::collections::BTreeMap;

@@ -25,8 +25,9 @@ pub async fn card_days(
     from_book: bool,
 ) -> Result<Vec<CardDayPresence>, sqlx::Error> {
     sqlx::query(
-        "select gpu_uuid, model, rate_card_id, day, present_seconds
-         from period_gpu_day($1, $2) where rate_card_id is not null",
+        "select g.gpu_uuid, g.model, d.rate_card_id, d.day, d.present_seconds
+         from period_gpu_day($1, $2) d join gpu g using (gpu_id)
+         where d.rate_card_id is not null",
     )
     .bind(month.first_day())
     .bind(from_book)

@@ -1,5 +1,5 @@
 //! The ledger's SQL: one card's hours from the hourly rollups, or an issued month's days from its
-//! books (`book_gpu_day` for presence and what the layout stranded, `book_slice` for its consumers).
+//! books (`book_gpu` for presence and what the layout stranded, `book_slice` for its consumers).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -163,7 +163,7 @@ pub async fn from_rollups(
 
 /// The card's steps in `[from, to)` of the issued `month`, from its books (days: a step is a day
 /// or the month); `None` when the books were written before they kept each card's days
-/// (migration 0028).
+/// (migration 0028; `book_gpu` since 0030).
 pub async fn from_books(
     pool: &PgPool,
     gpu: &Gpu,
@@ -173,7 +173,7 @@ pub async fn from_books(
     step: Step,
 ) -> Result<Option<(Vec<ConsumerSeconds>, Vec<CardSeconds>)>, sqlx::Error> {
     let kept = sqlx::query_scalar!(
-        r#"select exists (select 1 from book_gpu_day where period = $1) as "kept!""#,
+        r#"select exists (select 1 from book_gpu where period = $1) as "kept!""#,
         month.first_day()
     )
     .fetch_one(pool)
@@ -229,14 +229,22 @@ pub async fn from_books(
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
     let presence = sqlx::query!(
-        r#"select date_trunc($5, d.day, 'UTC') as "bucket!", d.rate_card_id as "rate_card?",
+        r#"select date_trunc($5, d.day, 'UTC') as "bucket!", b.rate_card_id as "rate_card?",
                   sum(d.present_seconds) as "present_seconds!",
                   sum(d.stranded_compute_slice_seconds) as "compute_slice_seconds!",
                   sum(d.stranded_memory_slice_seconds) as "memory_slice_seconds!",
                   sum(d.stranded_thread_percent_seconds) as "thread_percent_seconds!",
                   sum(d.stranded_memory_byte_seconds) as "memory_byte_seconds!"
-           from book_gpu_day d
-           where d.period = $1 and d.gpu_id = $2 and d.day >= $3 and d.day < $4
+           from book_gpu b
+           cross join lateral unnest(b.days, b.present_seconds,
+                                     b.stranded_compute_slice_seconds,
+                                     b.stranded_memory_slice_seconds,
+                                     b.stranded_thread_percent_seconds,
+                                     b.stranded_memory_byte_seconds)
+                as d(day, present_seconds, stranded_compute_slice_seconds,
+                     stranded_memory_slice_seconds, stranded_thread_percent_seconds,
+                     stranded_memory_byte_seconds)
+           where b.period = $1 and b.gpu_id = $2 and d.day >= $3 and d.day < $4
            group by 1, 2
            order by 1, 2"#,
         month.first_day(),
