@@ -11,7 +11,7 @@ returns table (period date, gpu_id integer, rate_card_id bigint, day timestamptz
                present_seconds numeric, stranded_compute_slice_seconds numeric,
                stranded_memory_slice_seconds numeric, stranded_thread_percent_seconds numeric,
                stranded_memory_byte_seconds numeric)
-language sql stable as $$
+language sql stable parallel safe as $$
     select b.period, b.gpu_id, b.rate_card_id, x.*
     from book_gpu b
     cross join lateral unnest(b.days, b.present_seconds, b.stranded_compute_slice_seconds,
@@ -28,7 +28,7 @@ language sql stable as $$
     where not from_book
       and d.day >= (p::timestamp at time zone 'UTC')
       and d.day < ((p + interval '1 month') at time zone 'UTC')
-      and d.day not in (select split_days(p))
+      and not exists (select 1 from split_days(p) s(day) where s.day = d.day)
     union all
     select p, h.gpu_id, r.rate_card_id, date_trunc('day', h.hour, 'UTC'), sum(h.present_seconds),
            sum(h.stranded_compute_slice_seconds), sum(h.stranded_memory_slice_seconds),
