@@ -354,3 +354,132 @@ async fn a_cards_ledger_refuses_what_it_cannot_answer_and_reads_an_issued_month_
     );
     assert!(s["holders"][0]["workload"].is_null());
 }
+
+/// Migration 0030 keeps presence per model, GPU geometry and day with the stranded seconds, and each
+/// card's days as one row of arrays: the books of a month issued since 0028 (which kept a row per
+/// card and day) are rewritten from those rows, and say what they said; books issued before 0028
+/// (presence per model and day only) are left as they were; and issued books still refuse changes.
+#[tokio::test]
+async fn an_upgrade_keeps_what_issued_books_say_of_each_card_and_of_the_stranded_part() {
+    let pool = empty_pool().await;
+    apply_migrations(&pool, 1..=29).await;
+    // Two H100s and an A100 of another geometry; October's books as the invoice run of 0028 wrote
+    // them (two days), September's as one of an older version did (no card days).
+    sqlx::raw_sql(
+        "insert into gpu (gpu_uuid, node, model, memory_bytes, compute_slices, memory_slices, mig_enabled)
+             values ('GPU-1', 'n1', 'NVIDIA H100 80GB HBM3', 85520809984, 7, 8, true),
+                    ('GPU-2', 'n1', 'NVIDIA H100 80GB HBM3', 85520809984, 7, 8, true),
+                    ('GPU-3', 'n2', 'NVIDIA A100-SXM4-80GB', 85899345920, 7, 8, false);
+         insert into book (period) values ('2026-09-01'), ('2026-10-01');
+         insert into book_model_day values
+             ('2026-09-01', 'NVIDIA H100 80GB HBM3', null, '2026-09-30Z', 7200),
+             ('2026-10-01', 'NVIDIA H100 80GB HBM3', null, '2026-10-01Z', 172800),
+             ('2026-10-01', 'NVIDIA H100 80GB HBM3', null, '2026-10-02Z', 90000),
+             ('2026-10-01', 'NVIDIA A100-SXM4-80GB', null, '2026-10-01Z', 86400);
+         insert into book_gpu_day values
+             ('2026-10-01', 1, 'GPU-1', 'NVIDIA H100 80GB HBM3', null, '2026-10-01Z', 85520809984, 7, 8, 86400, 86400, 0, 0, 0),
+             ('2026-10-01', 1, 'GPU-1', 'NVIDIA H100 80GB HBM3', null, '2026-10-02Z', 85520809984, 7, 8, 3600, 3600, 0, 0, 0),
+             ('2026-10-01', 2, 'GPU-2', 'NVIDIA H100 80GB HBM3', null, '2026-10-01Z', 85520809984, 7, 8, 86400, 0, 259200, 0, 0),
+             ('2026-10-01', 2, 'GPU-2', 'NVIDIA H100 80GB HBM3', null, '2026-10-02Z', 85520809984, 7, 8, 86400, 0, 0, 0, 0),
+             ('2026-10-01', 3, 'GPU-3', 'NVIDIA A100-SXM4-80GB', null, '2026-10-01Z', 85899345920, 7, 8, 86400, 0, 0, 4320000, 1000.5);
+         update book set frozen_at = now();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    apply_migrations(&pool, 30..=i64::MAX).await;
+    for (_, sql) in slicemeter::db::FUNCTIONS {
+        sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+    }
+
+    // October's presence, per model, geometry and day, with the stranded seconds of its cards.
+    // Model, memory bytes, day, present, stranded compute and memory slices, MPS parts.
+    type Row = (String, Option<i64>, String, String, String, String, String);
+    let rows: Vec<Row> = sqlx::query_as(
+        "select model, memory_bytes, to_char(day, 'MM-DD'), present_seconds::text,
+                stranded_compute_slice_seconds::text, stranded_memory_slice_seconds::text,
+                (stranded_thread_percent_seconds + stranded_memory_byte_seconds)::text
+         from period_model_day('2026-10-01', true) order by model, day",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let s = |v: &str| v.to_owned();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                s("NVIDIA A100-SXM4-80GB"),
+                Some(85899345920),
+                s("10-01"),
+                s("86400"),
+                s("0"),
+                s("0"),
+                s("4321000.5")
+            ),
+            (
+                s("NVIDIA H100 80GB HBM3"),
+                Some(85520809984),
+                s("10-01"),
+                s("172800"),
+                s("86400"),
+                s("259200"),
+                s("0")
+            ),
+            (
+                s("NVIDIA H100 80GB HBM3"),
+                Some(85520809984),
+                s("10-02"),
+                s("90000"),
+                s("3600"),
+                s("0"),
+                s("0")
+            ),
+        ]
+    );
+    // Each card's days as they were kept.
+    let days: Vec<(i32, String, String, String, String)> = sqlx::query_as(
+        "select gpu_id, to_char(day, 'MM-DD'), present_seconds::text,
+                stranded_compute_slice_seconds::text, stranded_memory_slice_seconds::text
+         from period_gpu_day('2026-10-01', true) order by gpu_id, day",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        days,
+        vec![
+            (1, s("10-01"), s("86400"), s("86400"), s("0")),
+            (1, s("10-02"), s("3600"), s("3600"), s("0")),
+            (2, s("10-01"), s("86400"), s("0"), s("259200")),
+            (2, s("10-02"), s("86400"), s("0"), s("0")),
+            (3, s("10-01"), s("86400"), s("0"), s("0")),
+        ]
+    );
+    let cards: i64 = sqlx::query_scalar("select count(*) from book_gpu")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(cards, 3, "a row per card");
+    // September, issued before cards' days were kept: as it was, nothing stranded.
+    let september: Vec<(Option<i64>, String, String)> = sqlx::query_as(
+        "select memory_bytes, present_seconds::text, stranded_memory_slice_seconds::text
+         from period_model_day('2026-09-01', true)",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(september, vec![(None, s("7200"), s("0"))]);
+    // The books' rules hold for the rewritten rows and the new table.
+    for sql in [
+        "delete from book_model_day where period = '2026-10-01'",
+        "delete from book_gpu where period = '2026-10-01'",
+        "insert into book_gpu values ('2026-09-01', 1, null, '{}', '{}', '{}', '{}', '{}', '{}')",
+    ] {
+        let err = sqlx::raw_sql(sql).execute(&pool).await.unwrap_err();
+        assert!(
+            err.to_string().contains("are issued and cannot be changed"),
+            "{sql}: {err}"
+        );
+    }
+}
