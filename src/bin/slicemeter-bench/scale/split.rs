@@ -5,53 +5,96 @@ use std::time::{Duration, Instant};
 
 use slicemeter::billing::store as billing_store;
 use slicemeter::domain::time::Month;
+use sqlx::{Connection, PgConnection};
 
-/// The month's presence per model and rate card version as it was read before the split: the same
-/// statement as `period_model_day`'s whole days (the benchmark's month has no day a rate card
-/// version starts inside), without the GPU geometry and the stranded seconds.
-const PRESENCE_ALONE: &str = "
-    select d.model, r.rate_card_id, min(d.day), sum(d.present_seconds)
+/// Presence per model, rate card version and day as the product read it before issue 43
+/// (migration 0009's `period_model_day`, its rollups' part): no GPU geometry, nothing stranded, a
+/// rate card version joined to every GPU-day, and not parallel safe. A function of the session
+/// (`pg_temp`), so that it is planned as the product planned it.
+const BEFORE: &str = "
+    create function pg_temp.presence_before(p date)
+    returns table (model text, rate_card_id bigint, day timestamptz, present_seconds numeric)
+    language sql stable as $$
+        select g.model, r.rate_card_id, h.day, sum(h.present_seconds)
+        from (
+            select d.day, d.day as at, d.gpu_id, d.present_seconds
+            from gpu_daily d
+            where d.day >= (p::timestamp at time zone 'UTC')
+              and d.day < ((p + interval '1 month') at time zone 'UTC')
+              and d.day not in (select split_days(p))
+            union all
+            select date_trunc('day', h.hour, 'UTC'), h.hour, h.gpu_id, h.present_seconds
+            from gpu_hourly h
+            where h.hour >= (p::timestamp at time zone 'UTC')
+              and h.hour < ((p + interval '1 month') at time zone 'UTC')
+              and date_trunc('day', h.hour, 'UTC') in (select split_days(p))
+        ) h
+        join gpu g using (gpu_id)
+        left join rate_card_span r
+               on h.at >= r.effective_from and (r.effective_until is null or h.at < r.effective_until)
+        group by g.model, r.rate_card_id, h.day
+    $$";
+
+/// The product's read of now without the split: `period_model_day`'s whole days (the benchmark's
+/// month has no day a rate card version starts inside) without the geometry and the stranded sums.
+const ALONE: &str = "
+    select d.model, r.rate_card_id, d.day, d.present_seconds
     from (select g.model, d.day, sum(d.present_seconds) as present_seconds
           from gpu_daily d join gpu g using (gpu_id)
-          where d.day >= $1 and d.day < $2
-          group by g.model, d.day) d
-    left join rate_card_span r
-           on d.day >= r.effective_from and (r.effective_until is null or d.day < r.effective_until)
-    group by 1, 2";
-
-/// The books' presence rows as they were written before the split (no geometry, nothing stranded).
-const PRESENCE_ALONE_BOOKS: &str = "
-    insert into book_model_day (period, model, rate_card_id, day, present_seconds)
-    select $3, d.model, r.rate_card_id, d.day, d.present_seconds
-    from (select g.model, d.day, sum(d.present_seconds) as present_seconds
-          from gpu_daily d join gpu g using (gpu_id)
-          where d.day >= $1 and d.day < $2
+          where d.day >= ($1::timestamp at time zone 'UTC')
+            and d.day < (($1 + interval '1 month') at time zone 'UTC')
           group by g.model, d.day) d
     left join rate_card_span r
            on d.day >= r.effective_from and (r.effective_until is null or d.day < r.effective_until)";
 
-/// The least of three runs of `f`, so that a neighbour's burst does not decide a difference of a
-/// few hundredths of a second.
-async fn least<F, Fut>(mut f: F) -> anyhow::Result<Duration>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
+/// The report's presence read (per model and rate card version) over `rows`, the statement giving
+/// presence per model, rate card version and day.
+fn read(rows: &str) -> String {
+    format!(
+        "select x.model, x.rate_card_id, min(x.day), sum(x.present_seconds)
+         from ({rows}) x(model, rate_card_id, day, present_seconds) group by 1, 2"
+    )
+}
+
+/// The books' presence rows written from `rows` (no geometry, nothing stranded).
+fn books(rows: &str) -> String {
+    format!(
+        "insert into book_model_day (period, model, rate_card_id, day, present_seconds)
+         select $1, x.* from ({rows}) x(model, rate_card_id, day, present_seconds)"
+    )
+}
+
+/// The least of three runs of `sql` (bound to the month's first day) on `conn`, each in a
+/// transaction rolled back after the month's books of presence and cards' days are cleared.
+async fn least(conn: &mut PgConnection, month: Month, sql: &str) -> anyhow::Result<Duration> {
     let mut best = Duration::MAX;
     for _ in 0..3 {
+        let mut tx = conn.begin().await?;
+        for table in ["book_model_day", "book_gpu"] {
+            sqlx::query(&format!("delete from {table} where period = $1"))
+                .bind(month.first_day())
+                .execute(&mut *tx)
+                .await?;
+        }
         let t = Instant::now();
-        f().await?;
+        sqlx::query(sql)
+            .bind(month.first_day())
+            .execute(&mut *tx)
+            .await?;
         best = best.min(t.elapsed());
+        tx.rollback().await?;
     }
     Ok(best)
 }
 
-/// What the split adds (issue 43: at most 10 % to the monthly report and the invoice run),
-/// measured in the same run, each statement the least of three: the report's presence read with
-/// the split (`billing::store::presence_aggregates`: per model, GPU geometry and day, with the
-/// stranded seconds) against the same read without it; in the invoice run, the books' presence
-/// rows with and without it, and each card's days (`book_gpu`, `billing::store::write_gpu_days`),
-/// written in transactions rolled back. Printed with `line`, as `scale` prints.
+/// What the split adds (issue 43: at most 10 % to the monthly report and the invoice run), in the
+/// same run, each statement the least of three on one connection: the report's presence read as
+/// the product reads it now (`period_model_day`: per model, GPU geometry and day with the stranded
+/// seconds, as `billing::store::presence_aggregates` reads it), the same read without the split,
+/// and the read before issue 43; in the invoice run, the books' presence rows the same three ways,
+/// and each card's days (`book_gpu`, `billing::store::write_gpu_days`, what the per-card ledger
+/// and FOCUS split cost allocation of an issued month read). Printed with `line`, as `scale`
+/// prints.
 pub(super) async fn split_part(
     pool: &sqlx::PgPool,
     month: Month,
@@ -60,53 +103,30 @@ pub(super) async fn split_part(
     run: Duration,
     line: fn(&str, Duration, Duration, &str),
 ) -> anyhow::Result<()> {
-    let (start, end, p) = (month.start(), month.end(), month.first_day());
-    let with = least(|| async {
-        let mut conn = pool.acquire().await?;
-        billing_store::presence_aggregates(&mut conn, month, false).await?;
-        Ok(())
-    })
+    let mut conn = pool.acquire().await?;
+    sqlx::query(BEFORE).execute(&mut *conn).await?;
+    let before_rows = "select * from pg_temp.presence_before($1)";
+    let now = "select d.model, d.rate_card_id, d.memory_bytes, d.compute_slices, d.memory_slices,
+                      min(d.day), sum(d.present_seconds), sum(d.stranded_compute_slice_seconds),
+                      sum(d.stranded_memory_slice_seconds), sum(d.stranded_thread_percent_seconds),
+                      sum(d.stranded_memory_byte_seconds)
+               from period_model_day($1, false) d group by 1, 2, 3, 4, 5";
+    let read_now = least(&mut conn, month, now).await?;
+    let read_alone = least(&mut conn, month, &read(ALONE)).await?;
+    let read_before = least(&mut conn, month, &read(before_rows)).await?;
+    let books_now = least(
+        &mut conn,
+        month,
+        "insert into book_model_day select * from period_model_day($1, false)",
+    )
     .await?;
-    let alone = least(|| async {
-        sqlx::query(PRESENCE_ALONE)
-            .bind(start)
-            .bind(end)
-            .fetch_all(pool)
-            .await?;
-        Ok(())
-    })
-    .await?;
-    let in_report = with.saturating_sub(alone);
-    // The books: each statement on the books the run left, in a transaction rolled back.
-    let books = |sql: &'static str| async move {
-        let mut tx = pool.begin().await?;
-        sqlx::query("delete from book_model_day where period = $1")
-            .bind(p)
-            .execute(&mut *tx)
-            .await?;
-        let t = Instant::now();
-        sqlx::query(sql)
-            .bind(start)
-            .bind(end)
-            .bind(p)
-            .execute(&mut *tx)
-            .await?;
-        let took = t.elapsed();
-        tx.rollback().await?;
-        anyhow::Ok(took)
-    };
-    let (mut rows_with, mut rows_alone) = (Duration::MAX, Duration::MAX);
-    for _ in 0..3 {
-        rows_with = rows_with.min(
-            books("insert into book_model_day select * from period_model_day($3, false)").await?,
-        );
-        rows_alone = rows_alone.min(books(PRESENCE_ALONE_BOOKS).await?);
-    }
+    let books_alone = least(&mut conn, month, &books(ALONE)).await?;
+    let books_before = least(&mut conn, month, &books(before_rows)).await?;
     let mut cards = (Duration::MAX, 0);
     for _ in 0..3 {
-        let mut tx = pool.begin().await?;
+        let mut tx = conn.begin().await?;
         sqlx::query("delete from book_gpu where period = $1")
-            .bind(p)
+            .bind(month.first_day())
             .execute(&mut *tx)
             .await?;
         let t = Instant::now();
@@ -114,33 +134,54 @@ pub(super) async fn split_part(
         cards = cards.min((t.elapsed(), rows));
         tx.rollback().await?;
     }
-    let in_run = rows_with.saturating_sub(rows_alone) + cards.0;
-    let added = |part: Duration, whole: Duration| {
-        100.0 * part.as_secs_f64() / whole.saturating_sub(part).as_secs_f64().max(1e-9)
-    };
+    let pct = |part: f64, whole: Duration| 100.0 * part / whole.as_secs_f64();
+    let secs = |d: Duration| d.as_secs_f64();
+    // What each answer would have taken without the split, and what it took before issue 43.
+    let report_alone = report.saturating_sub(read_now) + read_alone;
+    let report_before = report.saturating_sub(read_now) + read_before;
     line(
         "  the split in the monthly report",
-        in_report,
+        read_now.saturating_sub(read_alone),
         floor,
         &format!(
-            "(presence read {:.3} s with it, {:.3} s without: adds {:.1} % to the rest)",
-            with.as_secs_f64(),
-            alone.as_secs_f64(),
-            added(in_report, report)
+            "(presence read {:.3} s with it, {:.3} s without, {:.3} s before issue 43: adds \
+             {:.1} % to the report without it, {:+.1} % to the report before)",
+            secs(read_now),
+            secs(read_alone),
+            secs(read_before),
+            pct(secs(read_now) - secs(read_alone), report_alone),
+            pct(secs(read_now) - secs(read_before), report_before),
+        ),
+    );
+    let split = secs(books_now) - secs(books_alone);
+    let run_alone = run.saturating_sub(books_now + cards.0) + books_alone;
+    let run_before = run.saturating_sub(books_now + cards.0) + books_before;
+    line(
+        "  the split in the invoice run",
+        books_now.saturating_sub(books_alone),
+        floor,
+        &format!(
+            "(presence books {:.3} s with it, {:.3} s without, {:.3} s before issue 43: adds \
+             {:.1} % to the run without it)",
+            secs(books_now),
+            secs(books_alone),
+            secs(books_before),
+            pct(split, run_alone),
         ),
     );
     line(
-        "  the split in the invoice run",
-        in_run,
+        "  cards' days in the invoice run",
+        cards.0,
         floor,
         &format!(
-            "(presence books {:.3} s with it, {:.3} s without; {} cards' days {:.3} s: adds {:.1} % \
-             to the rest)",
-            rows_with.as_secs_f64(),
-            rows_alone.as_secs_f64(),
+            "({} rows: with the split, {:.1} % over the run without either, {:+.1} % over the \
+             run before issue 43)",
             cards.1,
-            cards.0.as_secs_f64(),
-            added(in_run, run)
+            pct(split + secs(cards.0), run_alone),
+            pct(
+                secs(books_now) + secs(cards.0) - secs(books_before),
+                run_before
+            ),
         ),
     );
     Ok(())
