@@ -61,6 +61,10 @@ pub struct ScaleBenchArgs {
     /// Batches in flight at once while posting.
     #[arg(long, default_value_t = 8)]
     pub post_concurrency: usize,
+    /// Only the pages as served, over the month a run kept (`SLICEMETER_BENCH_KEEP=1`) in this
+    /// schema, migrated first: a build's pages against another's on the same rows.
+    #[arg(long)]
+    pub pages_of_schema: Option<String>,
 }
 
 pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
@@ -70,6 +74,21 @@ pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
     } else {
         (args.gpus, args.days)
     };
+    if let Some(schema) = &args.pages_of_schema {
+        let url = args
+            .database_url
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("--pages-of-schema needs DATABASE_URL"))?;
+        let options =
+            std::str::FromStr::from_str(url).map(|o: sqlx::postgres::PgConnectOptions| {
+                o.options([("search_path", schema.as_str())])
+            })?;
+        let pool = db::connect_with(options, 16).await?;
+        db::migrate(&pool).await?;
+        let (_, floor) = group_by_floor(&pool, month).await?;
+        line("SELECT sum() GROUP BY team", floor, floor, "(the floor)");
+        return served(&pool, month, floor, args.clients, args.load_for).await;
+    }
     if !args.no_post {
         in_scratch_schema(args.database_url.as_deref(), 16, |pool, _| async move {
             fill::fill(&pool, gpus, days, month, args.post_concurrency).await
