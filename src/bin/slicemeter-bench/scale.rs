@@ -87,6 +87,23 @@ pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
         db::migrate(&pool).await?;
         let (_, floor) = group_by_floor(&pool, month).await?;
         line("SELECT sum() GROUP BY team", floor, floor, "(the floor)");
+        // What the team page's evidence costs alone, in this process: the month's and
+        // right-sizing's 14 days, one read.
+        let team = slicemeter::domain::team::TeamId::parse("team-1")?;
+        let ranges = [
+            (month.start(), month.end()),
+            plan::right_sizing_range(14, Utc::now()),
+        ];
+        for pass in ["evidence, team-1, alone", "evidence, team-1, again"] {
+            let t = Instant::now();
+            let read = plan::store::evidence(&pool, &ranges, Some(&team)).await?;
+            line(
+                pass,
+                t.elapsed(),
+                floor,
+                &format!("({} and {} groups)", read[0].len(), read[1].len()),
+            );
+        }
         return served(&pool, month, floor, args.clients, args.load_for).await;
     }
     if !args.no_post {
