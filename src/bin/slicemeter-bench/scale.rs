@@ -26,6 +26,7 @@ use slicemeter::http::state::ServerConfig;
 
 use crate::fill;
 
+mod kept;
 mod split;
 
 use crate::common::{
@@ -75,35 +76,7 @@ pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
         (args.gpus, args.days)
     };
     if let Some(schema) = &args.pages_of_schema {
-        let url = args
-            .database_url
-            .as_deref()
-            .ok_or_else(|| anyhow::anyhow!("--pages-of-schema needs DATABASE_URL"))?;
-        let options =
-            std::str::FromStr::from_str(url).map(|o: sqlx::postgres::PgConnectOptions| {
-                o.options([("search_path", schema.as_str())])
-            })?;
-        let pool = db::connect_with(options, 16).await?;
-        db::migrate(&pool).await?;
-        let (_, floor) = group_by_floor(&pool, month).await?;
-        line("SELECT sum() GROUP BY team", floor, floor, "(the floor)");
-        // What the team page's evidence costs alone, in this process: the month's and
-        // right-sizing's 14 days, one read.
-        let team = slicemeter::domain::team::TeamId::parse("team-1")?;
-        let ranges = [
-            (month.start(), month.end()),
-            plan::right_sizing_range(14, Utc::now()),
-        ];
-        for pass in ["evidence, team-1, alone", "evidence, team-1, again"] {
-            let t = Instant::now();
-            let read = plan::store::evidence(&pool, &ranges, Some(&team)).await?;
-            line(
-                pass,
-                t.elapsed(),
-                floor,
-                &format!("({} and {} groups)", read[0].len(), read[1].len()),
-            );
-        }
+        let (pool, floor) = kept::open(args.database_url.as_deref(), schema, month, line).await?;
         return served(&pool, month, floor, args.clients, args.load_for).await;
     }
     if !args.no_post {
