@@ -308,17 +308,29 @@ async fn evidence_together(
     let split = super::merge::Split::of(ranges, &summarised);
     let mut merged: std::collections::BTreeMap<EvidenceGroup, Vec<Option<super::merge::Merged>>> =
         Default::default();
-    let mut add = |group: EvidenceGroup, r: usize, p: super::merge::Partial| {
-        merged
-            .entry(group)
-            .or_insert_with(|| ranges.iter().map(|_| None).collect())[r]
+    // A month of a large team is hundreds of thousands of rows: each group's key is copied once,
+    // and a row's values are copied only for the second range that holds it.
+    let mut add = |group: &EvidenceGroup, rs: &[usize], p: super::merge::Partial| {
+        let Some((&last, rest)) = rs.split_last() else {
+            return;
+        };
+        if !merged.contains_key(group) {
+            merged.insert(group.clone(), ranges.iter().map(|_| None).collect());
+        }
+        let per_range = merged.get_mut(group).expect("inserted above");
+        for &r in rest {
+            per_range[r]
+                .get_or_insert_with(super::merge::Merged::default)
+                .add(p.clone());
+        }
+        per_range[last]
             .get_or_insert_with(super::merge::Merged::default)
             .add(p);
     };
     let days: Vec<DateTime<Utc>> = split.days.keys().copied().collect();
     for row in day_rows(&mut tx, &days, team).await? {
-        for &r in split.days.get(&row.day).into_iter().flatten() {
-            add(row.group.clone(), r, row.partial.clone());
+        if let Some(rs) = split.days.get(&row.day) {
+            add(&row.group, rs, row.partial);
         }
     }
     if !split.runs.is_empty() {
@@ -374,9 +386,7 @@ async fn evidence_together(
                 ) else {
                     continue;
                 };
-                for &r in of {
-                    add((*group).clone(), r, row.partial.clone());
-                }
+                add(group, of, row.partial);
             }
         }
     }

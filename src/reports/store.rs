@@ -81,10 +81,9 @@ pub async fn usage_sums(
                join rate_card_span r
                  on t.at >= r.effective_from
                 and (r.effective_until is null or t.at < r.effective_until)),
-           -- Each row in its bucket, with its team (the row's own: a consumer's usage goes to the
-           -- owner of its namespace at the time), version and the consumer's fields asked for.
-           named as not materialized (
-               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, u.team_id, v.rate_card_id,
+           -- The consumer's fields asked for.
+           fields as not materialized (
+               select c.consumer_id,
                       case when $8 then c.namespace end as namespace,
                       case when $9 then (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2]
                       end as workload,
@@ -95,23 +94,40 @@ pub async fn usage_sums(
                                 from unnest($12::text[]) with ordinality as k(key, n)
                                 order by k.n)
                       end as labels,
-                      case when $15 then c.dra_claim end as dra_claim,
+                      case when $15 then c.dra_claim end as dra_claim
+               from consumer c),
+           -- Each row in its bucket, with its team (the row's own: a consumer's usage goes to the
+           -- owner of its namespace at the time), version and the consumer's fields asked for.
+           named as not materialized (
+               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, u.team_id, v.rate_card_id,
+                      f.namespace, f.workload, f.pod, f.container, f.labels, f.dra_claim,
                       u.held_seconds, u.compute_known_seconds, u.compute_active_seconds,
                       u.memory_byte_seconds, u.window_count
                from rollup u
-               join consumer c using (consumer_id)
+               join fields f using (consumer_id)
                left join cards v on v.at = u.at
                where ($4::text is null or u.team_id = $4)),
-           -- Months, and any step grouped by a consumer's fields: each slice's rows summed first
-           -- (a month folds a slice's days into one group), its shares joined after.
+           -- Months, and any step grouped by a consumer's fields: each slice's and consumer's rows
+           -- summed first (a month folds their days into one group), the consumer's fields named
+           -- once a group rather than once a row (a month of a team is a slice's 30 day rows).
+           per_consumer as (
+               select date_trunc($3, u.at, 'UTC') as bucket, u.slice_id, u.consumer_id, u.team_id,
+                      v.rate_card_id,
+                      sum(u.held_seconds) as held, sum(u.compute_known_seconds) as known,
+                      sum(u.compute_active_seconds) as active, sum(u.memory_byte_seconds) as memory,
+                      sum(u.window_count)::int8 as windows
+               from rollup u
+               left join cards v on v.at = u.at
+               where not $16 and ($4::text is null or u.team_id = $4)
+               group by 1, 2, 3, 4, 5),
+           -- Then each slice's groups summed by the consumer's fields, its shares joined after.
            per_slice as (
-               select n.bucket, n.slice_id, n.team_id, n.rate_card_id, n.namespace, n.workload,
-                      n.pod, n.container, n.labels, n.dra_claim,
-                      sum(n.held_seconds) as held, sum(n.compute_known_seconds) as known,
-                      sum(n.compute_active_seconds) as active, sum(n.memory_byte_seconds) as memory,
-                      sum(n.window_count)::int8 as windows
-               from named n
-               where not $16
+               select p.bucket, p.slice_id, p.team_id, p.rate_card_id, f.namespace, f.workload,
+                      f.pod, f.container, f.labels, f.dra_claim,
+                      sum(p.held) as held, sum(p.known) as known, sum(p.active) as active,
+                      sum(p.memory) as memory, sum(p.windows)::int8 as windows
+               from per_consumer p
+               join fields f using (consumer_id)
                group by 1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
            -- Days and hours by slice-level fields: a slice's rows barely fold there, so rows are
            -- summed per share class (model, kind, profile, shares), a few groups a bucket.

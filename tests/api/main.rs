@@ -40,3 +40,4 @@ mod teams;
 mod tokens;
 mod units;
 mod units_hourly;
+mod usage_per_consumer;

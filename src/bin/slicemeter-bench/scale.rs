@@ -26,6 +26,7 @@ use slicemeter::http::state::ServerConfig;
 
 use crate::fill;
 
+mod kept;
 mod split;
 
 use crate::common::{
@@ -61,6 +62,10 @@ pub struct ScaleBenchArgs {
     /// Batches in flight at once while posting.
     #[arg(long, default_value_t = 8)]
     pub post_concurrency: usize,
+    /// Only the pages as served, over the month a run kept (`SLICEMETER_BENCH_KEEP=1`) in this
+    /// schema, migrated first: a build's pages against another's on the same rows.
+    #[arg(long)]
+    pub pages_of_schema: Option<String>,
 }
 
 pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
@@ -70,6 +75,10 @@ pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
     } else {
         (args.gpus, args.days)
     };
+    if let Some(schema) = &args.pages_of_schema {
+        let (pool, floor) = kept::open(args.database_url.as_deref(), schema, month, line).await?;
+        return served(&pool, month, floor, args.clients, args.load_for).await;
+    }
     if !args.no_post {
         in_scratch_schema(args.database_url.as_deref(), 16, |pool, _| async move {
             fill::fill(&pool, gpus, days, month, args.post_concurrency).await

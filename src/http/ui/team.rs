@@ -163,51 +163,31 @@ pub async fn team(
     let (team, info) = visible_team(&state, &viewer, &team).await?;
     let month = q.month()?;
     let order = TableOrder::of(&q)?;
+    let now = Utc::now();
+    let range = over_time::CostRange::of(&q, now)?;
+    // The page's reads are independent of each other: each waits on the database, not on the
+    // others, so they are read at once (the month's workloads and cost over time each read the
+    // team's rows of the month).
+    let (month_read, standing, over, invoices, handovers, unit_costs) = tokio::join!(
+        team_month(&state, &team, month, Some(state.config.evidence_wait)),
+        forecast_and_budget(&state, &team, now),
+        over_time::read(&state, range, Some(&team), now),
+        billing::invoices(&state.pool, None, Some(&team)),
+        handovers::of_month(&state.pool, month),
+        unit_costs::kept(&state, month),
+    );
     let TeamMonth {
         report,
         currency,
         recommendations,
         workloads,
-    } = team_month(&state, &team, month, Some(state.config.evidence_wait)).await?;
-    // The current month: where it ends if the last days' pace holds, and against its budget, if
-    // it has one (the cards show them for the current month, the charts whatever the month).
-    let now = Utc::now();
-    let (forecast, budget) = match crate::http::budgets::forecasts(&state, Some(&team)).await? {
-        Ok(report) => {
-            // The whole team's monthly budget; narrower ones are in the API.
-            let budget = match budgets::list(&state.pool, Some(&team))
-                .await?
-                .into_iter()
-                .find(|b| b.scope().is_none() && b.period == budgets::BudgetPeriod::Month)
-            {
-                Some(row) => Some(
-                    crate::budgets::standing::standing(&state.pool, &state.reports, &row, &report)
-                        .await?,
-                ),
-                None => None,
-            };
-            (report.teams.into_iter().next(), budget)
-        }
-        Err(_) => (None, None),
-    };
-    let range = over_time::CostRange::of(&q, now)?;
-    let over = over_time::read(&state, range, Some(&team), now).await?;
-    let burn = match (&budget, &forecast) {
-        (Some(b), Some(fc)) => {
-            let this = Month::of(now);
-            let (daily, _) =
-                reports::daily_costs(&state.pool, &state.reports, this.start(), this.end()).await?;
-            let daily: Vec<_> = daily
-                .into_iter()
-                .filter(|((t, _), _)| *t == team)
-                .map(|((_, day), cost)| (day, cost))
-                .collect();
-            over_time::burn_down(&daily, b, fc, &currency, now)
-        }
+    } = month_read?;
+    let (forecast, budget, daily) = standing?;
+    let (over, invoices, handovers) = (over?, invoices?, handovers?);
+    let burn = match (&budget, &forecast, daily) {
+        (Some(b), Some(fc), Some(daily)) => over_time::burn_down(&daily, b, fc, &currency, now),
         _ => None,
     };
-    let invoices = billing::invoices(&state.pool, None, Some(&team)).await?;
-    let handovers = handovers::of_month(&state.pool, month).await?;
     let current = month == Month::of(now);
     let charts = html! {
         (over_time::section(&format!("/ui/team/{team}?month={month}"), &over, &currency, None,
@@ -229,7 +209,6 @@ pub async fn team(
         &invoices,
         order,
     )?;
-    let unit_costs = unit_costs::kept(&state, month).await;
     let body = html! {
         (main)
         (unit_costs::section(unit_costs.as_deref(), &team))
@@ -241,6 +220,55 @@ pub async fn team(
         body,
     )
     .into_response())
+}
+
+/// A team's forecast, its monthly budget's standing and its cost per day of the current month.
+type Standing = (
+    Option<TeamForecast>,
+    Option<BudgetStanding>,
+    Option<Vec<(chrono::DateTime<Utc>, Decimal)>>,
+);
+
+/// The current month: where it ends if the last days' pace holds, and against `team`'s budget, if
+/// it has one (the cards show them for the current month, the charts whatever the month), with
+/// the team's cost per day of the month for the budget's burn-down (read only where there is one).
+async fn forecast_and_budget(
+    state: &AppState,
+    team: &TeamId,
+    now: chrono::DateTime<Utc>,
+) -> Result<Standing, UiError> {
+    let report = match crate::http::budgets::forecasts(state, Some(team)).await? {
+        Ok(report) => report,
+        Err(_) => return Ok((None, None, None)),
+    };
+    // The whole team's monthly budget; narrower ones are in the API.
+    let budget = match budgets::list(&state.pool, Some(team))
+        .await?
+        .into_iter()
+        .find(|b| b.scope().is_none() && b.period == budgets::BudgetPeriod::Month)
+    {
+        Some(row) => Some(
+            crate::budgets::standing::standing(&state.pool, &state.reports, &row, &report).await?,
+        ),
+        None => None,
+    };
+    let forecast = report.teams.into_iter().next();
+    let daily = match (&budget, &forecast) {
+        (Some(_), Some(_)) => {
+            let this = Month::of(now);
+            let (daily, _) =
+                reports::daily_costs(&state.pool, &state.reports, this.start(), this.end()).await?;
+            Some(
+                daily
+                    .into_iter()
+                    .filter(|((t, _), _)| t == team)
+                    .map(|((_, day), cost)| (day, cost))
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    Ok((forecast, budget, daily))
 }
 
 /// The page, leading with action: the month's cost and what the team can save beside it, the

@@ -1,0 +1,46 @@
+//! `scale --pages-of-schema`: a month a run kept (`SLICEMETER_BENCH_KEEP=1`), opened for its
+//! served pages only, so that two builds' pages are timed on the same rows; the team page's
+//! evidence is first timed alone, in process.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use slicemeter::db;
+use slicemeter::domain::team::TeamId;
+use slicemeter::domain::time::Month;
+use slicemeter::plan;
+use sqlx::postgres::PgConnectOptions;
+
+use crate::common::group_by_floor;
+
+/// The kept month's pool (migrated) and floor, after the evidence timed alone.
+pub(super) async fn open(
+    url: Option<&str>,
+    schema: &str,
+    month: Month,
+    line: fn(&str, Duration, Duration, &str),
+) -> anyhow::Result<(sqlx::PgPool, Duration)> {
+    let url = url.ok_or_else(|| anyhow::anyhow!("--pages-of-schema needs DATABASE_URL"))?;
+    let options: PgConnectOptions = url.parse()?;
+    let pool = db::connect_with(options.options([("search_path", schema)]), 16).await?;
+    db::migrate(&pool).await?;
+    let (_, floor) = group_by_floor(&pool, month).await?;
+    line("SELECT sum() GROUP BY team", floor, floor, "(the floor)");
+    // What the team page's evidence costs alone: the month's and right-sizing's 14 days, one read.
+    let team = TeamId::parse("team-1")?;
+    let ranges = [
+        (month.start(), month.end()),
+        plan::right_sizing_range(14, Utc::now()),
+    ];
+    for pass in ["evidence, team-1, alone", "evidence, team-1, again"] {
+        let t = Instant::now();
+        let read = plan::store::evidence(&pool, &ranges, Some(&team)).await?;
+        line(
+            pass,
+            t.elapsed(),
+            floor,
+            &format!("({} and {} groups)", read[0].len(), read[1].len()),
+        );
+    }
+    Ok((pool, floor))
+}
