@@ -10,6 +10,7 @@
 pub mod days;
 mod evidence;
 mod merge;
+mod mig_parted;
 pub mod pack;
 pub mod recommend;
 pub mod store;
@@ -19,7 +20,6 @@ pub use evidence::EvidenceCache;
 pub use store::{CardToday, Evidence, InstanceToday};
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -226,20 +226,41 @@ pub fn changes(
     recommendations: &[recommend::Recommendation],
 ) -> BTreeMap<String, Change> {
     use recommend::{Action, Confidence};
+    // Each MIG workload's recommendation by its workload, model and profile (the first, as a
+    // search of the list would find it).
+    type Key<'a> = (&'a str, Option<&'a str>, &'a str, &'a str, &'a str, &'a str);
+    let mut of: std::collections::HashMap<Key<'_>, &recommend::Recommendation> =
+        std::collections::HashMap::new();
+    for r in recommendations {
+        if r.kind != crate::domain::slice::SliceKind::Mig {
+            continue;
+        }
+        let Some(profile) = r.profile.as_deref() else {
+            continue;
+        };
+        of.entry((
+            r.team.as_str(),
+            r.namespace.as_deref(),
+            r.workload_kind.as_str(),
+            r.workload.as_str(),
+            r.gpu_model.as_str(),
+            profile,
+        ))
+        .or_insert(r);
+    }
     let mut out = BTreeMap::new();
     for c in cards {
         let table = profiles::table_model(&c.model);
         for i in &c.instances {
             let Some(h) = &i.consumer else { continue };
-            let Some(r) = recommendations.iter().find(|r| {
-                r.team == h.team
-                    && r.namespace == h.namespace
-                    && r.workload_kind == h.workload_kind
-                    && r.workload == h.workload
-                    && r.gpu_model == c.model
-                    && r.kind == crate::domain::slice::SliceKind::Mig
-                    && r.profile.as_deref() == Some(i.profile.as_str())
-            }) else {
+            let Some(r) = of.get(&(
+                h.team.as_str(),
+                h.namespace.as_deref(),
+                h.workload_kind.as_str(),
+                h.workload.as_str(),
+                c.model.as_str(),
+                i.profile.as_str(),
+            )) else {
                 continue;
             };
             if r.confidence == Confidence::Low {
@@ -325,7 +346,12 @@ pub fn plan(
         models.push(plan_model(&model, cards, card, changes)?);
     }
     let monthly_saving = models.iter().map(|m| m.monthly_saving).sum();
-    let mig_parted = mig_parted(&models);
+    let mig_parted = mig_parted::mig_parted(models.iter().flat_map(|m| {
+        m.cards.iter().map(|c| {
+            let profiles = c.instances.iter().map(|i| i.profile.as_str()).collect();
+            (c.gpu_uuid.as_str(), profiles)
+        })
+    }));
     Ok(ConsolidationPlan {
         days,
         generated_at,
@@ -432,12 +458,13 @@ fn plan_model(
             instances: Vec::new(),
         })
         .collect();
+    // Each card's place among the cards used (`usize::MAX`: freed).
+    let mut planned_at = vec![usize::MAX; cards.len()];
+    for (k, &n) in packing.used.iter().enumerate() {
+        planned_at[n] = k;
+    }
     for p in &packing.placed {
-        let k = packing
-            .used
-            .iter()
-            .position(|&n| n == p.card)
-            .expect("a placed instance's card is used");
+        let k = planned_at[p.card];
         let i = refs[p.item];
         let shape = &shapes[items[p.item].shape];
         planned[k].instances.push(PlacedInstance {
@@ -473,7 +500,7 @@ fn plan_model(
         .map(|(k, m)| PlannedMove { order: k + 1, ..m })
         .collect();
     let freed: Vec<String> = (0..cards.len())
-        .filter(|n| !packing.used.contains(n))
+        .filter(|&n| planned_at[n] == usize::MAX)
         .map(|n| cards[n].gpu_uuid.clone())
         .collect();
     let hourly_cost = rate_card.map(|c| c.hourly_cost(model).0);
@@ -548,53 +575,4 @@ fn plan_model(
         stranded_today,
         stranded_planned,
     })
-}
-
-/// The plan as a `mig-parted` configuration (`nvidia-mig-parted apply -f FILE -c NAME`): one named
-/// configuration per card, `slicemeter-<gpu uuid>`. The collector does not report a card's index
-/// on its node, so `devices` is `all`: apply a card's configuration with only that card visible
-/// to `mig-parted`, or replace `all` with its index.
-pub fn mig_parted(models: &[ModelPlan]) -> String {
-    if models.iter().all(|m| m.cards.is_empty()) {
-        return "version: v1\nmig-configs: {}\n".to_owned();
-    }
-    let mut out = String::from("version: v1\nmig-configs:\n");
-    for m in models {
-        for c in &m.cards {
-            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-            for i in &c.instances {
-                *counts.entry(i.profile.as_str()).or_default() += 1;
-            }
-            let _ = writeln!(
-                out,
-                "  {}:",
-                yaml_string(&format!("slicemeter-{}", c.gpu_uuid))
-            );
-            let _ = writeln!(out, "    - devices: all");
-            let _ = writeln!(out, "      mig-enabled: true");
-            let _ = writeln!(out, "      mig-devices:");
-            for (profile, n) in counts {
-                let _ = writeln!(out, "        {}: {n}", yaml_string(profile));
-            }
-        }
-    }
-    out
-}
-
-/// A YAML double-quoted scalar: nothing a collector reported can break out of it.
-fn yaml_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

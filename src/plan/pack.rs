@@ -58,25 +58,6 @@ pub struct Placed {
     pub start: Option<u8>,
 }
 
-/// One step of getting from today's layouts to the plan's. `Move`: the instance is created on its
-/// new card, its workload moved, the old one deleted. When every destination is full (moves that
-/// wait on one another), one instance is stopped first (`Stop`: deleted, its workload down) and
-/// started again (`Start`) once its card has room.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepKind {
-    Move,
-    Stop,
-    Start,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    pub kind: StepKind,
-    pub item: usize,
-    pub from: usize,
-    pub to: usize,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Packing {
     /// Whether the packing meets the linear relaxation's bound: no fewer cards can hold them.
@@ -203,7 +184,11 @@ pub fn pack(
     ) {
         items.iter().map(|i| i.card).collect()
     } else {
-        targets(&chosen, &today, items, cards, shapes.len())
+        {
+            let shape_of: Vec<usize> = items.iter().map(|i| i.shape).collect();
+            let card_of: Vec<usize> = items.iter().map(|i| i.card).collect();
+            moves::targets(&chosen, &today, &shape_of, &card_of, cards, shapes.len())
+        }
     };
     Ok(finish(
         items,
@@ -214,61 +199,6 @@ pub fn pack(
         total_memory,
         optimal,
     ))
-}
-
-/// Which of today's `cards` each instance of `items` goes to: each `chosen` layout to a card of
-/// `today` (each card's counts of each of `shapes` shapes), greatest overlap first, and as many
-/// instances of each shape as the new layout keeps on a card stay there.
-fn targets(
-    chosen: &[Vec<u8>],
-    today: &[Vec<u8>],
-    items: &[Item],
-    cards: usize,
-    shapes: usize,
-) -> Vec<usize> {
-    // Each chosen layout to a card of today, greatest overlap first; ties go to the fuller card,
-    // so that the emptiest cards are the ones freed.
-    let overlap =
-        |c: &[u8], t: &[u8]| -> u32 { c.iter().zip(t).map(|(a, b)| u32::from(*a.min(b))).sum() };
-    let mut pairs: Vec<(u32, u32, usize, usize)> = Vec::new();
-    for (k, c) in chosen.iter().enumerate() {
-        for (n, t) in today.iter().enumerate() {
-            let held: u32 = t.iter().map(|&x| u32::from(x)).sum();
-            pairs.push((overlap(c, t), held, k, n));
-        }
-    }
-    pairs.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.3.cmp(&b.3)));
-    let mut card_of = vec![None; chosen.len()];
-    let mut taken = vec![false; cards];
-    for (_, _, k, n) in pairs {
-        if card_of[k].is_none() && !taken[n] {
-            card_of[k] = Some(n);
-            taken[n] = true;
-        }
-    }
-    // Which instances stay: as many of each shape as the new layout keeps there.
-    let mut target = vec![usize::MAX; items.len()];
-    let mut room: Vec<Vec<u8>> = vec![vec![0u8; shapes]; cards];
-    for (k, c) in chosen.iter().enumerate() {
-        let n = card_of[k].expect("every chosen layout has a card");
-        room[n].clone_from(c);
-    }
-    for (idx, i) in items.iter().enumerate() {
-        if room[i.card][i.shape] > 0 {
-            room[i.card][i.shape] -= 1;
-            target[idx] = i.card;
-        }
-    }
-    for (idx, i) in items.iter().enumerate() {
-        if target[idx] == usize::MAX {
-            let n = (0..cards)
-                .find(|&n| room[n][i.shape] > 0)
-                .expect("the chosen layouts hold every instance");
-            room[n][i.shape] -= 1;
-            target[idx] = n;
-        }
-    }
-    target
 }
 
 fn keep_today(
@@ -307,17 +237,20 @@ fn finish(
             .collect();
         check_layout(&instances, total_compute, total_memory).map_err(|_| ())
     };
+    let mut members_of: Vec<Vec<usize>> = vec![Vec::new(); cards];
+    for (i, &n) in target.iter().enumerate() {
+        members_of[n].push(i);
+    }
     let mut placed = Vec::with_capacity(items.len());
     let mut used = Vec::new();
-    for n in 0..cards {
-        let members: Vec<usize> = (0..items.len()).filter(|&i| target[i] == n).collect();
+    for (n, members) in members_of.iter().enumerate() {
         if members.is_empty() {
             continue;
         }
         used.push(n);
         // A chosen layout always fits; today's (kept when the solver found nothing better) may
         // not, if a card was cut anew within its last hour: it is then shown without starts.
-        let starts = layout(&members).ok().flatten();
+        let starts = layout(members).ok().flatten();
         for (k, &i) in members.iter().enumerate() {
             placed.push(Placed {
                 item: i,
@@ -327,62 +260,8 @@ fn finish(
         }
     }
     placed.sort_by_key(|p| p.item);
-
-    // The moves, in an order in which every card's layout stays valid.
-    let mut on: Vec<Vec<usize>> = vec![Vec::new(); cards];
-    for (idx, i) in items.iter().enumerate() {
-        on[i.card].push(idx);
-    }
-    let mut pending: Vec<usize> = (0..items.len())
-        .filter(|&i| target[i] != items[i].card)
-        .collect();
-    let mut stopped: Vec<usize> = Vec::new();
-    let mut steps = Vec::new();
-    while !pending.is_empty() || !stopped.is_empty() {
-        let room_for = |on: &Vec<Vec<usize>>, i: usize| {
-            let mut members = on[target[i]].clone();
-            members.push(i);
-            layout(&members).is_ok()
-        };
-        if let Some(k) = stopped.iter().position(|&i| room_for(&on, i)) {
-            let i = stopped.remove(k);
-            on[target[i]].push(i);
-            steps.push(Step {
-                kind: StepKind::Start,
-                item: i,
-                from: items[i].card,
-                to: target[i],
-            });
-            continue;
-        }
-        if let Some(k) = pending.iter().position(|&i| room_for(&on, i)) {
-            let i = pending.remove(k);
-            on[items[i].card].retain(|&x| x != i);
-            on[target[i]].push(i);
-            steps.push(Step {
-                kind: StepKind::Move,
-                item: i,
-                from: items[i].card,
-                to: target[i],
-            });
-            continue;
-        }
-        // Every destination is full: stop one instance so that its card makes room.
-        // (Once every move is done each card holds a part of its planned layout, so a stopped
-        // instance always finds room: this loop ends.)
-        if pending.is_empty() {
-            break;
-        }
-        let i = pending.remove(0);
-        on[items[i].card].retain(|&x| x != i);
-        stopped.push(i);
-        steps.push(Step {
-            kind: StepKind::Stop,
-            item: i,
-            from: items[i].card,
-            to: target[i],
-        });
-    }
+    let today: Vec<usize> = items.iter().map(|i| i.card).collect();
+    let steps = moves::steps(&today, target, cards, &|members| layout(members).is_ok());
     Packing {
         optimal,
         used,
@@ -480,7 +359,10 @@ fn maximal_configs(shapes: &[Shape], demand: &[u32], fits: &dyn Fn(&[u8]) -> boo
     out.into_keys().collect()
 }
 
+mod moves;
 mod strand;
+
+pub use moves::{Step, StepKind};
 
 #[cfg(test)]
 mod tests;
