@@ -104,7 +104,8 @@ fn keep_partitions(pool: PgPool, partitions: Arc<Partitions>, limits: Limits) ->
 }
 
 /// Summarises right-sizing's evidence of the closed days that need it (`plan::days`), a few a
-/// round, the newest first, and shows how far behind it is: the closed days read from the hourly
+/// round, the newest first, builds the windows of days the pages read from them, and shows how
+/// far behind it is: the closed days read from the hourly
 /// rollups for want of a summary, and how long ago the oldest of them ended.
 fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
     use crate::plan::days;
@@ -122,6 +123,18 @@ fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "Summarising right-sizing's evidence of closed days failed; they are read from the hourly rollups meanwhile.")
+                }
+            }
+            match days::build_due_windows(&pool, Utc::now()).await {
+                Ok(built) => {
+                    for ((first, last), w) in &built {
+                        if let days::Window::Built(rows) = w {
+                            tracing::debug!(first = %first.date_naive(), last = %last.date_naive(), rows, "Built a window of right-sizing's evidence.");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Building the windows of right-sizing's evidence failed; their days are read meanwhile.")
                 }
             }
             let now = Utc::now();

@@ -150,7 +150,7 @@ struct RecommendationParams {
 
 fn days_of(days: Option<&str>, errors: &mut Vec<FieldError>) -> u32 {
     match days {
-        None => 14,
+        None => crate::plan::RIGHT_SIZING_DAYS,
         Some(d) => match d.parse::<u32>() {
             Ok(n) if (1..=MAX_DAYS).contains(&n) => n,
             _ => {

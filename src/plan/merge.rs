@@ -24,8 +24,26 @@ pub(super) struct Partial {
     compute_ratios: Vec<f64>,
 }
 
-/// A group's partials merged over a range: the one path by which summarised days and hours read
-/// from the hourly rollups become [`Evidence`](super::store::Evidence).
+/// What a window of summarised days says of a group (`evidence_window`, migration 0031): the
+/// sums, hours and slices as a [`Partial`] has them, but of the hours' values only the largest
+/// (`*_top`) and how many there were in all (`*_count`): enough for the percentiles counted from
+/// the top, as long as the range read adds few values of its own.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(super) struct WindowPartial {
+    pub(super) held_seconds: Decimal,
+    pub(super) known_seconds: Decimal,
+    pub(super) compute_active_seconds: Decimal,
+    pub(super) first_hour: DateTime<Utc>,
+    pub(super) last_hour: DateTime<Utc>,
+    pub(super) slice_ids: Vec<i32>,
+    pub(super) memory_count: i64,
+    pub(super) memory_top: Vec<i64>,
+    pub(super) compute_count: i64,
+    pub(super) compute_top: Vec<f64>,
+}
+
+/// A group's partials merged over a range: the one path by which summarised days, windows and
+/// hours read from the hourly rollups become [`Evidence`](super::store::Evidence).
 #[derive(Debug, Default)]
 pub(super) struct Merged {
     held_seconds: Decimal,
@@ -33,43 +51,202 @@ pub(super) struct Merged {
     compute_active_seconds: Decimal,
     hours: Option<(DateTime<Utc>, DateTime<Utc>)>,
     slices: HashSet<i32>,
-    memory_peaks: Vec<i64>,
-    compute_ratios: Vec<f64>,
+    memory_peaks: Values<i64>,
+    compute_ratios: Values<f64>,
 }
+
+/// Values of which some inputs kept only their largest: how many there were in all, and the fewest
+/// largest values an input that left some out kept (none: every value is here). The largest `k`
+/// values of all are then among those here for any `k` up to that.
+#[derive(Debug)]
+struct Values<T> {
+    here: Vec<T>,
+    count: usize,
+    kept: Option<usize>,
+}
+
+impl<T> Default for Values<T> {
+    fn default() -> Self {
+        Values {
+            here: Vec::new(),
+            count: 0,
+            kept: None,
+        }
+    }
+}
+
+impl<T: Copy> Values<T> {
+    fn extend(&mut self, values: Vec<T>) {
+        self.count += values.len();
+        self.here.extend(values);
+    }
+
+    /// The `top` largest of `count` values.
+    fn extend_top(&mut self, top: Vec<T>, count: i64) {
+        let count = usize::try_from(count).unwrap_or(0).max(top.len());
+        if top.len() < count {
+            self.kept = Some(self.kept.map_or(top.len(), |k| k.min(top.len())));
+        }
+        self.count += count;
+        self.here.extend(top);
+    }
+
+    /// The values here, sorted, with the ascending position of each of all the values.
+    fn sorted(mut self, cmp: impl FnMut(&T, &T) -> std::cmp::Ordering) -> Sorted<T> {
+        self.here.sort_unstable_by(cmp);
+        Sorted {
+            kept: self.kept.unwrap_or(self.here.len()).min(self.here.len()),
+            here: self.here,
+            count: self.count,
+        }
+    }
+}
+
+/// Sorted values, the largest `kept` of `count` values in all at the end of `here`.
+#[derive(Debug)]
+pub(super) struct Sorted<T> {
+    here: Vec<T>,
+    count: usize,
+    kept: usize,
+}
+
+impl<T: Copy> Sorted<T> {
+    /// Every value, ascending, none left out.
+    #[cfg(test)]
+    pub(super) fn all(here: Vec<T>) -> Self {
+        Sorted {
+            count: here.len(),
+            kept: here.len(),
+            here,
+        }
+    }
+
+    /// The value at ascending position `i` of all the values, if it is among those kept.
+    fn at(&self, i: usize) -> Result<T, LeftOut> {
+        let from_top = self.count.checked_sub(1 + i).ok_or(LeftOut)?;
+        if from_top >= self.kept {
+            return Err(LeftOut);
+        }
+        Ok(self.here[self.here.len() - 1 - from_top])
+    }
+
+    fn last(&self) -> Option<T> {
+        self.here.last().copied()
+    }
+}
+
+/// A percentile's position fell among the values a window left out: the range is read from its
+/// days instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LeftOut;
 
 impl Merged {
     pub(super) fn add(&mut self, p: Partial) {
-        self.held_seconds += p.held_seconds;
-        self.known_seconds += p.known_seconds;
-        self.compute_active_seconds += p.compute_active_seconds;
-        self.hours = Some(match self.hours {
-            Some((first, last)) => (first.min(p.first_hour), last.max(p.last_hour)),
-            None => (p.first_hour, p.last_hour),
-        });
-        self.slices.extend(p.slice_ids);
+        self.add_sums(
+            (p.held_seconds, p.known_seconds, p.compute_active_seconds),
+            (p.first_hour, p.last_hour),
+            p.slice_ids,
+        );
         self.memory_peaks.extend(p.memory_peaks);
         self.compute_ratios.extend(p.compute_ratios);
     }
 
-    /// The merged figures: none when nothing was added.
-    pub(super) fn finish(mut self) -> Option<Figures> {
-        let (first, last) = self.hours?;
-        self.memory_peaks.sort_unstable();
-        self.compute_ratios.sort_unstable_by(f64::total_cmp);
-        Some(Figures {
+    pub(super) fn add_window(&mut self, w: WindowPartial) {
+        self.add_sums(
+            (w.held_seconds, w.known_seconds, w.compute_active_seconds),
+            (w.first_hour, w.last_hour),
+            w.slice_ids,
+        );
+        self.memory_peaks.extend_top(w.memory_top, w.memory_count);
+        self.compute_ratios
+            .extend_top(w.compute_top, w.compute_count);
+    }
+
+    fn add_sums(
+        &mut self,
+        (held, known, active): (Decimal, Decimal, Decimal),
+        (first_hour, last_hour): (DateTime<Utc>, DateTime<Utc>),
+        slice_ids: Vec<i32>,
+    ) {
+        self.held_seconds += held;
+        self.known_seconds += known;
+        self.compute_active_seconds += active;
+        self.hours = Some(match self.hours {
+            Some((first, last)) => (first.min(first_hour), last.max(last_hour)),
+            None => (first_hour, last_hour),
+        });
+        self.slices.extend(slice_ids);
+    }
+
+    /// The merged figures: none when nothing was added; [`LeftOut`] when a percentile's position
+    /// is among the values a window left out.
+    pub(super) fn finish(self) -> Result<Option<Figures>, LeftOut> {
+        let Some((first, last)) = self.hours else {
+            return Ok(None);
+        };
+        let memory = self.memory_peaks.sorted(Ord::cmp);
+        let compute = self.compute_ratios.sorted(f64::total_cmp);
+        Ok(Some(Figures {
             slices: self.slices.len() as i64,
             span_seconds: (last - first).num_seconds() + 3600,
             held_seconds: self.held_seconds,
             known_seconds: self.known_seconds,
             compute_active_seconds: self.compute_active_seconds,
-            memory_p99_bytes: percentile_disc(&self.memory_peaks, 0.99).unwrap_or(0),
-            memory_max_bytes: self.memory_peaks.last().copied().unwrap_or(0),
-            compute_p95: percentile_cont(&self.compute_ratios, 0.95),
+            memory_p99_bytes: percentile_disc(&memory, 0.99)?.unwrap_or(0),
+            memory_max_bytes: memory.last().unwrap_or(0),
+            compute_p95: percentile_cont(&compute, 0.95)?,
+        }))
+    }
+
+    /// What a window keeps of this merge of its days: the largest values, as many as the
+    /// percentiles' positions take from the top once `hours` more hours of each of its slices are
+    /// added (a range's part days and today's hours); none when nothing was added.
+    pub(super) fn window(mut self, hours: usize) -> Option<WindowPartial> {
+        let more = hours * self.slices.len().max(1);
+        let keep = |count: usize, p: f64, disc: bool| -> usize {
+            let n = count + more;
+            if n == 0 {
+                return 0;
+            }
+            // The lowest ascending position the percentile takes of n values.
+            let lowest = if disc {
+                ((p * n as f64).ceil() as usize).clamp(1, n) - 1
+            } else {
+                (p * (n - 1) as f64).floor() as usize
+            };
+            n - lowest
+        };
+        let (first_hour, last_hour) = self.hours?;
+        let (memory_count, compute_count) = (self.memory_peaks.count, self.compute_ratios.count);
+        let mut memory = std::mem::take(&mut self.memory_peaks).sorted(Ord::cmp).here;
+        let mut compute = std::mem::take(&mut self.compute_ratios)
+            .sorted(f64::total_cmp)
+            .here;
+        let (km, kc) = (
+            keep(memory_count, 0.99, true),
+            keep(compute_count, 0.95, false),
+        );
+        memory.drain(..memory.len().saturating_sub(km));
+        compute.drain(..compute.len().saturating_sub(kc));
+        let mut slice_ids: Vec<i32> = self.slices.into_iter().collect();
+        slice_ids.sort_unstable();
+        Some(WindowPartial {
+            held_seconds: self.held_seconds,
+            known_seconds: self.known_seconds,
+            compute_active_seconds: self.compute_active_seconds,
+            first_hour,
+            last_hour,
+            slice_ids,
+            memory_count: i64::try_from(memory_count).unwrap_or(i64::MAX),
+            memory_top: memory,
+            compute_count: i64::try_from(compute_count).unwrap_or(i64::MAX),
+            compute_top: compute,
         })
     }
 }
 
 /// A group's figures over a range, as [`Evidence`](super::store::Evidence) holds them.
+#[derive(Debug, PartialEq)]
 pub(super) struct Figures {
     pub(super) slices: i64,
     /// From the first hour held to the end of the last.
@@ -82,33 +259,33 @@ pub(super) struct Figures {
     pub(super) compute_p95: Option<f64>,
 }
 
-/// PostgreSQL's `percentile_disc(p)` of `sorted` (ascending; none when empty): the first value
-/// whose position reaches `ceil(p x n)` (src/backend/utils/adt/orderedsetaggs.c).
-pub fn percentile_disc<T: Copy>(sorted: &[T], p: f64) -> Option<T> {
-    let n = sorted.len();
+/// PostgreSQL's `percentile_disc(p)` of `sorted` (none when empty): the first value whose
+/// position reaches `ceil(p x n)` (src/backend/utils/adt/orderedsetaggs.c).
+pub(super) fn percentile_disc<T: Copy>(sorted: &Sorted<T>, p: f64) -> Result<Option<T>, LeftOut> {
+    let n = sorted.count;
     if n == 0 {
-        return None;
+        return Ok(None);
     }
     let row = (p * n as f64).ceil() as usize;
-    sorted.get(row.clamp(1, n) - 1).copied()
+    sorted.at(row.clamp(1, n) - 1).map(Some)
 }
 
-/// PostgreSQL's `percentile_cont(p)` of `sorted` (ascending; none when empty), to the bit: the
-/// rows at `floor` and `ceil` of `p x (n - 1)`, and between them `lo + f x (hi - lo)`, as
-/// `float8_lerp` computes it (src/backend/utils/adt/orderedsetaggs.c).
-pub fn percentile_cont(sorted: &[f64], p: f64) -> Option<f64> {
-    let n = sorted.len();
+/// PostgreSQL's `percentile_cont(p)` of `sorted` (none when empty), to the bit: the rows at
+/// `floor` and `ceil` of `p x (n - 1)`, and between them `lo + f x (hi - lo)`, as `float8_lerp`
+/// computes it (src/backend/utils/adt/orderedsetaggs.c).
+pub(super) fn percentile_cont(sorted: &Sorted<f64>, p: f64) -> Result<Option<f64>, LeftOut> {
+    let n = sorted.count;
     if n == 0 {
-        return None;
+        return Ok(None);
     }
     let at = p * (n - 1) as f64;
     let (first, second) = (at.floor(), at.ceil());
-    let lo = sorted[first as usize];
+    let lo = sorted.at(first as usize)?;
     if first == second {
-        return Some(lo);
+        return Ok(Some(lo));
     }
-    let hi = sorted[second as usize];
-    Some(lo + (at - first) * (hi - lo))
+    let hi = sorted.at(second as usize)?;
+    Ok(Some(lo + (at - first) * (hi - lo)))
 }
 
 /// How ranges read together split into summarised days and hours to read.
@@ -200,16 +377,19 @@ mod tests {
     #[test]
     fn percentiles_are_postgresqls_positions() {
         // percentile_disc(0.99) of 1..=100 is the 99th; of 1..=10, the 10th (ceil(9.9)).
-        let hundred: Vec<i64> = (1..=100).collect();
-        assert_eq!(percentile_disc(&hundred, 0.99), Some(99));
-        assert_eq!(percentile_disc(&hundred[..10], 0.99), Some(10));
-        assert_eq!(percentile_disc(&hundred[..1], 0.99), Some(1));
-        assert_eq!(percentile_disc::<i64>(&[], 0.99), None);
+        let all = |n: i64| Sorted::all((1..=n).collect::<Vec<i64>>());
+        assert_eq!(percentile_disc(&all(100), 0.99), Ok(Some(99)));
+        assert_eq!(percentile_disc(&all(10), 0.99), Ok(Some(10)));
+        assert_eq!(percentile_disc(&all(1), 0.99), Ok(Some(1)));
+        assert_eq!(percentile_disc(&all(0), 0.99), Ok(None));
         // percentile_cont(0.95) of 0, 1, 2, 3, 4: position 3.8, 3 + 0.8 x 1.
-        let five = [0.0, 1.0, 2.0, 3.0, 4.0];
-        assert_eq!(percentile_cont(&five, 0.95), Some(3.0 + 0.8 * 1.0));
-        assert_eq!(percentile_cont(&[0.25], 0.95), Some(0.25));
-        assert_eq!(percentile_cont(&[], 0.95), None);
+        let five = Sorted::all(vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(percentile_cont(&five, 0.95), Ok(Some(3.0 + 0.8 * 1.0)));
+        assert_eq!(
+            percentile_cont(&Sorted::all(vec![0.25]), 0.95),
+            Ok(Some(0.25))
+        );
+        assert_eq!(percentile_cont(&Sorted::all(vec![]), 0.95), Ok(None));
     }
 
     #[test]
@@ -240,6 +420,85 @@ mod tests {
                 (vec![at(2, 14), at(3, 0)], vec![vec![1]]),
                 (vec![at(5, 0), at(6, 6), month.1], vec![vec![0, 1], vec![0]]),
             ]
+        );
+    }
+
+    /// A stretch of `hours` hours of each of `slices` slices from `first`, its values drawn from
+    /// `rnd` (ties and repeats on purpose: values of a small range).
+    fn stretch(first: u32, hours: u32, slices: i32, rnd: &mut impl FnMut(u64) -> u64) -> Partial {
+        let n = (hours * slices as u32) as usize;
+        let memory_peaks: Vec<i64> = (0..n).map(|_| rnd(50) as i64 * 1_000_000).collect();
+        let compute_ratios: Vec<f64> = (0..n)
+            .filter_map(|_| {
+                let v = rnd(21);
+                (v < 20).then(|| v as f64 / 19.0)
+            })
+            .collect();
+        Partial {
+            held_seconds: Decimal::from(n as i64 * 3600),
+            known_seconds: Decimal::from(compute_ratios.len() as i64 * 3600),
+            compute_active_seconds: Decimal::from(rnd(1000) as i64),
+            first_hour: at(1, 0) + chrono::Duration::hours(i64::from(first)),
+            last_hour: at(1, 0) + chrono::Duration::hours(i64::from(first + hours - 1)),
+            slice_ids: (0..slices).collect(),
+            memory_peaks,
+            compute_ratios,
+        }
+    }
+
+    #[test]
+    fn a_window_of_the_largest_values_gives_the_percentiles_of_all_of_them() {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut equal, mut left_out) = (0, 0);
+        for _ in 0..400 {
+            // A window of whole days, then the hours a range reads beside it.
+            let slices = 1 + rnd(3) as i32;
+            let days: Vec<Partial> = (0..1 + rnd(20) as u32)
+                .map(|d| stretch(24 * d, 24, slices, &mut rnd))
+                .collect();
+            // A part day and today's hours, now and then of a replica more than the window saw.
+            let extra: Vec<Partial> = (0..rnd(3) as u32)
+                .map(|k| {
+                    let replicas = slices + i32::from(rnd(4) == 0);
+                    stretch(24 * 30 + k * 48, 1 + rnd(30) as u32, replicas, &mut rnd)
+                })
+                .collect();
+            let added: usize = extra.iter().map(|p| p.memory_peaks.len()).sum();
+            let mut all = Merged::default();
+            let mut window = Merged::default();
+            for p in &days {
+                all.add(p.clone());
+                window.add(p.clone());
+            }
+            let mut read = Merged::default();
+            read.add_window(window.window(48).unwrap());
+            for p in extra {
+                all.add(p.clone());
+                read.add(p);
+            }
+            let all = all.finish().unwrap().unwrap();
+            match read.finish() {
+                Ok(Some(figures)) => {
+                    assert_eq!(figures, all);
+                    equal += 1;
+                }
+                Ok(None) => panic!("nothing merged"),
+                Err(LeftOut) => {
+                    // Only where the range added more than the window kept room for.
+                    assert!(added > 48 * slices as usize, "{added} values added");
+                    left_out += 1;
+                }
+            }
+        }
+        assert!(
+            equal > 350 && left_out > 0,
+            "{equal} equal, {left_out} left out"
         );
     }
 }

@@ -292,6 +292,10 @@ pub fn changes(
     out
 }
 
+/// The days right-sizing judges by unless asked otherwise: the team page's, `/v1/recommendations`'
+/// and the plan's.
+pub const RIGHT_SIZING_DAYS: u32 = 14;
+
 /// The hours right-sizing reads at `now`: the last `days` days up to the current hour.
 pub fn right_sizing_range(days: u32, now: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
     let to = crate::domain::time::floor_hour(now);

@@ -1,10 +1,13 @@
-//! Today's MIG layouts, as the rollups show them.
+//! Today's MIG layouts, as the rollups show them, and right-sizing's evidence, as the rollups, the
+//! day summaries and the windows of days show it. The file stays whole: the evidence read is one
+//! snapshot's statements (days, windows, hours) and the SQL they share, and SQL lives in stores.
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 use sqlx::{PgConnection, PgPool};
 
+use super::merge::{LeftOut, Merged, WindowPartial};
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::time::floor_day;
@@ -221,11 +224,13 @@ pub(super) struct DayRow {
     pub(super) partial: super::merge::Partial,
 }
 
-/// Where [`evidence`] reads: the closed days summarised (`plan::days`) where it can, or the
-/// hourly rollups alone (what the summaries are checked against, and the benchmark's baseline).
+/// Where [`evidence`] reads: the windows and closed days summarised (`plan::days`) where it can,
+/// the closed days' summaries alone, or the hourly rollups alone (what the summaries are checked
+/// against, and the benchmark's baseline).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Summaries,
+    Days,
     HourlyOnly,
 }
 
@@ -264,10 +269,16 @@ pub async fn evidence_from(
         };
         if apart && !together.is_empty() {
             let asked: Vec<_> = together.iter().map(|&j| ranges[j]).collect();
-            for (j, read) in together
-                .drain(..)
-                .zip(evidence_together(pool, &asked, team, source).await?)
-            {
+            let read = match evidence_together(pool, &asked, team, source).await? {
+                Ok(read) => read,
+                // A percentile fell among the values a window left out: from the days.
+                Err(LeftOut) => evidence_together(pool, &asked, team, Source::Days)
+                    .await?
+                    .map_err(|_| {
+                        sqlx::Error::Protocol("the days' summaries left values out".into())
+                    })?,
+            };
+            for (j, read) in together.drain(..).zip(read) {
                 out[j] = read;
             }
             end = None;
@@ -287,12 +298,12 @@ async fn evidence_together(
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
     team: Option<&TeamId>,
     source: Source,
-) -> Result<Vec<Vec<Evidence>>, sqlx::Error> {
+) -> Result<Result<Vec<Vec<Evidence>>, LeftOut>, sqlx::Error> {
     let (Some(first), Some(last)) = (
         ranges.iter().map(|r| r.0).min(),
         ranges.iter().map(|r| r.1).max(),
     ) else {
-        return Ok(Vec::new());
+        return Ok(Ok(Vec::new()));
     };
     let mut tx = pool.begin().await?;
     // One snapshot: a day summarised (or written) between two statements is read once, from one
@@ -302,12 +313,44 @@ async fn evidence_together(
         .await?;
     evidence_settings(&mut tx).await?;
     let summarised = match source {
-        Source::Summaries => summarised_days(&mut tx, first, last).await?,
+        Source::Summaries | Source::Days => summarised_days(&mut tx, first, last).await?,
         Source::HourlyOnly => Vec::new(),
     };
-    let split = super::merge::Split::of(ranges, &summarised);
-    let mut merged: std::collections::BTreeMap<EvidenceGroup, Vec<Option<super::merge::Merged>>> =
+    let mut split = super::merge::Split::of(ranges, &summarised);
+    let mut merged: std::collections::BTreeMap<EvidenceGroup, Vec<Option<Merged>>> =
         Default::default();
+    if source == Source::Summaries {
+        // A range whose whole days are a window built from them as they are summarised now reads
+        // the window's rows, not its days'.
+        for (r, (first_day, last_day)) in windows(&mut tx, &split).await? {
+            let rows: Vec<WindowRow> = sqlx::query_as(
+                "select team_id, namespace, workload_kind, workload, model, kind, profile,
+                        compute_share, memory_share, memory_reserved_bytes, gpu_compute_slices,
+                        gpu_memory_bytes, held_seconds, known_seconds, compute_active_seconds,
+                        first_hour, last_hour, slice_ids, memory_count, memory_top, compute_count,
+                        compute_top
+                 from evidence_window
+                 where first_day = $1 and last_day = $2 and ($3::text is null or team_id = $3)",
+            )
+            .bind(first_day)
+            .bind(last_day)
+            .bind(team)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in rows {
+                let per_range = merged
+                    .entry(row.group)
+                    .or_insert_with(|| ranges.iter().map(|_| None).collect());
+                per_range[r]
+                    .get_or_insert_with(Merged::default)
+                    .add_window(row.partial);
+            }
+            for rs in split.days.values_mut() {
+                rs.retain(|&x| x != r);
+            }
+        }
+        split.days.retain(|_, rs| !rs.is_empty());
+    }
     // A month of a large team is hundreds of thousands of rows: each group's key is copied once,
     // and a row's values are copied only for the second range that holds it.
     let mut add = |group: &EvidenceGroup, rs: &[usize], p: super::merge::Partial| {
@@ -320,12 +363,10 @@ async fn evidence_together(
         let per_range = merged.get_mut(group).expect("inserted above");
         for &r in rest {
             per_range[r]
-                .get_or_insert_with(super::merge::Merged::default)
+                .get_or_insert_with(Merged::default)
                 .add(p.clone());
         }
-        per_range[last]
-            .get_or_insert_with(super::merge::Merged::default)
-            .add(p);
+        per_range[last].get_or_insert_with(Merged::default).add(p);
     };
     let days: Vec<DateTime<Utc>> = split.days.keys().copied().collect();
     for row in day_rows(&mut tx, &days, team).await? {
@@ -391,10 +432,19 @@ async fn evidence_together(
         }
     }
     tx.commit().await?;
-    let mut out: Vec<Vec<Evidence>> = ranges.iter().map(|_| Vec::new()).collect();
+    Ok(finish(merged, ranges.len()))
+}
+
+/// Each range's evidence of the groups `merged`, in the order of team, namespace, workload, model,
+/// kind and profile.
+fn finish(
+    merged: std::collections::BTreeMap<EvidenceGroup, Vec<Option<Merged>>>,
+    ranges: usize,
+) -> Result<Vec<Vec<Evidence>>, LeftOut> {
+    let mut out: Vec<Vec<Evidence>> = (0..ranges).map(|_| Vec::new()).collect();
     for (g, per_range) in merged {
         for (r, m) in per_range.into_iter().enumerate() {
-            if let Some(f) = m.and_then(super::merge::Merged::finish) {
+            if let Some(f) = m.map(Merged::finish).transpose()?.flatten() {
                 out[r].push(evidence_of(&g, f));
             }
         }
@@ -417,6 +467,58 @@ async fn evidence_together(
     Ok(out)
 }
 
+/// A window's row of a group.
+#[derive(sqlx::FromRow)]
+struct WindowRow {
+    #[sqlx(flatten)]
+    group: EvidenceGroup,
+    #[sqlx(flatten)]
+    partial: WindowPartial,
+}
+
+/// The ranges of `split` whose whole summarised days are a window (`[first, last)`) built from
+/// those days as they are summarised now, each with its window.
+async fn windows(
+    conn: &mut PgConnection,
+    split: &super::merge::Split,
+) -> Result<Vec<(usize, (DateTime<Utc>, DateTime<Utc>))>, sqlx::Error> {
+    let day = chrono::Duration::hours(24);
+    let mut days_of: std::collections::BTreeMap<usize, Vec<DateTime<Utc>>> = Default::default();
+    for (d, rs) in &split.days {
+        for &r in rs {
+            days_of.entry(r).or_default().push(*d);
+        }
+    }
+    // Ranges whose days run unbroken: their first day and the day after their last.
+    let asked: Vec<(usize, DateTime<Utc>, DateTime<Utc>)> = days_of
+        .into_iter()
+        .filter(|(_, days)| days.windows(2).all(|w| w[1] == w[0] + day))
+        .filter_map(|(r, days)| Some((r, *days.first()?, *days.last()? + day)))
+        .collect();
+    if asked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let firsts: Vec<DateTime<Utc>> = asked.iter().map(|a| a.1).collect();
+    let lasts: Vec<DateTime<Utc>> = asked.iter().map(|a| a.2).collect();
+    let built: Vec<(DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        "select w.first_day, w.last_day from evidence_window_done w
+         where (w.first_day, w.last_day) in
+               (select * from unnest($1::timestamptz[], $2::timestamptz[]))
+           and w.seen = (select coalesce(array_agg(d.summarised_at order by d.day), '{}')
+                         from evidence_day_done d
+                         where d.day >= w.first_day and d.day < w.last_day)",
+    )
+    .bind(&firsts)
+    .bind(&lasts)
+    .fetch_all(conn)
+    .await?;
+    Ok(asked
+        .into_iter()
+        .filter(|(_, a, b)| built.contains(&(*a, *b)))
+        .map(|(r, a, b)| (r, (a, b)))
+        .collect())
+}
+
 /// The days of `[from, to)` (and the one before, whose end may be in it) whose summary is there
 /// and not stale.
 async fn summarised_days(
@@ -437,7 +539,7 @@ async fn summarised_days(
 }
 
 /// The summaries of `days` (only `team`'s, when given).
-async fn day_rows(
+pub(super) async fn day_rows(
     conn: &mut PgConnection,
     days: &[DateTime<Utc>],
     team: Option<&TeamId>,

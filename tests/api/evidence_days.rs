@@ -202,8 +202,9 @@ async fn recommendations(
     out
 }
 
-/// The evidence of `ranges` from the summaries and from the hourly rollups alone, and their
-/// recommendations, each pair equal to the last digit; the summaries' read is returned.
+/// The evidence of `ranges` from the summaries (windows where built, and days), from the days'
+/// summaries alone and from the hourly rollups alone, and their recommendations, equal to the last
+/// digit; the summaries' read is returned.
 async fn equal_both_ways(
     app: &TestApp,
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
@@ -214,6 +215,10 @@ async fn equal_both_ways(
         .unwrap();
     let summarised = store::evidence(&app.pool, ranges, None).await.unwrap();
     assert_eq!(format!("{summarised:#?}"), format!("{hourly:#?}"));
+    let days_only = store::evidence_from(&app.pool, ranges, None, store::Source::Days)
+        .await
+        .unwrap();
+    assert_eq!(format!("{days_only:#?}"), format!("{hourly:#?}"));
     assert_eq!(
         recommendations(app, &summarised, now).await,
         recommendations(app, &hourly, now).await
@@ -312,6 +317,21 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     let summarised = equal_both_ways(&app, &ranges, now).await;
     assert_eq!(format!("{summarised:?}"), format!("{before:?}"));
 
+    // Each range's whole closed days as a window: read from it, the same again.
+    let windows = windows_of(&ranges, floor_day(end - Duration::days(14)), today);
+    for &(a, b) in &windows {
+        assert!(
+            matches!(days::build_window(&app.pool, a, b).await.unwrap(), days::Window::Built(n) if n > 0),
+            "{a} - {b}"
+        );
+        assert_eq!(
+            days::build_window(&app.pool, a, b).await.unwrap(),
+            days::Window::UpToDate
+        );
+    }
+    let windowed = equal_both_ways(&app, &ranges, now).await;
+    assert_eq!(format!("{windowed:?}"), format!("{before:?}"));
+
     // A late write to a summarised day: the embedder on a card of another node for an hour, at
     // 30 GiB. The day is stale and read from the hourly rollups until summarised again.
     let late = today - Duration::days(3);
@@ -374,6 +394,21 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     );
     let resummarised = equal_both_ways(&app, &ranges, now).await;
     assert_eq!(format!("{resummarised:?}"), format!("{after:?}"));
+    // The windows holding the late day were built from its summary before: built again, from
+    // the new one; the others are as they were.
+    for &(a, b) in &windows {
+        let built = days::build_window(&app.pool, a, b).await.unwrap();
+        if a <= late && late < b {
+            assert!(
+                matches!(built, days::Window::Built(_)),
+                "{a} - {b}: {built:?}"
+            );
+        } else {
+            assert_eq!(built, days::Window::UpToDate, "{a} - {b}");
+        }
+    }
+    let rebuilt = equal_both_ways(&app, &ranges, now).await;
+    assert_eq!(format!("{rebuilt:?}"), format!("{after:?}"));
 
     // A namespace that changes team from inside a summarised day: its hours from then on change
     // team, and those days are stale until summarised again.
@@ -421,6 +456,67 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
         .await
         .unwrap();
     assert_ne!(format!("{hourly:?}"), format!("{after:?}"));
+
+    // Windows built from the days as they are summarised now are read instead of the days: with
+    // the days' summaries gone too, the windows still give what they gave.
+    for &(a, b) in &windows {
+        let built = days::build_window(&app.pool, a, b).await.unwrap();
+        assert!(
+            matches!(built, days::Window::Built(_)),
+            "{a} - {b}: {built:?}"
+        );
+    }
+    let saved: Vec<(String,)> = sqlx::query_as("select to_json(d)::text from evidence_day d")
+        .fetch_all(&app.pool)
+        .await
+        .unwrap();
+    sqlx::query("delete from evidence_day")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    let from_windows = store::evidence(&app.pool, &ranges, None).await.unwrap();
+    assert_eq!(format!("{from_windows:?}"), format!("{after:?}"));
+    let from_days = store::evidence_from(&app.pool, &ranges, None, store::Source::Days)
+        .await
+        .unwrap();
+    assert_ne!(format!("{from_days:?}"), format!("{after:?}"));
+    for (row,) in &saved {
+        sqlx::query("insert into evidence_day select * from json_populate_record(null::evidence_day, $1::json)")
+            .bind(row)
+            .execute(&app.pool)
+            .await
+            .unwrap();
+    }
+
+    // A window that kept too few of a workload's largest values for a range (here: cut to its
+    // largest compute fraction, where p95 of over 20 values is not the largest) is not used for
+    // that read: the range is read from its days.
+    let cut = sqlx::query(
+        "update evidence_window set compute_top = compute_top[cardinality(compute_top):]
+         where compute_count > 20",
+    )
+    .execute(&app.pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert!(cut > 0);
+    let fallen_back = store::evidence(&app.pool, &ranges, None).await.unwrap();
+    assert_eq!(format!("{fallen_back:?}"), format!("{after:?}"));
+}
+
+/// Each range's whole days from `first` (the first day with usage) to `today`: the window it
+/// reads once built.
+fn windows_of(
+    ranges: &[(DateTime<Utc>, DateTime<Utc>)],
+    first: DateTime<Utc>,
+    today: DateTime<Utc>,
+) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+    ranges
+        .iter()
+        .filter_map(|&(from, to)| {
+            slicemeter::domain::time::whole_days(from.max(first), to.min(today))
+        })
+        .collect()
 }
 
 /// The demo's fleet (seed 42, 16 GPUs, 15-minute windows from 60 s samples, 6-hour batches) for

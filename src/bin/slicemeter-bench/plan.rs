@@ -111,23 +111,25 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
                 .await?
         ),
     );
-    for ((what, team), hourly) in [("fleet", None), ("one team", Some(&team_1))]
-        .into_iter()
-        .zip(&hourly)
-    {
-        let t = Instant::now();
-        let read = store::evidence(&pool, &range, team).await?;
-        line(
-            &format!("evidence, {what}, summaries"),
-            t.elapsed(),
-            floor,
-            &format!("({} groups, equal to the hourly read)", read[0].len()),
-        );
-        anyhow::ensure!(
-            format!("{read:?}") == format!("{hourly:?}"),
-            "the {what}'s evidence from the summaries differs from the hourly rollups'"
-        );
-    }
+    evidence_equal(&pool, &range, &team_1, &hourly, Source::Days, "days", floor).await?;
+    let t = Instant::now();
+    let built = plan::days::build_due_windows(&pool, now).await?;
+    line(
+        "build the windows of days",
+        t.elapsed(),
+        floor,
+        &format!("({})", windows_built(&built)),
+    );
+    evidence_equal(
+        &pool,
+        &range,
+        &team_1,
+        &hourly,
+        Source::Summaries,
+        "windows",
+        floor,
+    )
+    .await?;
 
     let t = Instant::now();
     let recs = plan::recommendations(
@@ -299,4 +301,53 @@ fn reset_peak_rss() {
 
 fn peak_rss_kib() -> Option<u64> {
     crate::common::peak_rss_kib(std::process::id())
+}
+
+/// Right-sizing's evidence of the fleet and of `team` over `range` from `source`, timed, and
+/// checked equal, every field, to `hourly` (the same from the hourly rollups alone).
+async fn evidence_equal(
+    pool: &sqlx::PgPool,
+    range: &[(chrono::DateTime<Utc>, chrono::DateTime<Utc>)],
+    team: &TeamId,
+    hourly: &[Vec<Vec<store::Evidence>>],
+    source: Source,
+    name: &str,
+    floor: Duration,
+) -> anyhow::Result<()> {
+    for ((what, team), hourly) in [("fleet", None), ("one team", Some(team))]
+        .into_iter()
+        .zip(hourly)
+    {
+        let t = Instant::now();
+        let read = store::evidence_from(pool, range, team, source).await?;
+        line(
+            &format!("evidence, {what}, {name}"),
+            t.elapsed(),
+            floor,
+            &format!("({} groups, equal to the hourly read)", read[0].len()),
+        );
+        anyhow::ensure!(
+            format!("{read:?}") == format!("{hourly:?}"),
+            "the {what}'s evidence from the {name} differs from the hourly rollups'"
+        );
+    }
+    Ok(())
+}
+
+type DayRange = (chrono::DateTime<Utc>, chrono::DateTime<Utc>);
+
+/// What a round of building windows did, in words.
+pub fn windows_built(built: &[(DayRange, plan::days::Window)]) -> String {
+    built
+        .iter()
+        .map(|((a, b), w)| {
+            let (a, b) = (a.date_naive(), b.date_naive());
+            match w {
+                plan::days::Window::Built(rows) => format!("{a} to {b}: {rows} rows"),
+                plan::days::Window::UpToDate => format!("{a} to {b}: up to date"),
+                plan::days::Window::NotReady => format!("{a} to {b}: days not summarised"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -307,6 +307,7 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         floor,
         &format!("({summarised} days)"),
     );
+    kept::windows(&pool, floor, line).await?;
     served(&pool, month, floor, args.clients, load_for).await?;
 
     // Last, as it freezes the month: issued, the month is priced from its books.

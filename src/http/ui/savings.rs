@@ -12,8 +12,7 @@ use super::format::{money, number, percent};
 use crate::billing::rate_card::Currency;
 use crate::plan::recommend::{Action, Recommendation, SharedAlternative};
 
-/// The days of data right-sizing judges by on the team page.
-pub const RIGHT_SIZING_DAYS: u32 = 14;
+pub use crate::plan::RIGHT_SIZING_DAYS;
 
 /// One thing a lead can do about one workload's slices.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! `scale --pages-of-schema`: a month a run kept (`SLICEMETER_BENCH_KEEP=1`), opened for its
-//! served pages only, so that two builds' pages are timed on the same rows; the team page's
-//! evidence is first timed alone, in process.
+//! served pages only, so that two builds' pages are timed on the same rows; the days since are
+//! summarised and the windows of days built first, and the team page's evidence is timed alone, in
+//! process.
 
 use std::time::{Duration, Instant};
 
@@ -26,15 +27,21 @@ pub(super) async fn open(
     db::migrate(&pool).await?;
     let (_, floor) = group_by_floor(&pool, month).await?;
     line("SELECT sum() GROUP BY team", floor, floor, "(the floor)");
+    windows(&pool, floor, line).await?;
     // What the team page's evidence costs alone: the month's and right-sizing's 14 days, one read.
     let team = TeamId::parse("team-1")?;
     let ranges = [
         (month.start(), month.end()),
         plan::right_sizing_range(14, Utc::now()),
     ];
-    for pass in ["evidence, team-1, alone", "evidence, team-1, again"] {
+    // From the days' summaries alone (before the windows), then as the page reads it.
+    for (pass, source) in [
+        ("evidence, team-1, days", plan::store::Source::Days),
+        ("evidence, team-1, alone", plan::store::Source::Summaries),
+        ("evidence, team-1, again", plan::store::Source::Summaries),
+    ] {
         let t = Instant::now();
-        let read = plan::store::evidence(&pool, &ranges, Some(&team)).await?;
+        let read = plan::store::evidence_from(&pool, &ranges, Some(&team), source).await?;
         line(
             pass,
             t.elapsed(),
@@ -43,4 +50,31 @@ pub(super) async fn open(
         );
     }
     Ok((pool, floor))
+}
+
+/// What serve's background step does before the pages are read: the closed days since the month
+/// summarised (days with no usage are quick) and the windows of days built, each timed.
+pub(super) async fn windows(
+    pool: &sqlx::PgPool,
+    floor: Duration,
+    line: fn(&str, Duration, Duration, &str),
+) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let t = Instant::now();
+    let round = plan::days::summarise_due(pool, now, 10_000).await?;
+    line(
+        "the days since summarised",
+        t.elapsed(),
+        floor,
+        &format!("({} days)", round.summarised.len()),
+    );
+    let t = Instant::now();
+    let built = plan::days::build_due_windows(pool, now).await?;
+    line(
+        "build the windows of days",
+        t.elapsed(),
+        floor,
+        &format!("({})", crate::plan::windows_built(&built)),
+    );
+    Ok(())
 }
