@@ -147,6 +147,23 @@ async fn run(args: &PlanBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         floor,
         &format!("({} workloads of {} rows)", recs.len(), scanned.0),
     );
+    // What `GET /v1/recommendations?team=team-1` reads and prices.
+    let t = Instant::now();
+    let team_recs = plan::recommendations(
+        &pool,
+        &plan::EvidenceCache::new(Duration::ZERO, Duration::ZERO),
+        Some(&team_1),
+        days,
+        TargetProfile::Default,
+        now,
+    )
+    .await?;
+    line(
+        "recommendations, one team",
+        t.elapsed(),
+        floor,
+        &format!("({} workloads)", team_recs.len()),
+    );
     for (what, right_size) in [
         ("plan, today's profiles", None),
         ("plan, right-sized first", Some(TargetProfile::Default)),
