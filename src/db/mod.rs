@@ -28,6 +28,11 @@ pub fn evidence_day_lock(day: chrono::DateTime<chrono::Utc>) -> i32 {
     i32::try_from(day.timestamp().div_euclid(86_400)).unwrap_or(i32::MAX)
 }
 
+/// The first key of a window of days' advisory lock (migration 0031), its second the window's
+/// first day's (`evidence_day_lock`): one builder of a window at a time (serve's replicas each run
+/// the background step).
+pub const EVIDENCE_WINDOW_LOCK: i32 = 4131;
+
 /// Connects a pool to `url`. With `search_path` the pool works inside that schema only (the ingest
 /// benchmark's scratch schema).
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {

@@ -331,6 +331,33 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     }
     let windowed = equal_both_ways(&app, &ranges, now).await;
     assert_eq!(format!("{windowed:?}"), format!("{before:?}"));
+    // One builder of a window at a time: while another holds its lock, it is left to that one.
+    let (a, b) = windows[0];
+    let mut other = app.pool.acquire().await.unwrap();
+    let lock = (
+        slicemeter::db::EVIDENCE_WINDOW_LOCK,
+        slicemeter::db::evidence_day_lock(a),
+    );
+    sqlx::query("select pg_advisory_lock($1, $2)")
+        .bind(lock.0)
+        .bind(lock.1)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    assert_eq!(
+        days::build_window(&app.pool, a, b).await.unwrap(),
+        days::Window::Busy
+    );
+    sqlx::query("select pg_advisory_unlock($1, $2)")
+        .bind(lock.0)
+        .bind(lock.1)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    assert_eq!(
+        days::build_window(&app.pool, a, b).await.unwrap(),
+        days::Window::UpToDate
+    );
 
     // A late write to a summarised day: the embedder on a card of another node for an hour, at
     // 30 GiB. The day is stale and read from the hourly rollups until summarised again.

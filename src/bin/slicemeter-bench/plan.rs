@@ -363,6 +363,7 @@ pub fn windows_built(built: &[(DayRange, plan::days::Window)]) -> String {
                 plan::days::Window::Built(rows) => format!("{a} to {b}: {rows} rows"),
                 plan::days::Window::UpToDate => format!("{a} to {b}: up to date"),
                 plan::days::Window::NotReady => format!("{a} to {b}: days not summarised"),
+                plan::days::Window::Busy => format!("{a} to {b}: another builder's"),
             }
         })
         .collect::<Vec<_>>()

@@ -1,12 +1,10 @@
 //! The day summaries' SQL: which days are due, one day's summary made anew, how far behind.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
-
-use crate::domain::time::{Month, floor_day, whole_days};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::team::TeamId;
+use crate::domain::time::{Month, floor_day, whole_days};
 use crate::plan::merge::{Merged, WindowPartial};
 use crate::plan::store::{EvidenceGroup, day_rows, evidence_settings, pairs_sql, partial_sql};
 
@@ -155,6 +153,8 @@ pub enum Window {
     UpToDate,
     /// A day of it is not summarised, or is stale: left for a later round.
     NotReady,
+    /// Another builder holds it: left to that one.
+    Busy,
 }
 
 /// The windows of closed days the product reads at `now` (`evidence_window`, migration 0031): the
@@ -223,11 +223,21 @@ pub async fn build_window(
     sqlx::query("set transaction isolation level repeatable read")
         .execute(&mut *tx)
         .await?;
-    let days: Vec<DateTime<Utc>> = std::iter::successors(Some(first_day), |d| {
-        Some(*d + chrono::Duration::hours(24)).filter(|d| *d < last_day)
-    })
-    .filter(|d| *d < last_day)
-    .collect();
+    // Windows that start on the same day share a lock: a false wait at most, never two builders
+    // of one window deleting and writing its rows at once.
+    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1, $2)")
+        .bind(crate::db::EVIDENCE_WINDOW_LOCK)
+        .bind(crate::db::evidence_day_lock(first_day))
+        .fetch_one(&mut *tx)
+        .await?;
+    if !locked {
+        tx.rollback().await?;
+        return Ok(Window::Busy);
+    }
+    let days: Vec<DateTime<Utc>> =
+        std::iter::successors(Some(first_day), |d| Some(*d + chrono::Duration::hours(24)))
+            .take_while(|d| *d < last_day)
+            .collect();
     let (seen, stale): (Vec<DateTime<Utc>>, bool) = sqlx::query_as(
         "select coalesce((select array_agg(d.summarised_at order by d.day) from evidence_day_done d
                           where d.day >= $1 and d.day < $2), '{}'),
@@ -259,7 +269,7 @@ pub async fn build_window(
         .await?;
     evidence_settings(&mut tx).await?;
     // A team at a time: a large fleet's month of summaries is millions of rows.
-    let teams: Vec<crate::domain::team::TeamId> =
+    let teams: Vec<TeamId> =
         sqlx::query_scalar("select distinct team_id from evidence_day where day = any($1)")
             .bind(&days)
             .fetch_all(&mut *tx)
