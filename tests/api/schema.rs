@@ -242,6 +242,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
             "book_gpu",
             "book_slice",
             "evidence_day",
+            "evidence_window",
             "gpu_daily",
             "gpu_hourly",
             "gpu_presence",
@@ -316,8 +317,9 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
         );
     }
     // Only what 0019, 0020, 0022 and 0023 changed, and the tables added since (0026's
-    // `unit_definition`, 0029's `evidence_day` and its state tables, 0030's `book_gpu`): the
-    // other distributed tables were keyed by the GPU already.
+    // `unit_definition`, 0029's `evidence_day` and its state tables, 0030's `book_gpu`, 0031's
+    // `evidence_window` and its state table): the other distributed tables were keyed by the GPU
+    // already.
     for f in &found {
         assert!(
             [
@@ -332,6 +334,7 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
                 "unit_definition",
                 "book_gpu",
                 "evidence_day",
+                "evidence_window",
             ]
             .iter()
             .any(|t| f.starts_with(t)),
