@@ -5,30 +5,38 @@
 use axum::http::StatusCode;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use slicemeter::domain::time::{floor_day, floor_hour};
+use slicemeter::domain::time::{Month, floor_day, floor_hour};
 use slicemeter::plan::{self, days, recommend::TargetProfile, store};
 
 use crate::support::*;
 
-const GIB: i64 = 1 << 30;
+pub(crate) const GIB: i64 = 1 << 30;
 const MIG_GPU: &str = "GPU-00000000-0000-4000-8000-000000004100";
 const MPS_GPU: &str = "GPU-00000000-0000-4000-8000-000000004200";
 const TS_GPU: &str = "GPU-00000000-0000-4000-8000-000000004300";
 const LATE_GPU: &str = "GPU-00000000-0000-4000-8000-000000004400";
 
-fn gpu(uuid: &str, mig: bool) -> Value {
+pub(crate) fn gpu(uuid: &str, mig: bool) -> Value {
     json!({"uuid": uuid, "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
            "compute_slices": 7, "memory_slices": 8, "mig_enabled": mig})
 }
 
-fn mig(uuid: &str, gpu: &str, profile: &str, id: i64, c: i64, m: i64, bytes: i64) -> Value {
+pub(crate) fn mig(
+    uuid: &str,
+    gpu: &str,
+    profile: &str,
+    id: i64,
+    c: i64,
+    m: i64,
+    bytes: i64,
+) -> Value {
     json!({"uuid": uuid, "gpu_uuid": gpu, "kind": "mig", "profile": profile, "profile_id": id,
            "compute_slices": c, "memory_slices": m, "memory_bytes": bytes})
 }
 
 /// An hour of `slice` held from `start` by pod `pod` of Deployment `app` in namespace `ns`, at
 /// `peak` bytes and `busy` of its compute (none: not measured).
-fn hour(
+pub(crate) fn hour(
     slice: &str,
     start: DateTime<Utc>,
     ns: &str,
@@ -49,7 +57,7 @@ fn hour(
     w
 }
 
-async fn post(
+pub(crate) async fn post(
     app: &TestApp,
     node: &str,
     from: DateTime<Utc>,
@@ -293,10 +301,12 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
         recs[0]
     );
 
-    // Every closed day summarised: nothing lags, and the days come from their summaries.
+    // Every closed day summarised, from the first of the month the usage starts in (those before
+    // it empty): nothing lags, and the days come from their summaries.
     let round = days::summarise_due(&app.pool, now, 100).await.unwrap();
     let closed = (today - floor_day(end - Duration::days(14))).num_days() as usize;
-    assert_eq!(round.summarised.len(), closed);
+    let from_month = (today - Month::of(end - Duration::days(14)).start()).num_days() as usize;
+    assert_eq!(round.summarised.len(), from_month);
     assert_eq!(
         round.summarised[0].0,
         today - Duration::days(1),
@@ -318,7 +328,8 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     assert_eq!(format!("{summarised:?}"), format!("{before:?}"));
 
     // Each range's whole closed days as a window: read from it, the same again.
-    let windows = windows_of(&ranges, floor_day(end - Duration::days(14)), today);
+    // The days summarised start on the first of the month the usage starts in.
+    let windows = windows_of(&ranges, Month::of(end - Duration::days(14)).start(), today);
     for &(a, b) in &windows {
         assert!(
             matches!(days::build_window(&app.pool, a, b).await.unwrap(), days::Window::Built(n) if n > 0),
@@ -531,7 +542,7 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     assert_eq!(format!("{fallen_back:?}"), format!("{after:?}"));
 }
 
-/// Each range's whole days from `first` (the first day with usage) to `today`: the window it
+/// Each range's whole days from `first` (the first day summarised) to `today`: the window it
 /// reads once built.
 fn windows_of(
     ranges: &[(DateTime<Utc>, DateTime<Utc>)],
@@ -569,8 +580,12 @@ async fn the_demo_fleets_evidence_from_day_summaries_equals_the_hourly_rollups()
     ];
     let before = equal_both_ways(&app, &ranges, now).await;
     assert!(before[1].len() > 10, "{before:?}");
+    // Each closed day from the first of the month the usage starts in.
     let round = days::summarise_due(&app.pool, now, 100).await.unwrap();
-    assert_eq!(round.summarised.len(), 9);
+    assert_eq!(
+        round.summarised.len() as i64,
+        (floor_day(now) - Month::of(from).start()).num_days()
+    );
     let after = equal_both_ways(&app, &ranges, now).await;
     assert_eq!(format!("{after:?}"), format!("{before:?}"));
 }

@@ -26,11 +26,13 @@ impl Lag {
     }
 }
 
-/// The days from the first with usage to `last` that need a summary (none, or a stale one), the
-/// newest first, at most `most`.
+/// The days from the first of the month of the first usage to `last` that need a summary (none,
+/// or a stale one), the newest first, at most `most`. The days of that month before the first
+/// usage are summarised too (empty), so that the month's windows and its month rollup
+/// (`reports::month_rollup`) cover it from its first day.
 const DUE: &str =
-    "select g.day from generate_series((select min(day) from usage_daily), $1::timestamptz,
-                                        interval '24 hours') g(day)
+    "select g.day from generate_series(date_trunc('month', (select min(day) from usage_daily), 'UTC'),
+                                        $1::timestamptz, interval '24 hours') g(day)
                    where not exists (select from evidence_day_done x where x.day = g.day)
                       or exists (select from evidence_day_stale s where s.day = g.day)
                    order by g.day desc limit $2";
@@ -39,8 +41,9 @@ const DUE: &str =
 pub async fn lag(pool: &PgPool, now: DateTime<Utc>) -> Result<Lag, sqlx::Error> {
     let last = floor_day(now) - chrono::Duration::hours(24);
     let (days, oldest): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
-        "select count(*), min(g.day) from generate_series((select min(day) from usage_daily),
-                                                          $1::timestamptz, interval '24 hours') g(day)
+        "select count(*), min(g.day)
+         from generate_series(date_trunc('month', (select min(day) from usage_daily), 'UTC'),
+                              $1::timestamptz, interval '24 hours') g(day)
          where not exists (select from evidence_day_done x where x.day = g.day)
             or exists (select from evidence_day_stale s where s.day = g.day)",
     )
