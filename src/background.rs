@@ -1,7 +1,8 @@
 //! The work a server does beside answering requests, started by `serve` (and `demo`) with the HTTP
 //! server and stopped after it: the partitions of this month and the next two kept ahead and the
 //! raw windows past retention dropped (every hour), the alerts worker (`alerts::worker`), and
-//! right-sizing's evidence of closed days summarised (`plan::days`, a few days a round).
+//! right-sizing's evidence of closed days summarised (`plan::days`, a few days a round), with the
+//! month rollups built from the days summarised (`reports::month_rollup`).
 //! Nothing here answers a request; the HTTP layer neither starts nor knows it.
 
 use std::sync::Arc;
@@ -104,9 +105,9 @@ fn keep_partitions(pool: PgPool, partitions: Arc<Partitions>, limits: Limits) ->
 }
 
 /// Summarises right-sizing's evidence of the closed days that need it (`plan::days`), a few a
-/// round, the newest first, builds the windows of days the pages read from them, and shows how
-/// far behind it is: the closed days read from the hourly
-/// rollups for want of a summary, and how long ago the oldest of them ended.
+/// round, the newest first, builds the windows of days and the month rollups the pages read from
+/// them, and shows how far behind it is: the closed days read from the hourly rollups for want of
+/// a summary, and how long ago the oldest of them ended.
 fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
     use crate::plan::days;
     tokio::spawn(async move {
@@ -135,6 +136,24 @@ fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "Building the windows of right-sizing's evidence failed; their days are read meanwhile.")
+                }
+            }
+            match crate::reports::month_rollup::build_due(
+                &pool,
+                Utc::now(),
+                crate::reports::month_rollup::MONTHS_PER_ROUND,
+            )
+            .await
+            {
+                Ok(built) => {
+                    for (month, b) in &built {
+                        if let crate::reports::month_rollup::Built::Built(rows) = b {
+                            tracing::debug!(%month, rows, "Built a month rollup.");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "Building the month rollups failed; their days are read meanwhile.")
                 }
             }
             let now = Utc::now();

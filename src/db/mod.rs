@@ -33,6 +33,10 @@ pub fn evidence_day_lock(day: chrono::DateTime<chrono::Utc>) -> i32 {
 /// the background step).
 pub const EVIDENCE_WINDOW_LOCK: i32 = 4131;
 
+/// The first key of a month rollup's advisory lock (migration 0032), its second the month's first
+/// day's (`evidence_day_lock`): one builder of a month at a time.
+pub const MONTH_ROLLUP_LOCK: i32 = 4132;
+
 /// Connects a pool to `url`. With `search_path` the pool works inside that schema only (the ingest
 /// benchmark's scratch schema).
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {

@@ -9,6 +9,7 @@ pub mod allocation;
 pub mod forecast;
 pub mod gauges;
 pub mod ledger;
+pub mod month_rollup;
 pub mod monthly;
 pub mod service;
 pub mod slices;

@@ -45,13 +45,58 @@ pub async fn usage_sums(
                from rate_card r
                where r.effective_from <> date_trunc('day', r.effective_from, 'UTC')
                  and r.effective_from >= $5 and r.effective_from < $6),
+           -- Month rollups read for a month's first whole days, up to `through` (`$18`: the
+           -- step is a month): those whose days are summarised as they were when it was built,
+           -- none of them stale since, all under one rate card version.
+           months as materialized (
+               select m.month, m.through
+               from usage_month_done m
+               where $18 and not $17 and m.month >= $5 and m.through <= $6
+                 and m.seen = array(select d.summarised_at from evidence_day_done d
+                                    where d.day >= m.month and d.day < m.through
+                                    order by d.day)
+                 and not exists (select from evidence_day_stale s
+                                 where s.day >= m.month and s.day < m.through)
+                 and not exists (select from rate_card r
+                                 where r.effective_from > m.month
+                                   and r.effective_from < m.through)),
+           -- Where a month rollup is read, the whole days none covers: before, between and after
+           -- them.
+           day_ranges as (
+               select r.lo, r.hi
+               from (select coalesce(lag(m.through) over (order by m.month), $5) as lo,
+                            m.month as hi
+                     from months m
+                     union all
+                     select max(m.through), $6 from months m) r
+               where r.lo < r.hi),
            rollup as not materialized (
                select d.day as at, d.slice_id, d.consumer_id, d.team_id, d.held_seconds,
                       d.compute_known_seconds, d.compute_active_seconds, d.memory_byte_seconds,
                       d.window_count
                from usage_daily d
                where d.day >= $5 and d.day < $6 and d.day not in (select day from split)
-                 and not $17
+                 and not $17 and not exists (select from months)
+               union all
+               -- Each range its own read of the day rollup's key (`offset 0`: planned on its own,
+               -- for each range), not a scan of every day of the months it touches.
+               select d.day, d.slice_id, d.consumer_id, d.team_id, d.held_seconds,
+                      d.compute_known_seconds, d.compute_active_seconds, d.memory_byte_seconds,
+                      d.window_count
+               from day_ranges r
+               cross join lateral (
+                   select * from usage_daily d
+                   where d.day >= r.lo and d.day < r.hi and d.day not in (select day from split)
+                     and ($4::text is null or d.team_id = $4)
+                   offset 0) d
+               union all
+               -- A month rollup's row at its month's first hour, whose rate card version is the
+               -- one of each of its days.
+               select m.month, m.slice_id, m.consumer_id, m.team_id, m.held_seconds,
+                      m.compute_known_seconds, m.compute_active_seconds, m.memory_byte_seconds,
+                      m.window_count
+               from months x
+               join usage_month m on m.month = x.month
                -- The hours before the first whole day and from the last on (all of them when
                -- there is none), and split days': ranges of the key, so that a month of whole
                -- days reads no hourly row at all.
@@ -212,7 +257,8 @@ pub async fn usage_sums(
         group_by.has(&Dimension::Dcgm(DcgmLabel::GpuIId)),
         group_by.has_dra_claim(),
         step != Step::Month && !group_by.has_consumer_field(),
-        step != Step::Hour && group_by.fits_team_days()
+        step != Step::Hour && group_by.fits_team_days(),
+        step == Step::Month
     )
     .fetch_all(pool)
     .await?;

@@ -23,6 +23,7 @@ mod ingest_props;
 mod kubelet;
 mod metrics;
 mod midpoints;
+mod month_rollup;
 mod nvml;
 mod openapi;
 mod opencost;

@@ -249,6 +249,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
             "occupancy",
             "usage_daily",
             "usage_hourly",
+            "usage_month",
             "usage_month_days",
             "usage_team_daily"
         ])
@@ -318,8 +319,8 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
     }
     // Only what 0019, 0020, 0022 and 0023 changed, and the tables added since (0026's
     // `unit_definition`, 0029's `evidence_day` and its state tables, 0030's `book_gpu`, 0031's
-    // `evidence_window` and its state table): the other distributed tables were keyed by the GPU
-    // already.
+    // `evidence_window` and 0032's `usage_month`, each with its state table): the other
+    // distributed tables were keyed by the GPU already.
     for f in &found {
         assert!(
             [
@@ -335,6 +336,7 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
                 "book_gpu",
                 "evidence_day",
                 "evidence_window",
+                "usage_month",
             ]
             .iter()
             .any(|t| f.starts_with(t)),

@@ -1,7 +1,7 @@
 //! `scale --pages-of-schema`: a month a run kept (`SLICEMETER_BENCH_KEEP=1`), opened for its
 //! served pages only, so that two builds' pages are timed on the same rows; the days since are
-//! summarised and the windows of days built first, and the team page's evidence is timed alone, in
-//! process.
+//! summarised and the windows of days and the month rollups built first, and the team page's
+//! evidence is timed alone, in process.
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use slicemeter::db;
 use slicemeter::domain::team::TeamId;
 use slicemeter::domain::time::Month;
 use slicemeter::plan;
+use slicemeter::reports;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::common::group_by_floor;
@@ -53,7 +54,8 @@ pub(super) async fn open(
 }
 
 /// What serve's background step does before the pages are read: the closed days since the month
-/// summarised (days with no usage are quick) and the windows of days built, each timed.
+/// summarised (days with no usage are quick), the windows of days and the month rollups built,
+/// each timed.
 pub(super) async fn windows(
     pool: &sqlx::PgPool,
     floor: Duration,
@@ -75,6 +77,15 @@ pub(super) async fn windows(
         t.elapsed(),
         floor,
         &format!("({})", crate::plan::windows_built(&built)),
+    );
+    let t = Instant::now();
+    let built = reports::month_rollup::build_due(pool, now, 100).await?;
+    let months: Vec<String> = built.iter().map(|(m, b)| format!("{m}: {b:?}")).collect();
+    line(
+        "build the month rollups",
+        t.elapsed(),
+        floor,
+        &format!("({})", months.join("; ")),
     );
     Ok(())
 }

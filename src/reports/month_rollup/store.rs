@@ -1,0 +1,140 @@
+//! The month rollup's SQL: the closed days' state, the rollups built, one month built anew.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, PgPool};
+
+use super::cover::{Cover, DayState, cover, due};
+use crate::domain::time::{Month, floor_day};
+
+/// What [`build_month`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Built {
+    /// Built anew, with this many rows.
+    Built(u64),
+    /// Built already from its days as they are summarised now.
+    UpToDate,
+    /// The month's first closed day is not summarised, or is stale: left for a later round.
+    NotReady,
+    /// Another builder holds it: left to that one.
+    Busy,
+}
+
+/// The closed days from `$1` to before `$2`, each with when it was summarised and whether it is
+/// stale, in order.
+const DAYS: &str = "select g.day, x.summarised_at,
+                           exists (select from evidence_day_stale s where s.day = g.day) as stale
+                    from generate_series($1::timestamptz, $2::timestamptz - interval '24 hours',
+                                         interval '24 hours') g(day)
+                    left join evidence_day_done x on x.day = g.day
+                    order by g.day";
+
+/// Builds at most `most` of the month rollups that are missing or not what their days are now,
+/// the newest first, from the month of the first usage to the day before `now`'s.
+pub async fn build_due(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    most: usize,
+) -> Result<Vec<(Month, Built)>, sqlx::Error> {
+    let today = floor_day(now);
+    let first: Option<DateTime<Utc>> =
+        sqlx::query_scalar("select date_trunc('month', min(day), 'UTC') from usage_daily")
+            .fetch_one(pool)
+            .await?;
+    let Some(first) = first.filter(|f| *f < today) else {
+        return Ok(Vec::new());
+    };
+    let days: Vec<DayState> = sqlx::query_as(DAYS)
+        .bind(first)
+        .bind(today)
+        .fetch_all(pool)
+        .await?;
+    let built: Vec<Cover> = sqlx::query_as("select month, through, seen from usage_month_done")
+        .fetch_all(pool)
+        .await?;
+    let mut out = Vec::new();
+    for month in due(&days, &built).into_iter().take(most) {
+        out.push((month, build_month(pool, month, now).await?));
+    }
+    Ok(out)
+}
+
+/// Makes `month`'s rollup anew from the day rollup, in one transaction, over its first closed days
+/// that are summarised and not stale at `now`, unless it was built from them already.
+pub async fn build_month(
+    pool: &PgPool,
+    month: Month,
+    now: DateTime<Utc>,
+) -> Result<Built, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    // The days' state and their rows read in one snapshot: a write that lands after it marks its
+    // day stale, and the rollup is not read until built again.
+    sqlx::query("set transaction isolation level repeatable read")
+        .execute(&mut *tx)
+        .await?;
+    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1, $2)")
+        .bind(crate::db::MONTH_ROLLUP_LOCK)
+        .bind(crate::db::evidence_day_lock(month.start()))
+        .fetch_one(&mut *tx)
+        .await?;
+    if !locked {
+        tx.rollback().await?;
+        return Ok(Built::Busy);
+    }
+    let days: Vec<DayState> = sqlx::query_as(DAYS)
+        .bind(month.start())
+        .bind(month.end().min(floor_day(now)))
+        .fetch_all(&mut *tx)
+        .await?;
+    let Some(cover) = cover(month, &days) else {
+        tx.rollback().await?;
+        return Ok(Built::NotReady);
+    };
+    let built: Option<Cover> =
+        sqlx::query_as("select month, through, seen from usage_month_done where month = $1")
+            .bind(month.start())
+            .fetch_optional(&mut *tx)
+            .await?;
+    if built.as_ref() == Some(&cover) {
+        tx.rollback().await?;
+        return Ok(Built::UpToDate);
+    }
+    let rows = write_month(&mut tx, &cover).await?;
+    tx.commit().await?;
+    Ok(Built::Built(rows))
+}
+
+/// Replaces the month's rows with the day rollup's sums over `[month, through)`, and records what
+/// they cover.
+async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::Error> {
+    sqlx::query("delete from usage_month where month = $1")
+        .bind(cover.month)
+        .execute(&mut *tx)
+        .await?;
+    let rows = sqlx::query(
+        "insert into usage_month (month, team_id, slice_id, gpu_id, consumer_id, held_seconds,
+                                  memory_byte_seconds, compute_active_seconds,
+                                  compute_known_seconds, window_count)
+         select $1, d.team_id, d.slice_id, d.gpu_id, d.consumer_id, sum(d.held_seconds),
+                sum(d.memory_byte_seconds), sum(d.compute_active_seconds),
+                sum(d.compute_known_seconds), sum(d.window_count)
+         from usage_daily d
+         where d.day >= $1 and d.day < $2
+         group by d.team_id, d.slice_id, d.gpu_id, d.consumer_id",
+    )
+    .bind(cover.month)
+    .bind(cover.through)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    sqlx::query(
+        "insert into usage_month_done (month, through, seen, built_at) values ($1, $2, $3, now())
+         on conflict (month) do update
+         set through = excluded.through, seen = excluded.seen, built_at = excluded.built_at",
+    )
+    .bind(cover.month)
+    .bind(cover.through)
+    .bind(&cover.seen)
+    .execute(&mut *tx)
+    .await?;
+    Ok(rows)
+}
