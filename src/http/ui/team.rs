@@ -75,10 +75,6 @@ async fn team_month(
     month: Month,
     evidence_wait: Option<Duration>,
 ) -> Result<TeamMonth, UiError> {
-    let cards = billing::rate_cards(&state.pool).await?;
-    let report =
-        reports::monthly_report(&state.pool, &state.reports, month, Utc::now(), Some(team)).await?;
-    let currency = currency_of(&report, &cards);
     // The month's evidence (its workload table) and right-sizing's, read in one scan.
     let now = Utc::now();
     let ranges = [
@@ -96,12 +92,19 @@ async fn team_month(
             }
         }
     };
-    // The workloads' costs are read while the evidence is waited for.
-    let (evidence, usage) = tokio::join!(evidence, workloads::usage(state, team, month));
-    let (evidence, usage) = (
+    // The month's report and the workloads' costs are read while the evidence is waited for.
+    let (cards, report, evidence, usage) = tokio::join!(
+        billing::rate_cards(&state.pool),
+        reports::monthly_report(&state.pool, &state.reports, month, now, Some(team)),
+        evidence,
+        workloads::usage(state, team, month)
+    );
+    let (report, evidence, usage) = (
+        report?,
         evidence.map_err(ApiError::from)?,
         usage.map_err(ApiError::from)?,
     );
+    let currency = currency_of(&report, &cards?);
     let recommendations = match &evidence {
         Some(e) => Some(
             plan::recommend_all(&state.pool, &e[1], TargetProfile::Default, now)
