@@ -10,13 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use futures_util::StreamExt;
 use slicemeter::billing::service as billing;
 use slicemeter::db;
 use slicemeter::domain::access::Actor;
 use slicemeter::domain::time::Month;
-use slicemeter::exports::focus::Version;
-use slicemeter::exports::service::{self as exports, ExportConfig};
 use slicemeter::plan;
 use slicemeter::reports::service as reports;
 use slicemeter::reports::store as report_store;
@@ -26,6 +23,7 @@ use slicemeter::http::state::ServerConfig;
 
 use crate::fill;
 
+mod focus;
 mod kept;
 mod split;
 
@@ -251,58 +249,7 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         floor,
         &format!("({} rows)", by_workload.rows.len()),
     );
-    let t = Instant::now();
-    let mut stream = Box::pin(
-        exports::focus(
-            &pool,
-            &cache,
-            month,
-            None,
-            Arc::new(ExportConfig::default()),
-            Version::default(),
-        )
-        .await?,
-    );
-    let mut first = None;
-    let mut bytes = 0usize;
-    while let Some(chunk) = stream.next().await {
-        first.get_or_insert_with(|| t.elapsed());
-        bytes += chunk?.len();
-    }
-    let total = t.elapsed();
-    line(
-        "FOCUS export, first byte",
-        first.unwrap_or(total),
-        floor,
-        "",
-    );
-    // The export's rows read alone, as the export reads them and nothing more (issue 42: the
-    // export within 2x of this): after the export, so that it finds the same pages cached.
-    let t = Instant::now();
-    let mut conn = pool.acquire().await?;
-    let mut rows = report_store::slice_days(&mut conn, month, false, None);
-    let mut read = 0usize;
-    while let Some(row) = rows.next().await {
-        row?;
-        read += 1;
-    }
-    drop(rows);
-    let rows_alone = t.elapsed();
-    line(
-        "FOCUS export, all of it",
-        total,
-        floor,
-        &format!(
-            "({bytes} bytes; {:.2}x its rows read alone)",
-            total.as_secs_f64() / rows_alone.as_secs_f64()
-        ),
-    );
-    line(
-        "FOCUS export's rows, read alone",
-        rows_alone,
-        floor,
-        &format!("({read} slice-days)"),
-    );
+    focus::export(&pool, &cache, month, floor, line).await?;
     let load_for = if args.smoke {
         Duration::from_secs(2)
     } else {
