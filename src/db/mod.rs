@@ -28,6 +28,21 @@ pub fn evidence_day_lock(day: chrono::DateTime<chrono::Utc>) -> i32 {
     i32::try_from(day.timestamp().div_euclid(86_400)).unwrap_or(i32::MAX)
 }
 
+/// Takes the transaction-scoped advisory lock (`class`, [`evidence_day_lock`] of `day`) without
+/// waiting: false when another session holds it. The day summaries, windows of days and month
+/// rollups each take theirs so.
+pub async fn try_day_lock(
+    tx: &mut PgConnection,
+    class: i32,
+    day: chrono::DateTime<chrono::Utc>,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("select pg_try_advisory_xact_lock($1, $2)")
+        .bind(class)
+        .bind(evidence_day_lock(day))
+        .fetch_one(tx)
+        .await
+}
+
 /// The first key of a window of days' advisory lock (migration 0031), its second the window's
 /// first day's (`evidence_day_lock`): one builder of a window at a time (serve's replicas each run
 /// the background step).

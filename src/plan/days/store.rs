@@ -91,12 +91,7 @@ pub async fn summarise_due(
 /// when a write to the day holds its lock.
 pub async fn summarise_day(pool: &PgPool, day: DateTime<Utc>) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1, $2)")
-        .bind(crate::db::EVIDENCE_DAY_LOCK)
-        .bind(crate::db::evidence_day_lock(day))
-        .fetch_one(&mut *tx)
-        .await?;
-    if !locked {
+    if !crate::db::try_day_lock(&mut tx, crate::db::EVIDENCE_DAY_LOCK, day).await? {
         tx.rollback().await?;
         return Ok(false);
     }
@@ -228,12 +223,7 @@ pub async fn build_window(
         .await?;
     // Windows that start on the same day share a lock: a false wait at most, never two builders
     // of one window deleting and writing its rows at once.
-    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1, $2)")
-        .bind(crate::db::EVIDENCE_WINDOW_LOCK)
-        .bind(crate::db::evidence_day_lock(first_day))
-        .fetch_one(&mut *tx)
-        .await?;
-    if !locked {
+    if !crate::db::try_day_lock(&mut tx, crate::db::EVIDENCE_WINDOW_LOCK, first_day).await? {
         tx.rollback().await?;
         return Ok(Window::Busy);
     }

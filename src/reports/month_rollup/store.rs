@@ -71,12 +71,7 @@ pub async fn build_month(
     sqlx::query("set transaction isolation level repeatable read")
         .execute(&mut *tx)
         .await?;
-    let locked: bool = sqlx::query_scalar("select pg_try_advisory_xact_lock($1, $2)")
-        .bind(crate::db::MONTH_ROLLUP_LOCK)
-        .bind(crate::db::evidence_day_lock(month.start()))
-        .fetch_one(&mut *tx)
-        .await?;
-    if !locked {
+    if !crate::db::try_day_lock(&mut tx, crate::db::MONTH_ROLLUP_LOCK, month.start()).await? {
         tx.rollback().await?;
         return Ok(Built::Busy);
     }
