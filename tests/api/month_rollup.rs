@@ -114,6 +114,18 @@ async fn tamper(app: &TestApp, month: Month) {
     assert!(n > 0, "{month} has a rollup");
 }
 
+/// Builds `month`'s rollup anew, as if never built: what undoes [`tamper`].
+async fn build_anew(app: &TestApp, month: Month, now: DateTime<Utc>) -> Built {
+    sqlx::query("delete from usage_month_done where month = $1")
+        .bind(month.start())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    month_rollup::build_month(&app.pool, month, now)
+        .await
+        .unwrap()
+}
+
 // long: one fleet's story in order (read from days, rollups built, tampered, a late write, built
 // again, a rate card version mid-month), each step checked against the one before
 #[tokio::test]
@@ -165,17 +177,7 @@ async fn a_month_by_workload_reads_its_rollup_only_while_its_days_are_as_the_rol
     let tampered = rows_of(&report(&app, last).await, last);
     let doubled = tampered.iter().find(|r| r.1 == "embedder").unwrap();
     assert_eq!(doubled.3, (2 * hours).to_string(), "{tampered:?}");
-    sqlx::query("delete from usage_month_done where month = $1")
-        .bind(last.start())
-        .execute(&app.pool)
-        .await
-        .unwrap();
-    assert!(matches!(
-        month_rollup::build_month(&app.pool, last, now)
-            .await
-            .unwrap(),
-        Built::Built(_)
-    ));
+    assert!(matches!(build_anew(&app, last, now).await, Built::Built(_)));
     assert_eq!(report(&app, last).await, before);
 
     // A late write to the last month's 10th: an hour of the embedder on another card. The day is
@@ -226,14 +228,7 @@ async fn a_month_by_workload_reads_its_rollup_only_while_its_days_are_as_the_rol
     assert_eq!(report(&app, last).await, with_late);
     tamper(&app, last).await;
     assert_ne!(report(&app, last).await, with_late);
-    sqlx::query("delete from usage_month_done where month = $1")
-        .bind(last.start())
-        .execute(&app.pool)
-        .await
-        .unwrap();
-    month_rollup::build_month(&app.pool, last, now)
-        .await
-        .unwrap();
+    build_anew(&app, last, now).await;
     assert_eq!(report(&app, last).await, with_late);
 
     // A rate card version from the last month's 15th prices its days under two versions: the
