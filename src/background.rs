@@ -157,6 +157,12 @@ fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
                 }
             }
             let now = Utc::now();
+            match crate::reports::month_rollup::months_due(&pool, now).await {
+                Ok(due) => metrics::gauge!("slicemeter_month_rollups_due").set(due.len() as f64),
+                Err(e) => {
+                    tracing::warn!(error = %e, "Reading which month rollups are due failed.")
+                }
+            }
             match days::lag(&pool, now).await {
                 Ok(lag) => {
                     metrics::gauge!("slicemeter_evidence_days_unsummarised").set(lag.days as f64);

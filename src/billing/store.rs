@@ -81,7 +81,10 @@ pub async fn issued_periods(
 /// rate card version): what billing prices (`period_slice_sums`), the names the exports print, and
 /// the day rollups' rows as arrays that `period_slice_day` unnests, a day once per consumer of the
 /// team (gathered as they are, not summed per day first: migration 0021). A month of 10,000 GPUs
-/// is then 70,000 rows, not 2.1 million slice-days beside 70,000 sums (migration 0020).
+/// is then 70,000 rows, not 2.1 million slice-days beside 70,000 sums (migration 0020). Those rows
+/// are the month rollup by slice's (`usage_month_slice`, migration 0033) when it covers the whole
+/// month and may be read, else gathered from the day rollup: the same rows either way, each
+/// slice's days perhaps in another order.
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
     let p = month.first_day();
     // The book first: an issued month's refuses (`book_frozen`), and its rows then go with it.
@@ -101,13 +104,32 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
         .await?;
     sqlx::query!(
         "with b as (insert into book (period) values ($1) returning period),
-              k as (select u.slice_id, u.team_id, u.rate_card_id, sum(u.windows)::int8 as windows,
-                           min(u.day) as first_day, sum(u.held) as held, sum(u.known) as known,
-                           sum(u.active) as active, sum(u.memory) as memory,
-                           array_agg(u.day) as days, array_agg(u.windows) as day_windows,
-                           array_agg(u.held) as day_held, array_agg(u.known) as day_known,
-                           array_agg(u.active) as day_active, array_agg(u.memory) as day_memory
+              -- The month rollup by slice where it covers every day of the month and may be
+              -- read: one rate card version then prices the whole month.
+              whole as materialized (
+                    select from month_rollups_valid($1::timestamp at time zone 'UTC',
+                                                    ($1 + interval '1 month') at time zone 'UTC') v
+                    where v.month = $1::timestamp at time zone 'UTC'
+                      and v.through = ($1 + interval '1 month') at time zone 'UTC'),
+              k as (select m.slice_id, m.team_id,
+                           (select r.rate_card_id from rate_card_span r
+                            where $1::timestamp at time zone 'UTC' >= r.effective_from
+                              and (r.effective_until is null
+                                   or $1::timestamp at time zone 'UTC' < r.effective_until))
+                             as rate_card_id,
+                           m.windows, m.first_day, m.held_seconds as held,
+                           m.known_seconds as known, m.active_seconds as active,
+                           m.memory_byte_seconds as memory, m.days, m.day_windows, m.day_held,
+                           m.day_known, m.day_active, m.day_memory
+                    from usage_month_slice m
+                    where m.month = $1::timestamp at time zone 'UTC' and exists (select from whole)
+                    union all
+                    select u.slice_id, u.team_id, u.rate_card_id, sum(u.windows)::int8,
+                           min(u.day), sum(u.held), sum(u.known), sum(u.active), sum(u.memory),
+                           array_agg(u.day), array_agg(u.windows), array_agg(u.held),
+                           array_agg(u.known), array_agg(u.active), array_agg(u.memory)
                     from period_usage_days($1) u
+                    where not exists (select from whole)
                     group by u.slice_id, u.team_id, u.rate_card_id),
               u as (insert into book_slice
                     select $1, k.team_id, coalesce(t.display_name, k.team_id), t.cost_center,

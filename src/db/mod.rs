@@ -197,7 +197,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// [`migrate`] applies after the migrations every time (`create or replace`, so a changed
 /// definition reaches every database, once). A change of a function's arguments or result type
 /// needs a migration that drops the old one first.
-pub const FUNCTIONS: [(&str, &str); 25] = [
+pub const FUNCTIONS: [(&str, &str); 26] = [
     (
         "audit_log_append_only",
         include_str!("functions/audit_log_append_only.sql"),
@@ -247,6 +247,10 @@ pub const FUNCTIONS: [(&str, &str); 25] = [
     (
         "invoice_line_frozen",
         include_str!("functions/invoice_line_frozen.sql"),
+    ),
+    (
+        "month_rollups_valid",
+        include_str!("functions/month_rollups_valid.sql"),
     ),
     (
         "namespace_team_at",

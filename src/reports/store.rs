@@ -46,20 +46,11 @@ pub async fn usage_sums(
                where r.effective_from <> date_trunc('day', r.effective_from, 'UTC')
                  and r.effective_from >= $5 and r.effective_from < $6),
            -- Month rollups read for a month's first whole days, up to `through` (`$18`: the
-           -- step is a month): those whose days are summarised as they were when it was built,
-           -- none of them stale since, all under one rate card version.
+           -- step is a month), while they may be.
            months as materialized (
                select m.month, m.through
-               from usage_month_done m
-               where $18 and not $17 and m.month >= $5 and m.through <= $6
-                 and m.seen = array(select d.summarised_at from evidence_day_done d
-                                    where d.day >= m.month and d.day < m.through
-                                    order by d.day)
-                 and not exists (select from evidence_day_stale s
-                                 where s.day >= m.month and s.day < m.through)
-                 and not exists (select from rate_card r
-                                 where r.effective_from > m.month
-                                   and r.effective_from < m.through)),
+               from month_rollups_valid($5, $6) m
+               where $18 and not $17),
            -- Where a month rollup is read, the whole days none covers: before, between and after
            -- them.
            day_ranges as (

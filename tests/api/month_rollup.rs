@@ -250,3 +250,168 @@ async fn a_month_by_workload_reads_its_rollup_only_while_its_days_are_as_the_rol
     tamper(&app, last).await;
     assert_eq!(report(&app, last).await, repriced);
 }
+
+/// The month's drafts as finance reads them from a run: each team's total and lines.
+async fn drafts(app: &TestApp, month: Month) -> Vec<Value> {
+    let r = crate::billing::run(app, &month.to_string()).await;
+    r.body["drafts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| json!([d["team"], d["total"], d["lines"]]))
+        .collect()
+}
+
+/// The month's books of usage as their readers see them: each team, slice and rate card version's
+/// row with its sums and names, and its days in order (the books keep them in no order).
+async fn books(app: &TestApp, month: Month) -> Vec<String> {
+    sqlx::query_scalar(
+        "select concat_ws(' ', b.team_id, b.team_name, b.model, b.kind, b.profile,
+                          b.rate_card_id, b.slice_uuid, b.node, b.windows, b.first_day,
+                          b.held_seconds, b.known_seconds, b.active_seconds,
+                          b.memory_byte_seconds,
+                          (select string_agg(concat_ws(',', d, w, h, k, a, m), ';'
+                                             order by d, w, h, k, a, m)
+                           from unnest(b.days, b.day_windows, b.day_held, b.day_known,
+                                       b.day_active, b.day_memory) x(d, w, h, k, a, m)))
+         from book_slice b where b.period = $1 order by 1",
+    )
+    .bind(month.first_day())
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+}
+
+/// The hours the month's books hold, all teams.
+async fn held(app: &TestApp, month: Month) -> rust_decimal::Decimal {
+    let seconds: String =
+        sqlx::query_scalar("select sum(held_seconds)::text from book_slice where period = $1")
+            .bind(month.first_day())
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    crate::billing::d(&seconds) / rust_decimal::Decimal::from(3600)
+}
+
+/// Halves the hours `month`'s rollup by slice holds, by hand: a run that reads it bills them.
+/// (Doubled, they would be more than the cards had: the run refuses such figures.)
+async fn tamper_slices(app: &TestApp, month: Month) {
+    let n = sqlx::query(
+        "update usage_month_slice
+         set held_seconds = held_seconds / 2,
+             day_held = array(select h / 2 from unnest(day_held) h)
+         where month = $1",
+    )
+    .bind(month.start())
+    .execute(&app.pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert!(n > 0, "{month} has a rollup by slice");
+}
+
+// long: one month's runs in order (from its days, from its rollup, tampered, a late write, built
+// again, a rate card version mid-month), each against the run before
+#[tokio::test]
+async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_day_rollup() {
+    let app = TestApp::spawn().await;
+    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    for team in ["nlp", "vision"] {
+        app.put_team(team, &[team]).await;
+    }
+    let now = Utc::now();
+    let last = Month::of(now).minus(1);
+    fleet(&app, last.start(), floor_hour(now)).await;
+
+    // Before the month's days are summarised its run gathers the day rollup.
+    let from_days = drafts(&app, last).await;
+    assert_eq!(from_days.len(), 2, "{from_days:?}");
+    let books_from_days = books(&app, last).await;
+    // A row per team and slice (the keeper's four pods on one), each held every hour.
+    assert_eq!(books_from_days.len(), 2, "{books_from_days:?}");
+    let hours = (last.end() - last.start()).num_hours();
+    assert_eq!(held(&app, last).await, (2 * hours).into());
+
+    // Summarised and built: nothing is due, and the run writes the same books and drafts.
+    days::summarise_due(&app.pool, now, 100).await.unwrap();
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    assert_eq!(
+        month_rollup::months_due(&app.pool, now).await.unwrap(),
+        Vec::<Month>::new()
+    );
+    assert_eq!(drafts(&app, last).await, from_days);
+    assert_eq!(books(&app, last).await, books_from_days);
+
+    // The run reads the rollup: halved by hand, it bills half the hours.
+    tamper_slices(&app, last).await;
+    let halved = drafts(&app, last).await;
+    assert_ne!(halved, from_days);
+    assert_eq!(held(&app, last).await, hours.into());
+    build_anew(&app, last, now).await;
+    assert_eq!(drafts(&app, last).await, from_days);
+    assert_eq!(books(&app, last).await, books_from_days);
+
+    // A late hour on another card on the 10th: the day is stale and the month due, so the run
+    // gathers the day rollup again (the rollup, halved again, is not read) and bills the hour.
+    tamper_slices(&app, last).await;
+    let late = last.start() + Duration::days(9) + Duration::hours(4);
+    post(
+        &app,
+        "gpu-node-32b",
+        late,
+        late + Duration::hours(1),
+        json!([gpu(LATE_GPU, true)]),
+        json!([mig(
+            "MIG-32-late",
+            LATE_GPU,
+            "3g.40gb",
+            9,
+            3,
+            4,
+            42412802048
+        )]),
+        vec![hour(
+            "MIG-32-late",
+            late,
+            "nlp",
+            "embedder",
+            "b2",
+            30 * GIB,
+            Some(0.9),
+        )],
+    )
+    .await;
+    assert_eq!(
+        month_rollup::months_due(&app.pool, now).await.unwrap(),
+        [last]
+    );
+    let with_late = drafts(&app, last).await;
+    assert_eq!(held(&app, last).await, (2 * hours + 1).into());
+    let books_with_late = books(&app, last).await;
+    assert_eq!(books_with_late.len(), 3, "{books_with_late:?}");
+    // Summarised again, the month is still due; built, its run reads the rollup: the same books.
+    days::summarise_due(&app.pool, now, 100).await.unwrap();
+    assert_eq!(
+        month_rollup::months_due(&app.pool, now).await.unwrap(),
+        [last]
+    );
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    assert_eq!(drafts(&app, last).await, with_late);
+    assert_eq!(books(&app, last).await, books_with_late);
+
+    // A rate card version from the 15th: the month is priced under two versions, so its run
+    // gathers its days (the rollup, tampered, is not read) and its books split each slice there.
+    tamper_slices(&app, last).await;
+    let r = crate::billing::rate_card(
+        &app,
+        &(last.start() + Duration::days(14)).to_rfc3339(),
+        "9.00",
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let repriced = drafts(&app, last).await;
+    assert_ne!(repriced, with_late);
+    assert_eq!(held(&app, last).await, (2 * hours + 1).into());
+    assert_eq!(books(&app, last).await.len(), 5);
+}

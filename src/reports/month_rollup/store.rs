@@ -28,13 +28,10 @@ const DAYS: &str = "select g.day, x.summarised_at,
                     left join evidence_day_done x on x.day = g.day
                     order by g.day";
 
-/// Builds at most `most` of the month rollups that are missing or not what their days are now,
-/// the newest first, from the month of the first usage to the day before `now`'s.
-pub async fn build_due(
-    pool: &PgPool,
-    now: DateTime<Utc>,
-    most: usize,
-) -> Result<Vec<(Month, Built)>, sqlx::Error> {
+/// The months whose rollup is missing or not what their days are now, the newest first, from the
+/// month of the first usage to the day before `now`'s: what the background step has yet to build
+/// (`slicemeter_month_rollups_due`).
+pub async fn months_due(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<Month>, sqlx::Error> {
     let today = floor_day(now);
     let first: Option<DateTime<Utc>> =
         sqlx::query_scalar("select date_trunc('month', min(day), 'UTC') from usage_daily")
@@ -51,8 +48,17 @@ pub async fn build_due(
     let built: Vec<Cover> = sqlx::query_as("select month, through, seen from usage_month_done")
         .fetch_all(pool)
         .await?;
+    Ok(due(&days, &built))
+}
+
+/// Builds at most `most` of the [`months_due`], the newest first.
+pub async fn build_due(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    most: usize,
+) -> Result<Vec<(Month, Built)>, sqlx::Error> {
     let mut out = Vec::new();
-    for month in due(&days, &built).into_iter().take(most) {
+    for month in months_due(pool, now).await?.into_iter().take(most) {
         out.push((month, build_month(pool, month, now).await?));
     }
     Ok(out)
@@ -98,13 +104,16 @@ pub async fn build_month(
     Ok(Built::Built(rows))
 }
 
-/// Replaces the month's rows with the day rollup's sums over `[month, through)`, and records what
-/// they cover.
+/// Replaces the month's rows with the day rollup's sums over `[month, through)`, per consumer and
+/// per slice with its days (the books' grain), and records what they cover. Returns the rows per
+/// consumer.
 async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::Error> {
-    sqlx::query("delete from usage_month where month = $1")
-        .bind(cover.month)
-        .execute(&mut *tx)
-        .await?;
+    for table in ["usage_month", "usage_month_slice"] {
+        sqlx::query(&format!("delete from {table} where month = $1"))
+            .bind(cover.month)
+            .execute(&mut *tx)
+            .await?;
+    }
     let rows = sqlx::query(
         "insert into usage_month (month, team_id, slice_id, gpu_id, consumer_id, held_seconds,
                                   memory_byte_seconds, compute_active_seconds,
@@ -121,6 +130,23 @@ async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::
     .execute(&mut *tx)
     .await?
     .rows_affected();
+    // As `billing::store::write_books` gathers a month's day rows per team and slice: a day once
+    // per consumer of the team.
+    sqlx::query(
+        "insert into usage_month_slice
+         select $1, d.team_id, d.slice_id, sum(d.window_count)::int8, min(d.day),
+                sum(d.held_seconds), sum(d.compute_known_seconds), sum(d.compute_active_seconds),
+                sum(d.memory_byte_seconds), array_agg(d.day), array_agg(d.window_count::int8),
+                array_agg(d.held_seconds), array_agg(d.compute_known_seconds),
+                array_agg(d.compute_active_seconds), array_agg(d.memory_byte_seconds)
+         from usage_daily d
+         where d.day >= $1 and d.day < $2
+         group by d.team_id, d.slice_id",
+    )
+    .bind(cover.month)
+    .bind(cover.through)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(
         "insert into usage_month_done (month, through, seen, built_at) values ($1, $2, $3, now())
          on conflict (month) do update
