@@ -25,6 +25,7 @@ use crate::fill;
 
 mod focus;
 mod kept;
+mod runs;
 mod split;
 
 use crate::common::{
@@ -206,7 +207,7 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let run = billing::run_drafts(&pool, month, now, &Actor::CLI).await?;
     let run_time = t.elapsed();
     line(
-        "invoice run",
+        "invoice run, no month rollup yet",
         run_time,
         floor,
         &format!("({} drafts)", run.drafts.len()),
@@ -276,6 +277,8 @@ async fn run(args: &ScaleBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         &format!("({summarised} days)"),
     );
     kept::windows(&pool, floor, line).await?;
+    // As when the month has ended and serve's background step has built its rollup.
+    runs::from_rollup(&pool, month, &run, floor, line).await?;
     served(&pool, month, floor, args.clients, load_for).await?;
 
     // Last, as it freezes the month: issued, the month is priced from its books.
