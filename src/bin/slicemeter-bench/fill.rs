@@ -2,7 +2,8 @@
 //! collectors would send it with coarse windows (hourly, sampled every five minutes, a day a batch),
 //! printing windows per second for each simulated day against the first day's, and the peak memory
 //! of the simulator (a process of its own: this binary's hidden `post-fleet`) and of the server (this
-//! process, which does nothing else meanwhile).
+//! process, which does nothing else meanwhile), and what PostgreSQL wrote and waited on meanwhile
+//! (`pgstat`).
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -39,6 +40,7 @@ pub async fn fill(
     };
     let server = Loopback::start(pool, config).await?;
     let token = admin_token(pool).await?;
+    let watch = crate::pgstat::watch(pool).await?;
     let started = Instant::now();
     let mut child = std::process::Command::new(std::env::current_exe()?)
         .args(["post-fleet", "--url", &server.base])
@@ -104,7 +106,7 @@ pub async fn fill(
         posted.peak_kib / 1024,
         server_kib / 1024
     );
-    Ok(())
+    watch.print().await
 }
 
 #[derive(Debug, clap::Args)]

@@ -9,6 +9,7 @@ mod fill;
 mod ingest;
 mod load;
 mod pages;
+mod pgstat;
 mod plan;
 mod scale;
 mod sources;
