@@ -63,6 +63,20 @@ async fn fleet(app: &TestApp, from: DateTime<Utc>, end: DateTime<Utc>) {
     }
 }
 
+/// A server with the example rate card, teams `nlp` and `vision`, and the [`fleet`] from the first
+/// of last month to this hour; and when that is.
+async fn spawn_with_fleet() -> (TestApp, DateTime<Utc>) {
+    let app = TestApp::spawn().await;
+    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
+    assert!(out.status.success(), "{out:?}");
+    for team in ["nlp", "vision"] {
+        app.put_team(team, &[team]).await;
+    }
+    let now = Utc::now();
+    fleet(&app, Month::of(now).minus(1).start(), floor_hour(now)).await;
+    (app, now)
+}
+
 /// The usage report of the last month and this one by month, team, namespace, workload and profile.
 async fn report(app: &TestApp, last: Month) -> Value {
     let uri = format!(
@@ -103,6 +117,44 @@ fn rows_of(report: &Value, month: Month) -> Vec<(String, String, String, String,
         .collect()
 }
 
+/// An hour of the embedder on another card, on `month`'s 10th, posted late: its day is closed.
+async fn post_late_hour(app: &TestApp, month: Month) {
+    let late = month.start() + Duration::days(9) + Duration::hours(4);
+    post(
+        app,
+        "gpu-node-32b",
+        late,
+        late + Duration::hours(1),
+        json!([gpu(LATE_GPU, true)]),
+        json!([mig(
+            "MIG-32-late",
+            LATE_GPU,
+            "3g.40gb",
+            9,
+            3,
+            4,
+            42412802048
+        )]),
+        vec![hour(
+            "MIG-32-late",
+            late,
+            "nlp",
+            "embedder",
+            "b2",
+            30 * GIB,
+            Some(0.9),
+        )],
+    )
+    .await;
+}
+
+/// A rate card version from `month`'s 15th, the H100 dearer: the month is priced under two.
+async fn card_from_the_15th(app: &TestApp, month: Month) {
+    let from = (month.start() + Duration::days(14)).to_rfc3339();
+    let r = crate::billing::rate_card(app, &from, "9.00").await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+}
+
 /// Doubles what `month`'s rollup holds, by hand: a report that reads it shows it.
 async fn tamper(app: &TestApp, month: Month) {
     let n = sqlx::query("update usage_month set held_seconds = held_seconds * 2 where month = $1")
@@ -130,16 +182,9 @@ async fn build_anew(app: &TestApp, month: Month, now: DateTime<Utc>) -> Built {
 // again, a rate card version mid-month), each step checked against the one before
 #[tokio::test]
 async fn a_month_by_workload_reads_its_rollup_only_while_its_days_are_as_the_rollup_saw_them() {
-    let app = TestApp::spawn().await;
-    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
-    assert!(out.status.success(), "{out:?}");
-    for team in ["nlp", "vision"] {
-        app.put_team(team, &[team]).await;
-    }
-    let now = Utc::now();
+    let (app, now) = spawn_with_fleet().await;
     let (this, today) = (Month::of(now), floor_day(now));
     let last = this.minus(1);
-    fleet(&app, last.start(), floor_hour(now)).await;
     let before = report(&app, last).await;
     let rows = rows_of(&before, last);
     assert_eq!(rows.len(), 2, "{before}");
@@ -183,33 +228,7 @@ async fn a_month_by_workload_reads_its_rollup_only_while_its_days_are_as_the_rol
     // A late write to the last month's 10th: an hour of the embedder on another card. The day is
     // stale, so the month is read from its days (the rollup, doubled again, is not read) and has
     // the hour at once.
-    let late = last.start() + Duration::days(9) + Duration::hours(4);
-    post(
-        &app,
-        "gpu-node-32b",
-        late,
-        late + Duration::hours(1),
-        json!([gpu(LATE_GPU, true)]),
-        json!([mig(
-            "MIG-32-late",
-            LATE_GPU,
-            "3g.40gb",
-            9,
-            3,
-            4,
-            42412802048
-        )]),
-        vec![hour(
-            "MIG-32-late",
-            late,
-            "nlp",
-            "embedder",
-            "b2",
-            30 * GIB,
-            Some(0.9),
-        )],
-    )
-    .await;
+    post_late_hour(&app, last).await;
     let with_late = report(&app, last).await;
     let late_rows = rows_of(&with_late, last);
     let embedder_late = late_rows.iter().find(|r| r.1 == "embedder").unwrap();
@@ -234,13 +253,7 @@ async fn a_month_by_workload_reads_its_rollup_only_while_its_days_are_as_the_rol
     // A rate card version from the last month's 15th prices its days under two versions: the
     // rollup is not read for that month (tampered, the report stays), and the second half costs
     // the new price.
-    let r = crate::billing::rate_card(
-        &app,
-        &(last.start() + Duration::days(14)).to_rfc3339(),
-        "9.00",
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    card_from_the_15th(&app, last).await;
     let repriced = report(&app, last).await;
     let dearer = rows_of(&repriced, last);
     assert_ne!(
@@ -314,15 +327,8 @@ async fn tamper_slices(app: &TestApp, month: Month) {
 // again, a rate card version mid-month), each against the run before
 #[tokio::test]
 async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_day_rollup() {
-    let app = TestApp::spawn().await;
-    let out = app.cli(&["rate-card", "load", "deploy/rate-card.example.toml"]);
-    assert!(out.status.success(), "{out:?}");
-    for team in ["nlp", "vision"] {
-        app.put_team(team, &[team]).await;
-    }
-    let now = Utc::now();
+    let (app, now) = spawn_with_fleet().await;
     let last = Month::of(now).minus(1);
-    fleet(&app, last.start(), floor_hour(now)).await;
 
     // Before the month's days are summarised its run gathers the day rollup.
     let from_days = drafts(&app, last).await;
@@ -355,33 +361,7 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
     // A late hour on another card on the 10th: the day is stale and the month due, so the run
     // gathers the day rollup again (the rollup, halved again, is not read) and bills the hour.
     tamper_slices(&app, last).await;
-    let late = last.start() + Duration::days(9) + Duration::hours(4);
-    post(
-        &app,
-        "gpu-node-32b",
-        late,
-        late + Duration::hours(1),
-        json!([gpu(LATE_GPU, true)]),
-        json!([mig(
-            "MIG-32-late",
-            LATE_GPU,
-            "3g.40gb",
-            9,
-            3,
-            4,
-            42412802048
-        )]),
-        vec![hour(
-            "MIG-32-late",
-            late,
-            "nlp",
-            "embedder",
-            "b2",
-            30 * GIB,
-            Some(0.9),
-        )],
-    )
-    .await;
+    post_late_hour(&app, last).await;
     assert_eq!(
         month_rollup::months_due(&app.pool, now).await.unwrap(),
         [last]
@@ -403,13 +383,7 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
     // A rate card version from the 15th: the month is priced under two versions, so its run
     // gathers its days (the rollup, tampered, is not read) and its books split each slice there.
     tamper_slices(&app, last).await;
-    let r = crate::billing::rate_card(
-        &app,
-        &(last.start() + Duration::days(14)).to_rfc3339(),
-        "9.00",
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    card_from_the_15th(&app, last).await;
     let repriced = drafts(&app, last).await;
     assert_ne!(repriced, with_late);
     assert_eq!(held(&app, last).await, (2 * hours + 1).into());
