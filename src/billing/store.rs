@@ -76,15 +76,17 @@ pub async fn issued_periods(
     .collect())
 }
 
-/// Replaces the period's unfrozen books with what the rollups hold now, in one statement (one
-/// snapshot: usage and presence from the same instant). Usage is written one row per (team, slice,
-/// rate card version): what billing prices (`period_slice_sums`), the names the exports print, and
-/// the day rollups' rows as arrays that `period_slice_day` unnests, a day once per consumer of the
+/// Replaces the period's unfrozen books with what the rollups hold now. Usage is written one row
+/// per (team, slice, rate card version): what billing prices (`period_slice_sums`), the names the
+/// exports print, and the days that `period_slice_day` unnests, a day once per consumer of the
 /// team (gathered as they are, not summed per day first: migration 0021). A month of 10,000 GPUs
-/// is then 70,000 rows, not 2.1 million slice-days beside 70,000 sums (migration 0020). Those rows
-/// are the month rollup by slice's (`usage_month_slice`, migration 0033) when it covers the whole
-/// month and may be read, else gathered from the day rollup: the same rows either way, each
-/// slice's days perhaps in another order.
+/// is then 70,000 rows, not 2.1 million slice-days beside 70,000 sums (migration 0020).
+///
+/// Where the month rollup covers the whole month and may be read, the books name its current
+/// build (`book.month_build`, migration 0034) and their rows are its rows, named and priced, with
+/// the days left in the build ([`write_books_from_build`]); else they are gathered from the day
+/// rollup with their days ([`write_books_from_days`]). The same books either way, as
+/// `book_slice_days` and `book_gpu_days` read them, each slice's days perhaps in another order.
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
     let p = month.first_day();
     // The book first: an issued month's refuses (`book_frozen`), and its rows then go with it.
@@ -102,34 +104,91 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     sqlx::query!("delete from book_gpu where period = $1", p)
         .execute(&mut *conn)
         .await?;
+    // No build of the month while its books name one: the builder skips a month another holds.
+    crate::db::day_lock(conn, crate::db::MONTH_ROLLUP_LOCK, month.start()).await?;
+    let build = sqlx::query_scalar!(
+        "select d.build
+         from usage_month_done d
+         join month_rollups_valid($1, $2) v on v.month = d.month
+         where d.month = $1 and v.through = $2",
+        month.start(),
+        month.end()
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    match build {
+        Some(build) => write_books_from_build(conn, month, build).await,
+        None => write_books_from_days(conn, month).await,
+    }
+}
+
+/// The books of `month` from the month rollup's `build`, which covers the month, in one
+/// statement: its rows per team and slice, its GPUs and its presence per model and day, under the
+/// rate card version in force at the month's start (no version starts inside a month whose
+/// rollup may be read). The books name the build, which keeps their days.
+async fn write_books_from_build(
+    conn: &mut PgConnection,
+    month: Month,
+    build: i64,
+) -> Result<(), sqlx::Error> {
     sqlx::query!(
-        "with b as (insert into book (period) values ($1) returning period),
-              -- The month rollup by slice where it covers every day of the month and may be
-              -- read: one rate card version then prices the whole month.
-              whole as materialized (
-                    select from month_rollups_valid($1::timestamp at time zone 'UTC',
-                                                    ($1 + interval '1 month') at time zone 'UTC') v
-                    where v.month = $1::timestamp at time zone 'UTC'
-                      and v.through = ($1 + interval '1 month') at time zone 'UTC'),
-              k as (select m.slice_id, m.team_id,
-                           (select r.rate_card_id from rate_card_span r
+        "with b as (insert into book (period, month_build) values ($1, $2) returning period),
+              card as materialized (
+                    select (select r.rate_card_id from rate_card_span r
                             where $1::timestamp at time zone 'UTC' >= r.effective_from
                               and (r.effective_until is null
                                    or $1::timestamp at time zone 'UTC' < r.effective_until))
-                             as rate_card_id,
-                           m.windows, m.first_day, m.held_seconds as held,
-                           m.known_seconds as known, m.active_seconds as active,
-                           m.memory_byte_seconds as memory, m.days, m.day_windows, m.day_held,
-                           m.day_known, m.day_active, m.day_memory
+                             as rate_card_id),
+              u as (insert into book_slice (period, team_id, team_name, cost_center, model, kind,
+                                            profile, rate_card_id, slice_id, slice_uuid, node,
+                                            compute_share, memory_share, memory_reserved_bytes,
+                                            windows, first_day, held_seconds, known_seconds,
+                                            active_seconds, memory_byte_seconds)
+                    select $1, m.team_id, coalesce(t.display_name, m.team_id), t.cost_center,
+                           g.model, s.kind, s.profile, (select rate_card_id from card),
+                           s.slice_id, s.slice_uuid, g.node, s.compute_share, s.memory_share,
+                           s.memory_reserved_bytes, m.windows, m.first_day, m.held_seconds,
+                           m.known_seconds, m.active_seconds, m.memory_byte_seconds
                     from usage_month_slice m
-                    where m.month = $1::timestamp at time zone 'UTC' and exists (select from whole)
-                    union all
-                    select u.slice_id, u.team_id, u.rate_card_id, sum(u.windows)::int8,
-                           min(u.day), sum(u.held), sum(u.known), sum(u.active), sum(u.memory),
-                           array_agg(u.day), array_agg(u.windows), array_agg(u.held),
-                           array_agg(u.known), array_agg(u.active), array_agg(u.memory)
+                    join slice s on s.slice_id = m.slice_id
+                    join gpu g on g.gpu_id = s.gpu_id
+                    left join team t on t.team_id = m.team_id
+                    where m.build = $2
+                    returning 1),
+              c as (insert into book_gpu (period, gpu_id, rate_card_id)
+                    select $1, m.gpu_id, (select rate_card_id from card)
+                    from usage_month_gpu m where m.build = $2
+                    returning 1),
+              m as (insert into book_model_day
+                    select $1, m.model, (select rate_card_id from card), m.day,
+                           m.present_seconds, m.memory_bytes, m.compute_slices, m.memory_slices,
+                           m.stranded_compute_slice_seconds, m.stranded_memory_slice_seconds,
+                           m.stranded_thread_percent_seconds, m.stranded_memory_byte_seconds
+                    from usage_month_model_day m where m.build = $2
+                    returning 1)
+         select (select count(*) from u) as slice_rows, (select count(*) from c) as gpu_rows,
+                (select count(*) from m) as presence_rows
+         from b",
+        month.first_day(),
+        build
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The books of `month` gathered from the day rollup, each row with its days: usage and presence
+/// per model in one statement (one snapshot), then each card's days ([`write_gpu_days`]).
+async fn write_books_from_days(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
+    sqlx::query!(
+        "with b as (insert into book (period) values ($1) returning period),
+              k as (select u.slice_id, u.team_id, u.rate_card_id, sum(u.windows)::int8 as windows,
+                           min(u.day) as first_day, sum(u.held) as held, sum(u.known) as known,
+                           sum(u.active) as active, sum(u.memory) as memory,
+                           array_agg(u.day) as days, array_agg(u.windows) as day_windows,
+                           array_agg(u.held) as day_held, array_agg(u.known) as day_known,
+                           array_agg(u.active) as day_active, array_agg(u.memory) as day_memory
                     from period_usage_days($1) u
-                    where not exists (select from whole)
                     group by u.slice_id, u.team_id, u.rate_card_id),
               u as (insert into book_slice
                     select $1, k.team_id, coalesce(t.display_name, k.team_id), t.cost_center,
@@ -145,7 +204,7 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
               m as (insert into book_model_day select * from period_model_day($1, false) returning 1)
          select (select count(*) from u) as slice_rows, (select count(*) from m) as presence_rows
          from b",
-        p
+        month.first_day()
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -155,8 +214,8 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
 
 /// Writes each GPU's days of `month` into its books, presence and stranded seconds (`book_gpu`,
 /// one row per GPU and rate card version with its days as arrays: what the per-card ledger and the
-/// FOCUS split cost allocation of an issued month are read from); part of [`write_books`], a
-/// statement of its own so that its cost can be measured apart (`slicemeter-bench scale`).
+/// FOCUS split cost allocation of an issued month are read from); part of
+/// [`write_books_from_days`], a statement of its own so that its cost can be measured apart (`slicemeter-bench scale`).
 /// Returns the rows written.
 pub async fn write_gpu_days(conn: &mut PgConnection, month: Month) -> Result<u64, sqlx::Error> {
     Ok(sqlx::query!(

@@ -43,13 +43,29 @@ pub async fn try_day_lock(
         .await
 }
 
+/// Takes the transaction-scoped advisory lock (`class`, [`evidence_day_lock`] of `day`), waiting
+/// for another session's: an invoice run takes its month rollup's so.
+pub async fn day_lock(
+    tx: &mut PgConnection,
+    class: i32,
+    day: chrono::DateTime<chrono::Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("select pg_advisory_xact_lock($1, $2)")
+        .bind(class)
+        .bind(evidence_day_lock(day))
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
 /// The first key of a window of days' advisory lock (migration 0031), its second the window's
 /// first day's (`evidence_day_lock`): one builder of a window at a time (serve's replicas each run
 /// the background step).
 pub const EVIDENCE_WINDOW_LOCK: i32 = 4131;
 
 /// The first key of a month rollup's advisory lock (migration 0032), its second the month's first
-/// day's (`evidence_day_lock`): one builder of a month at a time.
+/// day's (`evidence_day_lock`): one builder of a month at a time, and none while an invoice run
+/// names the month's current build in its books (migration 0034).
 pub const MONTH_ROLLUP_LOCK: i32 = 4132;
 
 /// Connects a pool to `url`. With `search_path` the pool works inside that schema only (the ingest
@@ -197,12 +213,13 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// [`migrate`] applies after the migrations every time (`create or replace`, so a changed
 /// definition reaches every database, once). A change of a function's arguments or result type
 /// needs a migration that drops the old one first.
-pub const FUNCTIONS: [(&str, &str); 26] = [
+pub const FUNCTIONS: [(&str, &str); 29] = [
     (
         "audit_log_append_only",
         include_str!("functions/audit_log_append_only.sql"),
     ),
     ("book_frozen", include_str!("functions/book_frozen.sql")),
+    ("book_gpu_days", include_str!("functions/book_gpu_days.sql")),
     (
         "book_periods_not_issued",
         include_str!("functions/book_periods_not_issued.sql"),
@@ -222,6 +239,10 @@ pub const FUNCTIONS: [(&str, &str); 26] = [
     (
         "book_rows_updated",
         include_str!("functions/book_rows_updated.sql"),
+    ),
+    (
+        "book_slice_days",
+        include_str!("functions/book_slice_days.sql"),
     ),
     (
         "consumer_team_at",
@@ -247,6 +268,10 @@ pub const FUNCTIONS: [(&str, &str); 26] = [
     (
         "invoice_line_frozen",
         include_str!("functions/invoice_line_frozen.sql"),
+    ),
+    (
+        "month_build_named",
+        include_str!("functions/month_build_named.sql"),
     ),
     (
         "month_rollups_valid",

@@ -400,9 +400,16 @@ async fn write_batches(
         .ok_or(IngestError::RollupOverflow)?;
     }
     if marks {
+        // The hours of usage, and those of presence: a batch of idle cards changes the month
+        // rollup's presence per GPU (`usage_month_gpu`) all the same.
+        let present = batches.iter().flat_map(|b| {
+            crate::domain::time::seconds_by_hour(b.period_start, b.period_end)
+                .into_iter()
+                .map(|(h, _)| h)
+        });
         store::mark_closed_days(
             &mut tx,
-            rollup.rows.keys().map(|(hour, _)| *hour),
+            rollup.rows.keys().map(|(hour, _)| *hour).chain(present),
             Utc::now(),
         )
         .await?;

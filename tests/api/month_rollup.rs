@@ -14,6 +14,7 @@ use crate::support::*;
 
 const GPU: &str = "GPU-00000000-0000-4000-8000-000000003200";
 const LATE_GPU: &str = "GPU-00000000-0000-4000-8000-000000003201";
+const IDLE_GPU: &str = "GPU-00000000-0000-4000-8000-000000003202";
 
 /// Every hour from `from` to `end`, one batch a day: an embedder of `nlp` on a 3g.40gb, and a
 /// keeper of `vision` on a 1g.10gb whose pod is replaced every 10 days.
@@ -287,12 +288,54 @@ async fn books(app: &TestApp, month: Month) -> Vec<String> {
                                              order by d, w, h, k, a, m)
                            from unnest(b.days, b.day_windows, b.day_held, b.day_known,
                                        b.day_active, b.day_memory) x(d, w, h, k, a, m)))
-         from book_slice b where b.period = $1 order by 1",
+         from book_slice_days($1) b order by 1",
     )
     .bind(month.first_day())
     .fetch_all(&app.pool)
     .await
     .unwrap()
+}
+
+/// The month's books of presence as their readers see them: each card's row with its days in
+/// order, and the presence per model and day.
+async fn presence_books(app: &TestApp, month: Month) -> Vec<String> {
+    sqlx::query_scalar(
+        "select concat_ws(' ', 'gpu', b.gpu_id, b.rate_card_id,
+                          (select string_agg(concat_ws(',', d, p, c, m, t, y), ';' order by d)
+                           from unnest(b.days, b.present_seconds,
+                                       b.stranded_compute_slice_seconds,
+                                       b.stranded_memory_slice_seconds,
+                                       b.stranded_thread_percent_seconds,
+                                       b.stranded_memory_byte_seconds) x(d, p, c, m, t, y)))
+         from book_gpu_days($1) b
+         union all
+         select concat_ws(' ', 'model', m.model, m.rate_card_id, m.day, m.present_seconds,
+                          m.memory_bytes, m.compute_slices, m.memory_slices,
+                          m.stranded_compute_slice_seconds, m.stranded_memory_slice_seconds,
+                          m.stranded_thread_percent_seconds, m.stranded_memory_byte_seconds)
+         from book_model_day m where m.period = $1
+         order by 1",
+    )
+    .bind(month.first_day())
+    .fetch_all(&app.pool)
+    .await
+    .unwrap()
+}
+
+/// The build `month`'s books name, if any, and the builds of the month kept.
+async fn builds(app: &TestApp, month: Month) -> (Option<i64>, Vec<i64>) {
+    let named: Option<i64> = sqlx::query_scalar("select month_build from book where period = $1")
+        .bind(month.first_day())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let kept: Vec<i64> =
+        sqlx::query_scalar("select build from usage_month_build where month = $1 order by build")
+            .bind(month.start())
+            .fetch_all(&app.pool)
+            .await
+            .unwrap();
+    (named, kept)
 }
 
 /// The hours the month's books hold, all teams.
@@ -334,8 +377,17 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
     let from_days = drafts(&app, last).await;
     assert_eq!(from_days.len(), 2, "{from_days:?}");
     let books_from_days = books(&app, last).await;
+    let presence_from_days = presence_books(&app, last).await;
+    assert_eq!(builds(&app, last).await, (None, vec![]));
     // A row per team and slice (the keeper's four pods on one), each held every hour.
     assert_eq!(books_from_days.len(), 2, "{books_from_days:?}");
+    // A card, and its model's days.
+    let days_in_month = (last.end() - last.start()).num_days() as usize;
+    assert_eq!(
+        presence_from_days.len(),
+        1 + days_in_month,
+        "{presence_from_days:?}"
+    );
     let hours = (last.end() - last.start()).num_hours();
     assert_eq!(held(&app, last).await, (2 * hours).into());
 
@@ -348,6 +400,23 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
     );
     assert_eq!(drafts(&app, last).await, from_days);
     assert_eq!(books(&app, last).await, books_from_days);
+    assert_eq!(presence_books(&app, last).await, presence_from_days);
+    // The books name the build and keep no days of their own.
+    let (named, kept) = builds(&app, last).await;
+    assert_eq!(
+        (named.is_some(), kept.len()),
+        (true, 1),
+        "{named:?} {kept:?}"
+    );
+    let own: i64 = sqlx::query_scalar(
+        "select (select count(*) from book_slice where period = $1 and days is not null)
+              + (select count(*) from book_gpu where period = $1 and days is not null)",
+    )
+    .bind(last.first_day())
+    .fetch_one(&app.pool)
+    .await
+    .unwrap();
+    assert_eq!(own, 0);
 
     // The run reads the rollup: halved by hand, it bills half the hours.
     tamper_slices(&app, last).await;
@@ -388,4 +457,174 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
     assert_ne!(repriced, with_late);
     assert_eq!(held(&app, last).await, (2 * hours + 1).into());
     assert_eq!(books(&app, last).await.len(), 5);
+}
+
+/// The month's FOCUS export as finance downloads it, and its card's ledger by day.
+async fn focus(app: &TestApp, month: Month) -> (String, Value) {
+    let r = app
+        .get(
+            Some(&app.admin),
+            &format!("/v1/exports/focus?period={month}"),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let day = |t: DateTime<Utc>| t.format("%Y-%m-%d").to_string();
+    let ledger = app
+        .get(
+            Some(&app.admin),
+            &format!(
+                "/v1/gpus/{GPU}/ledger?from={}&to={}&step=day",
+                day(month.start()),
+                day(month.end())
+            ),
+        )
+        .await;
+    assert_eq!(ledger.status, StatusCode::OK, "{ledger:?}");
+    (r.body.as_str().unwrap().to_owned(), ledger.body)
+}
+
+// long: one issued month through a late write and its rollup built again, each step against the
+// books as issued
+#[tokio::test]
+async fn issued_books_keep_the_month_rollup_build_they_name() {
+    let (app, now) = spawn_with_fleet().await;
+    let last = Month::of(now).minus(1);
+    days::summarise_due(&app.pool, now, 100).await.unwrap();
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    let run = crate::billing::run(&app, &last.to_string()).await;
+    assert_eq!(run.status, StatusCode::OK, "{run:?}");
+    for draft in run.body["drafts"].as_array().unwrap() {
+        let r = crate::billing::issue(&app, &draft["id"]).await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    }
+    let (named, kept) = builds(&app, last).await;
+    let named = named.expect("the books name the month rollup's build");
+    assert_eq!(kept, [named]);
+    let issued = (
+        books(&app, last).await,
+        presence_books(&app, last).await,
+        focus(&app, last).await,
+    );
+    // Two rows of books, the export a row per slice and day at least, and the card's ledger from
+    // the books (both slices and the card's presence each day).
+    assert_eq!(issued.0.len(), 2);
+    let days_in_month = (last.end() - last.start()).num_days() as usize;
+    assert!(issued.2.0.lines().count() > 2 * days_in_month);
+    assert!(
+        issued.2.1.to_string().contains("MIG-32-1g"),
+        "{}",
+        issued.2.1
+    );
+
+    // An hour comes late: its day is summarised again and the month built anew. The new build is
+    // the rollup's; the issued books keep theirs, and read as they were issued.
+    post_late_hour(&app, last).await;
+    days::summarise_due(&app.pool, now, 100).await.unwrap();
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    let (still, kept) = builds(&app, last).await;
+    assert_eq!(still, Some(named));
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(kept[0], named);
+    assert_eq!(
+        (
+            books(&app, last).await,
+            presence_books(&app, last).await,
+            focus(&app, last).await
+        ),
+        issued
+    );
+
+    // The build the issued books name refuses a change, and is not removed.
+    let refused = sqlx::query("update usage_month_slice set held_seconds = 0 where build = $1")
+        .bind(named)
+        .execute(&app.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!(
+            "the month rollup build {named} is named by the issued books of {last} and cannot be changed"
+        )),
+        "{refused}"
+    );
+    let refused = sqlx::query("delete from usage_month_gpu where build = $1")
+        .bind(named)
+        .execute(&app.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("is named by the issued books"),
+        "{refused}"
+    );
+    let refused = sqlx::query("delete from usage_month_build where build = $1")
+        .bind(named)
+        .execute(&app.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("is named by the issued books"),
+        "{refused}"
+    );
+    // Built anew once more, the build in between, which no book names, is swept.
+    build_anew(&app, last, now).await;
+    let (_, kept) = builds(&app, last).await;
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert_eq!(kept[0], named);
+    assert!(kept[1] > named);
+    assert_eq!(focus(&app, last).await, issued.2);
+}
+
+/// A late batch of an idle card (its presence, no usage) changes the month rollup's presence per
+/// GPU as a late hour of usage changes its slices: its day is stale and the month due, and built
+/// again, the run's books have the card's hour.
+#[tokio::test]
+async fn a_late_batch_of_an_idle_card_makes_its_month_due() {
+    let (app, now) = spawn_with_fleet().await;
+    let last = Month::of(now).minus(1);
+    days::summarise_due(&app.pool, now, 100).await.unwrap();
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    assert_eq!(
+        month_rollup::months_due(&app.pool, now).await.unwrap(),
+        Vec::<Month>::new()
+    );
+    crate::billing::run(&app, &last.to_string()).await;
+    let before = presence_books(&app, last).await;
+    assert!(!before.is_empty());
+    let late = last.start() + Duration::days(9);
+    post(
+        &app,
+        "gpu-node-32c",
+        late,
+        late + Duration::hours(1),
+        json!([gpu(IDLE_GPU, true)]),
+        json!([]),
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        month_rollup::months_due(&app.pool, now).await.unwrap(),
+        [last]
+    );
+    days::summarise_due(&app.pool, now, 100).await.unwrap();
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    crate::billing::run(&app, &last.to_string()).await;
+    assert!(builds(&app, last).await.0.is_some());
+    let after = presence_books(&app, last).await;
+    // One more card, present 3,600 s on the 10th.
+    assert_eq!(after.len(), before.len() + 1, "{after:#?}");
+    let idle: i32 = sqlx::query_scalar("select gpu_id from gpu where gpu_uuid = $1")
+        .bind(IDLE_GPU)
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    let card = after
+        .iter()
+        .find(|r| r.starts_with(&format!("gpu {idle} ")))
+        .unwrap_or_else(|| panic!("no books of the idle card: {after:#?}"));
+    assert!(
+        card.contains(&format!("{},3600", late.format("%Y-%m-%d %H:%M:%S+00"))),
+        "{card}"
+    );
 }

@@ -251,6 +251,7 @@ async fn the_schema_keeps_the_rules_of_the_readmes_citus_commands() {
             "usage_hourly",
             "usage_month",
             "usage_month_days",
+            "usage_month_gpu",
             "usage_month_slice",
             "usage_team_daily"
         ])
@@ -320,8 +321,8 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
     }
     // Only what 0019, 0020, 0022 and 0023 changed, and the tables added since (0026's
     // `unit_definition`, 0029's `evidence_day` and its state tables, 0030's `book_gpu`, 0031's
-    // `evidence_window` and 0032's `usage_month`, each with its state table, and 0033's
-    // `usage_month_slice`): the other
+    // `evidence_window` and 0032's `usage_month`, each with its state table, 0033's
+    // `usage_month_slice` and 0034's builds): the other
     // distributed tables were keyed by the GPU already.
     for f in &found {
         assert!(

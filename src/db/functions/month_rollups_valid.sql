@@ -1,7 +1,8 @@
 -- month_rollups_valid: its current definition, applied by `db::migrate` after the migrations
 -- (first defined for migrations/0033_month_rollup_by_slice.sql). Change it here; see
 -- docs/architecture.md, Storage.
--- The month rollups (`usage_month`, `usage_month_slice`) within `[lo, hi)` that may be read: those
+-- The month rollups (`usage_month`, and the current build's `usage_month_slice`, `usage_month_gpu`
+-- and `usage_month_model_day`) within `[lo, hi)` that may be read: those
 -- whose days are summarised as they were when it was built (`seen`), none of them stale since,
 -- and all under one rate card version. The usage report and the invoice run's books read a
 -- rollup only while it is here.

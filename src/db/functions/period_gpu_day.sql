@@ -1,5 +1,5 @@
 -- period_gpu_day: its current definition, applied by `db::migrate` after the migrations (last
--- changed by migrations/0030_presence_with_stranded.sql). Change it here; see docs/architecture.md, Storage.
+-- changed for migrations/0034_books_name_the_month_rollup.sql). Change it here; see docs/architecture.md, Storage.
 -- GPU presence and stranded seconds per (GPU, rate card version, day): from the books
 -- (`from_book`: each card's days, `book_gpu`), or what the rollups hold now. A whole day's rollup
 -- row is already one GPU's day under one rate card version, so it is passed on as it is (grouping
@@ -13,7 +13,7 @@ returns table (period date, gpu_id integer, rate_card_id bigint, day timestamptz
                stranded_memory_byte_seconds numeric)
 language sql stable parallel safe as $$
     select b.period, b.gpu_id, b.rate_card_id, x.*
-    from book_gpu b
+    from book_gpu_days(p) b
     cross join lateral unnest(b.days, b.present_seconds, b.stranded_compute_slice_seconds,
                               b.stranded_memory_slice_seconds, b.stranded_thread_percent_seconds,
                               b.stranded_memory_byte_seconds) as x

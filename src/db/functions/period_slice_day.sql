@@ -1,5 +1,5 @@
 -- period_slice_day: its current definition, applied by `db::migrate` after the migrations (last
--- changed by migrations/0020_book_slice.sql). Change it here; see docs/architecture.md, Storage.
+-- changed for migrations/0034_books_name_the_month_rollup.sql). Change it here; see docs/architecture.md, Storage.
 -- A month's usage per (team, slice, rate card version, day), named: from its books, unnested, or
 -- from the rollups, with the names and shares of now.
 create or replace function period_slice_day(p date, from_book boolean)
@@ -12,7 +12,7 @@ language sql stable as $$
     select b.period, b.team_id, b.team_name, b.cost_center, b.model, b.kind, b.profile,
            b.rate_card_id, b.slice_id, b.slice_uuid, b.node, d.day, d.windows, d.held, d.known,
            d.active, d.memory, b.compute_share, b.memory_share, b.memory_reserved_bytes
-    from book_slice b
+    from book_slice_days(p) b
     cross join lateral unnest(b.days, b.day_windows, b.day_held, b.day_known, b.day_active,
                               b.day_memory) as d(day, windows, held, known, active, memory)
     where from_book and b.period = p

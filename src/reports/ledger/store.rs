@@ -1,5 +1,6 @@
 //! The ledger's SQL: one card's hours from the hourly rollups, or an issued month's days from its
-//! books (`book_gpu` for presence and what the layout stranded, `book_slice` for its consumers).
+//! books (`book_gpu_days` for presence and what the layout stranded, `book_slice_days` for its
+//! consumers).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -189,7 +190,7 @@ pub async fn from_books(
                   b.memory_reserved_bytes as "memory_reserved_bytes!",
                   sum(x.held)::text as "held!", sum(x.active)::text as "active!",
                   sum(x.memory)::text as "memory!"
-           from book_slice b
+           from book_slice_days($1) b
            join slice s on s.slice_id = b.slice_id
            cross join lateral unnest(b.days, b.day_held, b.day_active, b.day_memory)
                 as x(day, held, active, memory)
@@ -235,7 +236,7 @@ pub async fn from_books(
                   sum(d.stranded_memory_slice_seconds) as "memory_slice_seconds!",
                   sum(d.stranded_thread_percent_seconds) as "thread_percent_seconds!",
                   sum(d.stranded_memory_byte_seconds) as "memory_byte_seconds!"
-           from book_gpu b
+           from book_gpu_days($1) b
            cross join lateral unnest(b.days, b.present_seconds,
                                      b.stranded_compute_slice_seconds,
                                      b.stranded_memory_slice_seconds,

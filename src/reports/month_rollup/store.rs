@@ -51,12 +51,14 @@ pub async fn months_due(pool: &PgPool, now: DateTime<Utc>) -> Result<Vec<Month>,
     Ok(due(&days, &built))
 }
 
-/// Builds at most `most` of the [`months_due`], the newest first.
+/// Builds at most `most` of the [`months_due`], the newest first, after sweeping the builds no
+/// longer named ([`sweep_builds`]).
 pub async fn build_due(
     pool: &PgPool,
     now: DateTime<Utc>,
     most: usize,
 ) -> Result<Vec<(Month, Built)>, sqlx::Error> {
+    sweep_builds(&mut *pool.acquire().await?).await?;
     let mut out = Vec::new();
     for month in months_due(pool, now).await?.into_iter().take(most) {
         out.push((month, build_month(pool, month, now).await?));
@@ -104,16 +106,15 @@ pub async fn build_month(
     Ok(Built::Built(rows))
 }
 
-/// Replaces the month's rows with the day rollup's sums over `[month, through)`, per consumer and
-/// per slice with its days (the books' grain), and records what they cover. Returns the rows per
-/// consumer.
+/// Replaces the month's rows with the day rollup's sums over `[month, through)`, per consumer, and
+/// makes a new build of it (`usage_month_build`): per slice with its days (the books' grain), each
+/// GPU's days and the presence per model and day, from `gpu_daily`. Records what they cover, and
+/// sweeps the builds no book names ([`sweep_builds`]). Returns the rows per consumer.
 async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::Error> {
-    for table in ["usage_month", "usage_month_slice"] {
-        sqlx::query(&format!("delete from {table} where month = $1"))
-            .bind(cover.month)
-            .execute(&mut *tx)
-            .await?;
-    }
+    sqlx::query("delete from usage_month where month = $1")
+        .bind(cover.month)
+        .execute(&mut *tx)
+        .await?;
     let rows = sqlx::query(
         "insert into usage_month (month, team_id, slice_id, gpu_id, consumer_id, held_seconds,
                                   memory_byte_seconds, compute_active_seconds,
@@ -130,11 +131,19 @@ async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::
     .execute(&mut *tx)
     .await?
     .rows_affected();
+    let build: i64 =
+        sqlx::query_scalar("insert into usage_month_build (month) values ($1) returning build")
+            .bind(cover.month)
+            .fetch_one(&mut *tx)
+            .await?;
     // As `billing::store::write_books` gathers a month's day rows per team and slice: a day once
     // per consumer of the team.
     sqlx::query(
-        "insert into usage_month_slice
-         select $1, d.team_id, d.slice_id, sum(d.window_count)::int8, min(d.day),
+        "insert into usage_month_slice (build, month, team_id, slice_id, windows, first_day,
+                                        held_seconds, known_seconds, active_seconds,
+                                        memory_byte_seconds, days, day_windows, day_held,
+                                        day_known, day_active, day_memory)
+         select $3, $1, d.team_id, d.slice_id, sum(d.window_count)::int8, min(d.day),
                 sum(d.held_seconds), sum(d.compute_known_seconds), sum(d.compute_active_seconds),
                 sum(d.memory_byte_seconds), array_agg(d.day), array_agg(d.window_count::int8),
                 array_agg(d.held_seconds), array_agg(d.compute_known_seconds),
@@ -145,17 +154,70 @@ async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::
     )
     .bind(cover.month)
     .bind(cover.through)
+    .bind(build)
+    .execute(&mut *tx)
+    .await?;
+    // As `billing::store::write_gpu_days` and `period_model_day` read the month's whole days.
+    sqlx::query(
+        "insert into usage_month_gpu
+         select $3, d.gpu_id, array_agg(d.day), array_agg(d.present_seconds),
+                array_agg(d.stranded_compute_slice_seconds),
+                array_agg(d.stranded_memory_slice_seconds),
+                array_agg(d.stranded_thread_percent_seconds),
+                array_agg(d.stranded_memory_byte_seconds)
+         from gpu_daily d
+         where d.day >= $1 and d.day < $2
+         group by d.gpu_id",
+    )
+    .bind(cover.month)
+    .bind(cover.through)
+    .bind(build)
     .execute(&mut *tx)
     .await?;
     sqlx::query(
-        "insert into usage_month_done (month, through, seen, built_at) values ($1, $2, $3, now())
+        "insert into usage_month_model_day
+         select $3, g.model, d.day, sum(d.present_seconds), g.memory_bytes, g.compute_slices,
+                g.memory_slices, sum(d.stranded_compute_slice_seconds),
+                sum(d.stranded_memory_slice_seconds), sum(d.stranded_thread_percent_seconds),
+                sum(d.stranded_memory_byte_seconds)
+         from gpu_daily d
+         join gpu g using (gpu_id)
+         where d.day >= $1 and d.day < $2
+         group by g.model, g.memory_bytes, g.compute_slices, g.memory_slices, d.day",
+    )
+    .bind(cover.month)
+    .bind(cover.through)
+    .bind(build)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "insert into usage_month_done (month, through, seen, built_at, build)
+         values ($1, $2, $3, now(), $4)
          on conflict (month) do update
-         set through = excluded.through, seen = excluded.seen, built_at = excluded.built_at",
+         set through = excluded.through, seen = excluded.seen, built_at = excluded.built_at,
+             build = excluded.build",
     )
     .bind(cover.month)
     .bind(cover.through)
     .bind(&cover.seen)
+    .bind(build)
     .execute(&mut *tx)
     .await?;
+    sweep_builds(tx).await?;
     Ok(rows)
+}
+
+/// Removes the builds that are neither a month's current one (`usage_month_done`) nor named by a
+/// book, with their rows: those a new build replaced, and those a run's books stopped naming when
+/// they were written again. A build a book names is kept (its foreign key), as long as the book.
+/// Returns the builds removed.
+pub async fn sweep_builds(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "delete from usage_month_build b
+         where not exists (select from usage_month_done d where d.build = b.build)
+           and not exists (select from book k where k.month_build = b.build)",
+    )
+    .execute(conn)
+    .await?
+    .rows_affected())
 }

@@ -1,14 +1,17 @@
 //! The invoice run again once the month's rollup is built (issue 42): a first run, its books
-//! written from the month rollup by slice, and a run after it, which replaces them; each run's
-//! drafts checked to be the drafts made from the day rollup.
+//! naming the month rollup's build (their sums and names written, their days the build's), and a
+//! run after it, which replaces them; each run's drafts checked to be the drafts made from the day
+//! rollup. Then the books alone, as the run writes them, rolled back.
 
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use slicemeter::billing::invoice::Invoice;
 use slicemeter::billing::service::{self as billing, RunSummary};
+use slicemeter::billing::store as billing_store;
 use slicemeter::domain::access::Actor;
 use slicemeter::domain::time::Month;
+use sqlx::Connection;
 
 /// Each draft's team, total and lines: what finance reads of a run.
 fn drafts(run: &RunSummary) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -51,5 +54,27 @@ pub(super) async fn from_rollup(
             "{what}: the drafts differ from those made from the day rollup"
         );
     }
+    // The run's part that writes the books (the rest prices them and writes the drafts).
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    let t = Instant::now();
+    billing_store::write_books(&mut tx, month).await?;
+    let books = t.elapsed();
+    let named: Option<i64> = sqlx::query_scalar("select month_build from book where period = $1")
+        .bind(month.first_day())
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.rollback().await?;
+    line(
+        "  its books alone",
+        books,
+        floor,
+        &format!(
+            "({})",
+            named.map_or("gathered from the day rollup".to_owned(), |b| format!(
+                "naming the month rollup's build {b}"
+            ))
+        ),
+    );
     Ok(())
 }
