@@ -61,6 +61,10 @@ pub struct ScaleBenchArgs {
     /// Batches in flight at once while posting.
     #[arg(long, default_value_t = 8)]
     pub post_concurrency: usize,
+    /// GPUs a chunk of the posted month: the chunks are posted one after another, each timed
+    /// (8 in a smoke run).
+    #[arg(long, default_value_t = 2_000)]
+    pub post_chunk: usize,
     /// Only the pages as served, over the month a run kept (`SLICEMETER_BENCH_KEEP=1`) in this
     /// schema, migrated first: a build's pages against another's on the same rows.
     #[arg(long)]
@@ -79,8 +83,9 @@ pub async fn scale(args: ScaleBenchArgs) -> anyhow::Result<()> {
         return served(&pool, month, floor, args.clients, args.load_for).await;
     }
     if !args.no_post {
+        let chunk = if args.smoke { 8 } else { args.post_chunk };
         in_scratch_schema(args.database_url.as_deref(), 16, |pool, _| async move {
-            fill::fill(&pool, gpus, days, month, args.post_concurrency).await
+            fill::fill(&pool, gpus, days, month, args.post_concurrency, chunk).await
         })
         .await?;
     }
