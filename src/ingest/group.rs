@@ -400,8 +400,7 @@ async fn write_batches(
         .ok_or(IngestError::RollupOverflow)?;
     }
     if marks {
-        // The hours of usage, and those of presence: a batch of idle cards changes the month
-        // rollup's presence per GPU (`usage_month_gpu`) all the same.
+        // Presence too: idle cards change the month rollup's presence per GPU (`usage_month_gpu`).
         let present = batches.iter().flat_map(|b| {
             crate::domain::time::seconds_by_hour(b.period_start, b.period_end)
                 .into_iter()

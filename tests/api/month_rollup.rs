@@ -1,6 +1,8 @@
 //! The month rollup (issue 41, migration 0032): a team's month by workload read from a row per
 //! slice and consumer of the month's summarised days gives the usage report to the last digit, and
-//! is read only while its days are as it saw them and one rate card version prices them all.
+//! is read only while its days are as it saw them and one rate card version prices them all; and
+//! the books of an invoice run that name its build (migration 0034). It stays whole: its tests
+//! share one fleet and the helpers that read the month's books as their readers do.
 
 use axum::http::StatusCode;
 use chrono::{DateTime, Duration, Utc};
@@ -534,39 +536,27 @@ async fn issued_books_keep_the_month_rollup_build_they_name() {
         issued
     );
 
-    // The build the issued books name refuses a change, and is not removed.
-    let refused = sqlx::query("update usage_month_slice set held_seconds = 0 where build = $1")
-        .bind(named)
-        .execute(&app.pool)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        refused.contains(&format!(
-            "the month rollup build {named} is named by the issued books of {last} and cannot be changed"
-        )),
-        "{refused}"
-    );
-    let refused = sqlx::query("delete from usage_month_gpu where build = $1")
-        .bind(named)
-        .execute(&app.pool)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        refused.contains("is named by the issued books"),
-        "{refused}"
-    );
-    let refused = sqlx::query("delete from usage_month_build where build = $1")
-        .bind(named)
-        .execute(&app.pool)
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        refused.contains("is named by the issued books"),
-        "{refused}"
-    );
+    // The build the issued books name refuses a change to its rows, and is not removed (its
+    // rows refuse first).
+    for sql in [
+        "update usage_month_slice set held_seconds = 0 where build = $1",
+        "delete from usage_month_gpu where build = $1",
+        "delete from usage_month_build where build = $1",
+    ] {
+        let refused = sqlx::query(sql)
+            .bind(named)
+            .execute(&app.pool)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains(&format!(
+                "the month rollup build {named} is named by the issued books of {last} and \
+                 cannot be changed"
+            )),
+            "{sql}: {refused}"
+        );
+    }
     // Built anew once more, the build in between, which no book names, is swept.
     build_anew(&app, last, now).await;
     let (_, kept) = builds(&app, last).await;
