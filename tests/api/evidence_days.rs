@@ -421,7 +421,9 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
     assert_eq!(embedder(&before).0, 1);
     assert_eq!(embedder(&after), (2, 30 * GIB));
 
-    let again = days::summarise_due(&app.pool, now, 100).await.unwrap();
+    let again = days::summarise_due(&app.pool, Utc::now(), 100)
+        .await
+        .unwrap();
     assert_eq!(
         again.summarised.iter().map(|d| d.0).collect::<Vec<_>>(),
         vec![late]
@@ -469,7 +471,7 @@ async fn evidence_and_recommendations_from_day_summaries_equal_those_from_the_ho
         "{reattributed:?}"
     );
     assert_eq!(
-        days::summarise_due(&app.pool, now, 100)
+        days::summarise_due(&app.pool, Utc::now(), 100)
             .await
             .unwrap()
             .summarised

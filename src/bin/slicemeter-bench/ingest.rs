@@ -238,7 +238,8 @@ async fn forget_everything(pool: &sqlx::PgPool) -> anyhow::Result<()> {
         "truncate occupancy, gpu_presence, usage_hourly, usage_daily, usage_team_daily,
                   usage_month_days, gpu_hourly, gpu_daily, evidence_day, evidence_day_done,
                   evidence_day_stale, evidence_window, evidence_window_done, usage_month,
-                  usage_month_slice, usage_month_done, slice, consumer, gpu cascade",
+                  usage_month_slice, usage_month_gpu, usage_month_model_day, usage_month_done,
+                  slice, consumer, gpu cascade",
     )
     .execute(pool)
     .await?;

@@ -27,14 +27,16 @@ impl Lag {
 }
 
 /// The days from the first of the month of the first usage to `last` that need a summary (none,
-/// or a stale one), the newest first, at most `most`. The days of that month before the first
-/// usage are summarised too (empty), so that the month's windows and its month rollup
+/// or a stale one first marked by `$3`: a day written again settles before it is summarised
+/// again, migration 0035), the newest first, at most `most`. The days of that month before the
+/// first usage are summarised too (empty), so that the month's windows and its month rollup
 /// (`reports::month_rollup`) cover it from its first day.
 const DUE: &str =
     "select g.day from generate_series(date_trunc('month', (select min(day) from usage_daily), 'UTC'),
                                         $1::timestamptz, interval '24 hours') g(day)
                    where not exists (select from evidence_day_done x where x.day = g.day)
-                      or exists (select from evidence_day_stale s where s.day = g.day)
+                      or exists (select from evidence_day_stale s
+                                 where s.day = g.day and s.marked_at <= $3)
                    order by g.day desc limit $2";
 
 /// The closed days not summarised at `now` (settled or not).
@@ -62,8 +64,8 @@ pub struct Round {
     pub busy: usize,
 }
 
-/// Summarises at most `most` of the days that ended by `settled` and need a summary, the newest
-/// first.
+/// Summarises at most `most` of the days that ended by `settled` and need a summary, those written
+/// again only if first marked stale by `settled`, the newest first.
 pub async fn summarise_due(
     pool: &PgPool,
     settled: DateTime<Utc>,
@@ -73,6 +75,7 @@ pub async fn summarise_due(
     let due: Vec<DateTime<Utc>> = sqlx::query_scalar(DUE)
         .bind(last)
         .bind(most)
+        .bind(settled)
         .fetch_all(pool)
         .await?;
     let mut round = Round::default();
