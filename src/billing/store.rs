@@ -83,9 +83,9 @@ pub async fn issued_periods(
 /// is then 70,000 rows, not 2.1 million slice-days beside 70,000 sums (migration 0020).
 ///
 /// Where the month rollup covers the whole month and may be read, the books name its current
-/// build (`book.month_build`, migration 0034) and their rows are its rows, named and priced, with
-/// the days left in the build ([`write_books_from_build`]); else they are gathered from the day
-/// rollup with their days ([`write_books_from_days`]). The same books either way, as
+/// build (`book.month_build`, migrations 0034 and 0036) and their rows are its rows, the names
+/// that can change frozen beside them ([`write_books_from_build`]); else they are gathered from
+/// the day rollup with their days ([`write_books_from_days`]). The same books either way, as
 /// `book_slice_days` and `book_gpu_days` read them, each slice's days perhaps in another order.
 pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sqlx::Error> {
     let p = month.first_day();
@@ -104,13 +104,17 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
     sqlx::query!("delete from book_gpu where period = $1", p)
         .execute(&mut *conn)
         .await?;
+    sqlx::query!("delete from book_team where period = $1", p)
+        .execute(&mut *conn)
+        .await?;
     // No build of the month while its books name one: the builder skips a month another holds.
     crate::db::day_lock(conn, crate::db::MONTH_ROLLUP_LOCK, month.start()).await?;
     let build = sqlx::query_scalar!(
         "select d.build
          from usage_month_done d
          join month_rollups_valid($1, $2) v on v.month = d.month
-         where d.month = $1 and v.through = $2",
+         join usage_month_build b on b.build = d.build
+         where d.month = $1 and v.through = $2 and b.gpus_cover_slices",
         month.start(),
         month.end()
     )
@@ -123,9 +127,11 @@ pub async fn write_books(conn: &mut PgConnection, month: Month) -> Result<(), sq
 }
 
 /// The books of `month` from the month rollup's `build`, which covers the month, in one
-/// statement: its rows per team and slice, its GPUs and its presence per model and day, under the
-/// rate card version in force at the month's start (no version starts inside a month whose
-/// rollup may be read). The books name the build, which keeps their days.
+/// statement: the book names the build, whose rows per team and slice, GPUs and presence per
+/// model and day are its books, under the rate card version in force at the month's start (no
+/// version starts inside a month whose rollup may be read). What can change of their names is
+/// frozen beside them: each team's name and cost centre (`book_team`) and each card's node
+/// (`book_gpu`, which the build's slices are all on); `book_slice_days` reads them together.
 async fn write_books_from_build(
     conn: &mut PgConnection,
     month: Month,
@@ -139,25 +145,16 @@ async fn write_books_from_build(
                               and (r.effective_until is null
                                    or $1::timestamp at time zone 'UTC' < r.effective_until))
                              as rate_card_id),
-              u as (insert into book_slice (period, team_id, team_name, cost_center, model, kind,
-                                            profile, rate_card_id, slice_id, slice_uuid, node,
-                                            compute_share, memory_share, memory_reserved_bytes,
-                                            windows, first_day, held_seconds, known_seconds,
-                                            active_seconds, memory_byte_seconds)
-                    select $1, m.team_id, coalesce(t.display_name, m.team_id), t.cost_center,
-                           g.model, s.kind, s.profile, (select rate_card_id from card),
-                           s.slice_id, s.slice_uuid, g.node, s.compute_share, s.memory_share,
-                           s.memory_reserved_bytes, m.windows, m.first_day, m.held_seconds,
-                           m.known_seconds, m.active_seconds, m.memory_byte_seconds
-                    from usage_month_slice m
-                    join slice s on s.slice_id = m.slice_id
-                    join gpu g on g.gpu_id = s.gpu_id
-                    left join team t on t.team_id = m.team_id
-                    where m.build = $2
+              t as (insert into book_team (period, team_id, team_name, cost_center)
+                    select $1, k.team_id, coalesce(t.display_name, k.team_id), t.cost_center
+                    from (select distinct m.team_id from usage_month_slice m where m.build = $2) k
+                    left join team t on t.team_id = k.team_id
                     returning 1),
-              c as (insert into book_gpu (period, gpu_id, rate_card_id)
-                    select $1, m.gpu_id, (select rate_card_id from card)
-                    from usage_month_gpu m where m.build = $2
+              c as (insert into book_gpu (period, gpu_id, rate_card_id, node)
+                    select $1, m.gpu_id, (select rate_card_id from card), g.node
+                    from usage_month_gpu m
+                    join gpu g on g.gpu_id = m.gpu_id
+                    where m.build = $2
                     returning 1),
               m as (insert into book_model_day
                     select $1, m.model, (select rate_card_id from card), m.day,
@@ -166,7 +163,7 @@ async fn write_books_from_build(
                            m.stranded_thread_percent_seconds, m.stranded_memory_byte_seconds
                     from usage_month_model_day m where m.build = $2
                     returning 1)
-         select (select count(*) from u) as slice_rows, (select count(*) from c) as gpu_rows,
+         select (select count(*) from t) as team_rows, (select count(*) from c) as gpu_rows,
                 (select count(*) from m) as presence_rows
          from b",
         month.first_day(),

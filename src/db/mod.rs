@@ -213,7 +213,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
 /// [`migrate`] applies after the migrations every time (`create or replace`, so a changed
 /// definition reaches every database, once). A change of a function's arguments or result type
 /// needs a migration that drops the old one first.
-pub const FUNCTIONS: [(&str, &str); 29] = [
+pub const FUNCTIONS: [(&str, &str); 30] = [
     (
         "audit_log_append_only",
         include_str!("functions/audit_log_append_only.sql"),
@@ -239,6 +239,10 @@ pub const FUNCTIONS: [(&str, &str); 29] = [
     (
         "book_rows_updated",
         include_str!("functions/book_rows_updated.sql"),
+    ),
+    (
+        "book_slice_built",
+        include_str!("functions/book_slice_built.sql"),
     ),
     (
         "book_slice_days",

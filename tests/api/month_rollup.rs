@@ -347,7 +347,7 @@ async fn builds(app: &TestApp, month: Month) -> (Option<i64>, Vec<i64>) {
 /// The hours the month's books hold, all teams.
 async fn held(app: &TestApp, month: Month) -> rust_decimal::Decimal {
     let seconds: String =
-        sqlx::query_scalar("select sum(held_seconds)::text from book_slice where period = $1")
+        sqlx::query_scalar("select sum(held_seconds)::text from book_slice_days($1)")
             .bind(month.first_day())
             .fetch_one(&app.pool)
             .await
@@ -409,7 +409,8 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
     assert_eq!(drafts(&app, last).await, from_days);
     assert_eq!(books(&app, last).await, books_from_days);
     assert_eq!(presence_books(&app, last).await, presence_from_days);
-    // The books name the build and keep no days of their own.
+    // The books name the build and keep no rows by slice nor days of their own: a row per team
+    // and card, where the names that can change are frozen.
     let (named, kept) = builds(&app, last).await;
     assert_eq!(
         (named.is_some(), kept.len()),
@@ -417,7 +418,7 @@ async fn an_invoice_run_writes_the_same_books_from_the_month_rollup_as_from_the_
         "{named:?} {kept:?}"
     );
     let own: i64 = sqlx::query_scalar(
-        "select (select count(*) from book_slice where period = $1 and days is not null)
+        "select (select count(*) from book_slice where period = $1)
               + (select count(*) from book_gpu where period = $1 and days is not null)",
     )
     .bind(last.first_day())
@@ -528,6 +529,22 @@ async fn issued_books_keep_the_month_rollup_build_they_name() {
         issued.2.1
     );
 
+    // The team renamed under a new cost centre and the card moved to another node: the issued
+    // books keep the names they were written with.
+    for sql in [
+        "update team set display_name = 'Vision (renamed)', cost_center = 'CC-9' where team_id = 'vision'",
+        "update gpu set node = 'gpu-node-99' where node = 'gpu-node-32'",
+    ] {
+        let changed = sqlx::query(sql).execute(&app.pool).await.unwrap();
+        assert_eq!(changed.rows_affected(), 1, "{sql}");
+    }
+    assert_eq!(books(&app, last).await, issued.0);
+    assert!(
+        issued.0.iter().any(|b| b.contains("gpu-node-32")),
+        "{:?}",
+        issued.0
+    );
+
     // An hour comes late: its day is summarised again and the month built anew. The new build is
     // the rollup's; the issued books keep theirs, and read as they were issued.
     post_late_hour(&app, last).await;
@@ -539,14 +556,13 @@ async fn issued_books_keep_the_month_rollup_build_they_name() {
     assert_eq!(still, Some(named));
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert_eq!(kept[0], named);
-    assert_eq!(
-        (
-            books(&app, last).await,
-            presence_books(&app, last).await,
-            focus(&app, last).await
-        ),
-        issued
-    );
+    assert_eq!(books(&app, last).await, issued.0);
+    assert_eq!(presence_books(&app, last).await, issued.1);
+    let now_read = focus(&app, last).await;
+    assert_eq!(now_read.0, issued.2.0, "the FOCUS export");
+    // The card's ledger names the card where it is now; its days are the books'.
+    assert_eq!(now_read.1["node"], "gpu-node-99");
+    assert_eq!(now_read.1["steps"], issued.2.1["steps"], "the ledger");
 
     // The build the issued books name refuses a change to its rows, and is not removed (its
     // rows refuse first).
@@ -575,7 +591,63 @@ async fn issued_books_keep_the_month_rollup_build_they_name() {
     assert_eq!(kept.len(), 2, "{kept:?}");
     assert_eq!(kept[0], named);
     assert!(kept[1] > named);
-    assert_eq!(focus(&app, last).await, issued.2);
+    assert_eq!(focus(&app, last).await.0, issued.2.0);
+}
+
+/// A build says whether every card its slices are on has its row there, where the books freeze
+/// the card's node: a card with usage and no presence (it reported none) has none. The run names
+/// only a build that does, and gathers the day rollup otherwise: the same books and drafts.
+#[tokio::test]
+async fn books_name_only_a_build_whose_cards_cover_its_slices() {
+    let (app, now) = spawn_with_fleet().await;
+    let last = Month::of(now).minus(1);
+    let from_days = drafts(&app, last).await;
+    let books_from_days = books(&app, last).await;
+    days::summarise_due(&app.pool, Utc::now(), 100)
+        .await
+        .unwrap();
+    month_rollup::build_due(&app.pool, now, 10).await.unwrap();
+    let pool = app.pool.clone();
+    let covers = move || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>(
+                "select b.gpus_cover_slices from usage_month_build b
+                 join usage_month_done d using (build) where d.month = $1",
+            )
+            .bind(last.start())
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(covers().await);
+
+    // A build that does not cover them (by hand): the run leaves it unnamed.
+    sqlx::query("update usage_month_build set gpus_cover_slices = false")
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(drafts(&app, last).await, from_days);
+    assert_eq!(books(&app, last).await, books_from_days);
+    assert_eq!(builds(&app, last).await.0, None);
+    let own: i64 = sqlx::query_scalar("select count(*) from book_slice where period = $1")
+        .bind(last.first_day())
+        .fetch_one(&app.pool)
+        .await
+        .unwrap();
+    assert_eq!(own, 2, "the books hold their own rows");
+
+    // Built without the card's presence of the month, the build says so.
+    let removed = sqlx::query("delete from gpu_daily where day >= $1 and day < $2")
+        .bind(last.start())
+        .bind(last.end())
+        .execute(&app.pool)
+        .await
+        .unwrap();
+    assert!(removed.rows_affected() > 0);
+    build_anew(&app, last, now).await;
+    assert!(!covers().await);
 }
 
 /// A late batch of an idle card (its presence, no usage) changes the month rollup's presence per

@@ -108,8 +108,9 @@ pub async fn build_month(
 
 /// Replaces the month's rows with the day rollup's sums over `[month, through)`, per consumer, and
 /// makes a new build of it (`usage_month_build`): per slice with its days (the books' grain), each
-/// GPU's days and the presence per model and day, from `gpu_daily`. Records what they cover, and
-/// sweeps the builds no book names ([`sweep_builds`]). Returns the rows per consumer.
+/// GPU's days and the presence per model and day, from `gpu_daily`, and whether those GPUs are
+/// all its slices are on. Records what they cover, and sweeps the builds no book names
+/// ([`sweep_builds`]). Returns the rows per consumer.
 async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::Error> {
     sqlx::query("delete from usage_month where month = $1")
         .bind(cover.month)
@@ -171,6 +172,22 @@ async fn write_month(tx: &mut PgConnection, cover: &Cover) -> Result<u64, sqlx::
     )
     .bind(cover.month)
     .bind(cover.through)
+    .bind(build)
+    .execute(&mut *tx)
+    .await?;
+    // Whether the books may take the build's rows as they are: each slice's card has its row,
+    // where the books freeze its node (`book_slice_built`). A card with usage and no presence
+    // (none reported) leaves the month's runs gathering the day rollup.
+    sqlx::query(
+        "update usage_month_build b
+         set gpus_cover_slices = not exists (
+                 select from usage_month_slice m
+                 join slice s on s.slice_id = m.slice_id
+                 where m.build = $1
+                   and not exists (select from usage_month_gpu g
+                                   where g.build = $1 and g.gpu_id = s.gpu_id))
+         where b.build = $1",
+    )
     .bind(build)
     .execute(&mut *tx)
     .await?;
