@@ -171,10 +171,7 @@ pub async fn focus(
     let cards = rate_cards::rate_cards(pool).await?;
     let header: Vec<String> = version.columns().into_iter().map(str::to_owned).collect();
     let (tx, rx) = mpsc::channel::<Piece>(4);
-    let mut w = ChunkWriter {
-        csv: csv::Writer::from_writer(Vec::new()),
-        out: tx,
-    };
+    let mut w = ChunkWriter::new(tx);
     let (pool, cache) = (pool.clone(), cache.clone());
     if cards_price_all_of(&cards, month) {
         tokio::spawn(async move {
@@ -204,6 +201,9 @@ pub async fn focus(
     }
     Ok(checked_stream(rx))
 }
+
+/// Slice-day rows made into CSV at once, beside the task that reads them: about 0.5 MB of CSV.
+const ROWS_A_BATCH: usize = 512;
 
 /// The rows of the plan, after the header `w` has sent.
 // long: each kind of FOCUS row (slice-days, idle spread, corrections, the platform's) in the order
@@ -283,6 +283,13 @@ async fn write_focus(
         Split::default()
     };
 
+    // The slice-days' rows are made into CSV a batch at a time beside this task, which reads and
+    // rounds the next meanwhile.
+    let record = {
+        let (currency, issuer) = (currency.clone(), issuer.clone());
+        Arc::new(move |row: &Row| row.record(month, &currency, &issuer, version))
+    };
+    let mut batch = Vec::with_capacity(ROWS_A_BATCH);
     // The rows stream for as long as the client reads them: past any request's statement timeout.
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
@@ -311,9 +318,11 @@ async fn write_focus(
             if group_ends {
                 rounder = CarryRounder::new();
             }
-            if !w
-                .write(&row.record(month, &currency, issuer, version))
-                .await
+            batch.push(row);
+            if batch.len() == ROWS_A_BATCH
+                && !w
+                    .write_batch(std::mem::take(&mut batch), record.clone())
+                    .await
             {
                 return Ok(());
             }
@@ -332,6 +341,9 @@ async fn write_focus(
     }
     drop(rows);
     drop(tx);
+    if !w.write_batch(batch, record).await {
+        return Ok(());
+    }
 
     // Idle capacity spread to teams, one row per team and rate card for the month; each team's
     // share of the version's idle capacity is its ratio.
