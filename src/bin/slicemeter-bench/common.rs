@@ -59,7 +59,10 @@ where
         tokio::task::spawn_blocking(move || cluster.stop()).await??;
         return result;
     };
-    let schema = format!("slicemeter_bench_{}", std::process::id());
+    // One per call: a run that keeps its schemas (`SLICEMETER_BENCH_KEEP`) makes several.
+    static SCHEMAS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = SCHEMAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let schema = format!("slicemeter_bench_{}_{n}", std::process::id());
     let admin = db::connect(url, 2).await?;
     sqlx::query(&format!("create schema {schema}"))
         .execute(&admin)
