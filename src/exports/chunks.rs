@@ -77,12 +77,13 @@ impl ChunkWriter {
 
     /// Makes `rows` into CSV records (`record` each) on the blocking pool while the caller goes on
     /// to the next rows, and hands them on after what was written before, in order: a month's
-    /// rows are formatted on two cores while the database reads the next, not on the writer's
-    /// alone (issue 42). The bytes are those [`ChunkWriter::write`] would have written.
+    /// rows are made on two cores while the database reads the next, not on the writer's alone
+    /// (issue 42). The bytes are those [`ChunkWriter::write`] would have written. A row `record`
+    /// makes nothing of ends the export, in an error.
     pub(super) async fn write_batch<T, F>(&mut self, rows: Vec<T>, record: Arc<F>) -> bool
     where
         T: Send + 'static,
-        F: Fn(&T) -> Vec<String> + Send + Sync + 'static,
+        F: Fn(&T) -> Option<Vec<String>> + Send + Sync + 'static,
     {
         // Whatever was written directly goes first (no batch is pending then).
         if !self.flush().await {
@@ -91,7 +92,7 @@ impl ChunkWriter {
         self.batches.push_back(tokio::task::spawn_blocking(move || {
             let mut csv = csv::Writer::from_writer(Vec::new());
             for row in &rows {
-                csv.write_record(record(row)).ok()?;
+                csv.write_record(record(row)?).ok()?;
             }
             csv.into_inner().ok()
         }));
@@ -201,7 +202,7 @@ mod tests {
     async fn batches_come_out_in_the_order_they_were_written() {
         let (tx, rx) = mpsc::channel(4);
         let mut w = ChunkWriter::new(tx);
-        let record = Arc::new(|n: &u32| vec![n.to_string(), format!("row {n}, quoted")]);
+        let record = Arc::new(|n: &u32| Some(vec![n.to_string(), format!("row {n}, quoted")]));
         let writer = tokio::spawn(async move {
             assert!(w.write(&["first".to_owned()]).await);
             for batch in 0..5u32 {
@@ -228,26 +229,28 @@ mod tests {
         }
     }
 
-    /// A batch that panics ends the stream in an error, not in a clean end.
+    /// A batch with a row it makes nothing of, or one that panics, ends the stream in an error,
+    /// not in a clean end.
     #[tokio::test]
     async fn a_batch_that_fails_ends_the_stream_in_an_error() {
-        let (tx, rx) = mpsc::channel(4);
-        let mut w = ChunkWriter::new(tx);
-        let record = Arc::new(|n: &u32| {
-            assert!(*n != 7, "a bug in a row");
-            vec![n.to_string()]
-        });
-        tokio::spawn(async move {
-            if w.write_batch((0..10).collect(), record).await {
-                w.finish().await;
-            }
-        });
-        let got = collect(rx).await;
-        assert_eq!(
-            got.last(),
-            Some(&Err(
-                "the export stopped part way; see the server log".into()
-            ))
-        );
+        for panics in [false, true] {
+            let (tx, rx) = mpsc::channel(4);
+            let mut w = ChunkWriter::new(tx);
+            let record = Arc::new(move |n: &u32| {
+                assert!(!(panics && *n == 7), "a bug in a row");
+                (*n != 7).then(|| vec![n.to_string()])
+            });
+            tokio::spawn(async move {
+                if w.write_batch((0..10).collect(), record).await {
+                    w.finish().await;
+                }
+            });
+            let got = collect(rx).await;
+            assert_eq!(
+                got,
+                vec![Err("the export stopped part way; see the server log".into())],
+                "panics: {panics}"
+            );
+        }
     }
 }

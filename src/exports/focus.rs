@@ -13,8 +13,8 @@ use rust_decimal::Decimal;
 use rust_decimal::RoundingStrategy::MidpointNearestEven;
 use rust_decimal::prelude::ToPrimitive;
 
+use crate::billing::pricing::Charge;
 use crate::billing::rate_card::{Currency, RateCard};
-use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
 use crate::domain::text::spreadsheet_safe;
@@ -383,17 +383,54 @@ pub fn sku_id(model: Option<&str>, kind: Option<SliceKind>, profile: Option<&str
         .join("/")
 }
 
-/// A team's usage row for one slice-day, its exact amount, and the invoice line it belongs to.
+/// What one slice-day comes to, and the invoice line it rounds into: what the export needs of it
+/// in order ([`usage_row`] makes the rest of its row).
+pub fn usage_charge(
+    d: &SliceDay,
+    cards: &BTreeMap<i64, RateCard>,
+) -> Result<(LineGroup, Charge), Unpriced> {
+    let card = d.card(cards)?;
+    let charge = d.charge(cards)?;
+    let group = (
+        d.team.clone(),
+        d.model.clone(),
+        Some(d.kind),
+        d.profile.clone(),
+        card.id,
+    );
+    Ok((group, charge))
+}
+
+/// The part a slice's row takes in FOCUS 1.3's split cost allocation, before its card's day gives
+/// it its ratios (`split::Split::slice`).
+pub fn slice_allocation(d: &SliceDay) -> Allocated {
+    let mut tags = BTreeMap::from([(
+        "slicemeter/slice-kind".to_owned(),
+        d.kind.as_str().to_owned(),
+    )]);
+    if let Some(p) = &d.profile {
+        tags.insert("slicemeter/mig-profile".to_owned(), p.clone());
+    }
+    Allocated {
+        method: PHYSICAL_SHARE,
+        resource: Some((d.slice_uuid.clone(), format!("{} {}", d.node, d.slice_uuid))),
+        // Its ratios, once its card's day is known.
+        details: None,
+        tags,
+    }
+}
+
+/// A team's usage row for one slice-day under `card`, whose `charge` [`usage_charge`] gave,
+/// before it is rounded (`billed` zero) and without its part in a split cost allocation.
 /// Consumers no team claims are on the platform's account: their rows carry `platform` as the
 /// sub-account, their cost never invoiced.
 pub fn usage_row(
     d: &SliceDay,
-    cards: &BTreeMap<i64, RateCard>,
-    invoice_numbers: &BTreeMap<&str, &str>,
+    card: &RateCard,
+    charge: &Charge,
+    invoice_numbers: &BTreeMap<String, String>,
     issuer: &Issuer,
-) -> Result<(LineGroup, Row, Exact), Unpriced> {
-    let card = d.card(cards)?;
-    let charge = d.charge(cards)?;
+) -> Row {
     let share = d
         .kind
         .is_reserved()
@@ -415,21 +452,7 @@ pub fn usage_row(
         (d.team.to_string(), d.team_name.clone())
     };
     let (hourly, _) = card.hourly_cost(&d.model);
-    let mut allocated_tags = BTreeMap::from([(
-        "slicemeter/slice-kind".to_owned(),
-        d.kind.as_str().to_owned(),
-    )]);
-    if let Some(p) = &d.profile {
-        allocated_tags.insert("slicemeter/mig-profile".to_owned(), p.clone());
-    }
-    let allocation = Allocated {
-        method: PHYSICAL_SHARE,
-        resource: Some((d.slice_uuid.clone(), format!("{} {}", d.node, d.slice_uuid))),
-        // Its ratios, once its card's day is known (`split::Split::slice`).
-        details: None,
-        tags: allocated_tags,
-    };
-    let row = Row {
+    Row {
         category: Category::Usage,
         correction: false,
         description: format!(
@@ -470,20 +493,10 @@ pub fn usage_row(
         isolation_factor: Some(card.factors.of(d.kind)),
         rate_card: Some(card.id),
         // Consumers no team claims: the platform's document, if the caller names one for them.
-        invoice_number: invoice_numbers
-            .get(d.team.as_str())
-            .map(|n| (*n).to_owned()),
+        invoice_number: invoice_numbers.get(d.team.as_str()).cloned(),
         sku_meter: "GPU share held",
-        allocation: Some(allocation),
-    };
-    let group = (
-        d.team.clone(),
-        d.model.clone(),
-        Some(d.kind),
-        d.profile.clone(),
-        card.id,
-    );
-    Ok((group, row, charge.amount))
+        allocation: None,
+    }
 }
 
 /// Which of the platform's figures a row carries; its text names the row's SKU and tag.

@@ -25,18 +25,17 @@ use super::erp::{self, Document, JournalError, Layout, Platform};
 use super::focus::split::{Split, idle_spread_ratios};
 use super::focus::{
     self, Allocated, Category, Issuer, LineGroup, PlatformFigure, Row, Version, platform_row,
-    sku_id, usage_row,
+    sku_id, slice_allocation, usage_charge, usage_row,
 };
 use crate::billing::invoice::{Invoice, InvoiceKind, InvoiceStatus, store as invoices};
 use crate::billing::period::{LineKind, PeriodBill};
-use crate::billing::pricing::CarryRounder;
+use crate::billing::pricing::{CarryRounder, Charge};
 use crate::billing::rate_card::{IdlePolicy, RateCard, store as rate_cards};
 use crate::billing::service::Error as BillingError;
-use crate::domain::exact::Exact;
 use crate::domain::team::{TeamId, UNATTRIBUTED};
 use crate::domain::time::Month;
 use crate::reports::service::{self, ReportCache};
-use crate::reports::slices::Unpriced;
+use crate::reports::slices::{SliceDay, Unpriced};
 use crate::reports::store;
 
 /// Who the exports name as issuer and where the platform's journal credit goes.
@@ -205,6 +204,17 @@ pub async fn focus(
 /// Slice-day rows made into CSV at once, beside the task that reads them: about 0.5 MB of CSV.
 const ROWS_A_BATCH: usize = 512;
 
+/// A slice-day as read, priced and rounded, before its row is made.
+struct UsageDay {
+    day: SliceDay,
+    rate_card: i64,
+    charge: Charge,
+    /// Its part in FOCUS 1.3's split cost allocation.
+    allocation: Option<Allocated>,
+    /// Its charge rounded as its invoice line's rows are.
+    billed: Decimal,
+}
+
 /// The rows of the plan, after the header `w` has sent.
 // long: each kind of FOCUS row (slice-days, idle spread, corrections, the platform's) in the order
 // the export promises, sharing the running totals that round each invoice line
@@ -283,42 +293,60 @@ async fn write_focus(
         Split::default()
     };
 
-    // The slice-days' rows are made into CSV a batch at a time beside this task, which reads and
-    // rounds the next meanwhile.
+    // This task reads the slice-days in order, prices and rounds each; their rows are made and
+    // written as CSV a batch at a time beside it, while it goes on to the next.
     let record = {
-        let (currency, issuer) = (currency.clone(), issuer.clone());
-        Arc::new(move |row: &Row| row.record(month, &currency, &issuer, version))
+        let (cards, currency, issuer) = (cards.clone(), currency.clone(), issuer.clone());
+        let numbers: BTreeMap<String, String> = number_of
+            .iter()
+            .map(|(t, n)| ((*t).to_owned(), (*n).to_owned()))
+            .collect();
+        Arc::new(move |u: &UsageDay| {
+            let card = cards.get(&u.rate_card)?;
+            let mut row = usage_row(&u.day, card, &u.charge, &numbers, &issuer);
+            row.billed = u.billed;
+            row.allocation = u.allocation.clone();
+            Some(row.record(month, &currency, &issuer, version))
+        })
     };
     let mut batch = Vec::with_capacity(ROWS_A_BATCH);
     // The rows stream for as long as the client reads them: past any request's statement timeout.
     let mut tx = pool.begin().await?;
     crate::db::without_statement_timeout(&mut tx).await?;
     let mut rows = store::slice_days(&mut tx, month, issued, team.as_ref());
-    let mut pending: Option<(LineGroup, Row, Exact)> = None;
+    let mut pending: Option<(LineGroup, UsageDay)> = None;
     let mut rounder = CarryRounder::new();
     loop {
         let next = rows.next().await.transpose()?;
         let next = match next {
             Some(day) => {
-                let (group, mut row, exact) = usage_row(&day, &cards, &number_of, issuer)?;
-                row.allocation = match (version, row.allocation.take()) {
-                    (Version::V1_3, Some(a)) => split.slice(&day, day.card(&cards)?, a),
+                let (group, charge) = usage_charge(&day, &cards)?;
+                let allocation = match version {
+                    Version::V1_3 => split.slice(&day, day.card(&cards)?, slice_allocation(&day)),
                     _ => None,
                 };
-                Some((group, row, exact))
+                let usage = UsageDay {
+                    rate_card: group.4,
+                    day,
+                    charge,
+                    allocation,
+                    billed: Decimal::ZERO,
+                };
+                Some((group, usage))
             }
             None => None,
         };
-        if let Some((group, mut row, exact)) = pending.take() {
-            let group_ends = next.as_ref().is_none_or(|(g, _, _)| *g != group);
-            row.billed = match (group_ends, targets.get(&group)) {
+        if let Some((group, mut usage)) = pending.take() {
+            let group_ends = next.as_ref().is_none_or(|(g, _)| *g != group);
+            let exact = usage.charge.amount.clone();
+            usage.billed = match (group_ends, targets.get(&group)) {
                 (true, Some(target)) => rounder.last(exact, *target),
                 _ => rounder.next(exact, &currency),
             };
             if group_ends {
                 rounder = CarryRounder::new();
             }
-            batch.push(row);
+            batch.push(usage);
             if batch.len() == ROWS_A_BATCH
                 && !w
                     .write_batch(std::mem::take(&mut batch), record.clone())
@@ -327,17 +355,16 @@ async fn write_focus(
                 return Ok(());
             }
         }
-        let Some((group, row, exact)) = next else {
+        let Some((group, usage)) = next else {
             break;
         };
-        if let (Some(model), Some(card)) = (&row.gpu_model, row.rate_card) {
-            let e = allocated
-                .entry((model.clone(), card, row.charge_start))
-                .or_default();
-            e.0 += row.list_cost;
-            e.1 += row.list_cost - exact.to_decimal();
-        }
-        pending = Some((group, row, exact));
+        let list_cost = usage.charge.allocated.to_decimal();
+        let e = allocated
+            .entry((usage.day.model.clone(), usage.rate_card, usage.day.day))
+            .or_default();
+        e.0 += list_cost;
+        e.1 += list_cost - usage.charge.amount.to_decimal();
+        pending = Some((group, usage));
     }
     drop(rows);
     drop(tx);
