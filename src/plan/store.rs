@@ -407,6 +407,7 @@ async fn evidence_together(
                    on k.consumer_id = u.consumer_id and k.slice_id = u.slice_id
                   and k.team_id = u.team_id
                  where u.hour >= $2 and u.hour < $3 and u.held_seconds > 0
+                   and ($8::text is null or u.team_id = $8)
                  group by 1, 2"
             ))
             .bind(bounds)
@@ -416,6 +417,8 @@ async fn evidence_together(
             .bind(&slices)
             .bind(&teams)
             .bind(&gids)
+            // A team's: its rows alone reach the join (the hours' rows are every team's).
+            .bind(team)
             .fetch_all(&mut *tx)
             .await?;
             for row in rows {

@@ -50,6 +50,26 @@ pub(super) async fn open(
             &format!("({} and {} groups)", read[0].len(), read[1].len()),
         );
     }
+    // Each range alone: which of the two the read waits on.
+    for (pass, range) in [
+        ("evidence, team-1, the month alone", ranges[0]),
+        ("evidence, team-1, right-sizing's days alone", ranges[1]),
+    ] {
+        let t = Instant::now();
+        let read = plan::store::evidence_from(
+            &pool,
+            &[range],
+            Some(&team),
+            plan::store::Source::Summaries,
+        )
+        .await?;
+        line(
+            pass,
+            t.elapsed(),
+            floor,
+            &format!("({} groups)", read[0].len()),
+        );
+    }
     Ok((pool, floor))
 }
 
