@@ -42,7 +42,8 @@ pub fn check_optional(s: &str, max: usize) -> Result<(), TextError> {
 /// U+2066-U+2069, the marks U+200E, U+200F and U+061C) are dropped first: a pod named with a
 /// right-to-left override would show reversed in the cell, and nothing in a name needs them.
 pub fn spreadsheet_safe(cell: &str) -> std::borrow::Cow<'_, str> {
-    let cell: std::borrow::Cow<'_, str> = if cell.chars().any(is_bidi_control) {
+    // Every control is outside ASCII, which most cells are: a test of bytes, not of chars.
+    let cell: std::borrow::Cow<'_, str> = if !cell.is_ascii() && cell.chars().any(is_bidi_control) {
         cell.chars()
             .filter(|c| !is_bidi_control(*c))
             .collect::<String>()

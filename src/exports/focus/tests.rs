@@ -57,3 +57,27 @@ fn decimals_are_written_with_a_fixed_scale() {
         57
     );
 }
+
+#[test]
+fn timestamps_are_written_as_chrono_formats_them() {
+    use chrono::{Datelike, TimeZone};
+    let strftime = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut t = Utc.with_ymd_and_hms(1999, 12, 31, 23, 59, 59).unwrap();
+    // Every hour of three decades and a second off, leap days and years' ends among them.
+    while t.year() < 2030 {
+        assert_eq!(timestamp(t), strftime(t));
+        t += chrono::Duration::seconds(3607);
+    }
+    for t in [
+        Utc.with_ymd_and_hms(0, 1, 1, 0, 0, 0).unwrap(),
+        Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap(),
+        Utc.with_ymd_and_hms(10000, 1, 1, 0, 0, 0).unwrap(),
+        Utc.with_ymd_and_hms(-1, 6, 15, 12, 30, 5).unwrap(),
+    ] {
+        assert_eq!(timestamp(t), strftime(t), "{t:?}");
+    }
+    assert_eq!(
+        timestamp(Utc.with_ymd_and_hms(2026, 2, 3, 4, 5, 6).unwrap()),
+        "2026-02-03T04:05:06Z"
+    );
+}
