@@ -1,5 +1,6 @@
 //! `slicemeter demo` as a user runs it: no DATABASE_URL, a private PostgreSQL of its own, a back-fill,
-//! the API served, and everything stopped on Ctrl-C. Run twice on the same folder, it reuses it.
+//! the API served, and everything stopped on Ctrl-C. Run twice on the same folder, it reuses it; a
+//! second demo beside the first refuses the folder.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -102,6 +103,41 @@ async fn demo_runs_its_own_postgresql_serves_the_api_and_stops_it_on_ctrl_c() {
         .unwrap();
     assert_eq!(health.status(), 200);
     assert_eq!(health.text().await.unwrap(), "ok\n");
+    // A second demo on the folder refuses before it touches the database, naming the folder; the
+    // first goes on serving from its database (every request below).
+    let mut second = Command::new(env!("CARGO_BIN_EXE_slicemeter"))
+        .args(["demo", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&pg)
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut waited = 0;
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if waited == 600 {
+            second.kill().ok();
+            second.wait().ok();
+            panic!("a second demo on the folder did not refuse within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        waited += 1;
+    };
+    assert!(!status.success(), "{status}");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(
+        said.contains(&format!(
+            "another slicemeter demo is running in {}: stop it first",
+            pg.display()
+        )),
+        "{said}"
+    );
+    assert!(!said.contains("Starting a private PostgreSQL"), "{said}");
     // The database URL and the admin token are in the data folder, for this user only, and the CLI
     // reaches the demo with them.
     let file = |name: &str| {

@@ -45,7 +45,8 @@ pub struct DemoArgs {
     /// Use this database instead of a private PostgreSQL.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// Where the private PostgreSQL keeps its data (reused by the next demo).
+    /// Where the private PostgreSQL keeps its data (reused by the next demo; one demo a folder at
+    /// a time: a second refuses it).
     #[arg(long, env = "SLICEMETER_DEMO_DIR")]
     pub data_dir: Option<PathBuf>,
     /// Address to serve on (port 0 picks a free one).
@@ -76,6 +77,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // The demo's folder (the live collectors' spools, the files that tell the CLI how to reach it):
     // the private cluster's, else one in the temporary folder.
     let mut demo_dir = std::env::temp_dir().join("slicemeter-demo");
+    let mut _one_demo = None;
     let url = match &args.database_url {
         Some(url) => url.clone(),
         None => {
@@ -84,6 +86,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| PrivateCluster::default_root("demo"));
             demo_dir = root.clone();
+            _one_demo = Some(one_demo_in(&root)?);
             eprintln!("Starting a private PostgreSQL in {} ...", root.display());
             let c = tokio::task::spawn_blocking(move || PrivateCluster::start(&root)).await??;
             cluster::ensure_database(&c.url("postgres"), "slicemeter").await?;
@@ -98,6 +101,29 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || c.stop()).await??;
     }
     result
+}
+
+/// The folder's lock, held while the demo runs: a second demo on the folder would write its
+/// back-fill into the first's database and, stopping, stop that database under it.
+fn one_demo_in(root: &Path) -> anyhow::Result<nix::fcntl::Flock<std::fs::File>> {
+    use nix::fcntl::{Flock, FlockArg};
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let path = root.join("demo.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(lock),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => anyhow::bail!(
+            "another slicemeter demo is running in {}: stop it first (Ctrl-C), or give this one \
+             another folder with --data-dir",
+            root.display()
+        ),
+        Err((_, e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
 }
 
 async fn run_on(args: &DemoArgs, url: &str, demo_dir: &Path) -> anyhow::Result<()> {
