@@ -82,14 +82,15 @@ const HOUR: Decimal = Decimal::from_parts(3600, 0, 0, false, 0);
 
 /// Prices one group under its rate card.
 pub fn price(u: &UsageAggregate, card: &RateCard) -> Charge {
-    let w = &card.weights;
     let reserved = u.kind.is_reserved();
-    let held_eq = u.exact.held_equivalent(reserved, w) / HOUR;
+    let held_eq = held_hours(&u.exact, u.kind, card);
     let gpu_equivalent_hours = held_eq.to_decimal();
     // What a time-sliced replica blocks is what it used; a reserved slice's busy part is shown,
     // not priced.
     let used_eq = if reserved {
-        u.sums.used_equivalent(true, w).map(|s| s / HOUR)
+        u.sums
+            .used_equivalent(true, &card.weights)
+            .map(|s| s / HOUR)
     } else {
         Some(gpu_equivalent_hours)
     };
@@ -111,6 +112,19 @@ pub fn price(u: &UsageAggregate, card: &RateCard) -> Charge {
         amount: &held_eq * unit_price,
         allocated: held_eq * hourly_cost,
     }
+}
+
+/// [`price`]'s amount alone, for readers that price rows by the million and need no other figure
+/// of the charge (the unit cost's pod-hours): the same exact amount, without the rounded hours,
+/// the busy part and the names a [`Charge`] carries.
+pub fn amount(exact: &ExactSums, model: &str, kind: SliceKind, card: &RateCard) -> Exact {
+    let unit_price = card.hourly_cost(model).0 * card.factors.of(kind);
+    held_hours(exact, kind, card) * unit_price
+}
+
+/// GPU-equivalent hours blocked, exact: what a charge's amount is the unit price of.
+fn held_hours(exact: &ExactSums, kind: SliceKind, card: &RateCard) -> Exact {
+    exact.held_equivalent(kind.is_reserved(), &card.weights) / HOUR
 }
 
 /// The seconds GPUs of one model were present while one rate card version was in force, and what

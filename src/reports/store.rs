@@ -3,7 +3,7 @@
 //! per-model days of presence, a period's documents for the ERP journal, and daily capacity.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use futures_util::{Stream, StreamExt};
+use futures_util::{Stream, StreamExt, TryStreamExt};
 use rust_decimal::Decimal;
 use sqlx::{PgConnection, PgPool};
 
@@ -35,7 +35,7 @@ pub async fn usage_sums(
     // and so are days a rate card version starts after midnight: each hour priced by its own card.
     let days = whole_days(from, to).filter(|_| step != Step::Hour);
     let labels = group_by.label_keys();
-    let rows = sqlx::query!(
+    sqlx::query!(
         // Additions first, per slice or per share class (see each), and the shares weighed after,
         // once a group instead of once a row. Which of the two runs is `$16`'s choice; the other
         // is cut off before it reads a row. `$17` reads whole days from the team's day rollup
@@ -251,30 +251,29 @@ pub async fn usage_sums(
         step != Step::Hour && group_by.fits_team_days(),
         step == Step::Month
     )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| UsageSums {
-            bucket: r.bucket,
-            team: r.team,
-            model: r.model,
-            kind: r.kind,
-            profile: r.profile,
-            rate_card: r.rate_card,
-            node: r.node,
-            namespace: r.namespace,
-            workload: r.workload,
-            pod: r.pod,
-            container: r.container,
-            labels: r.labels.unwrap_or_default(),
-            gpu_uuid: r.gpu_uuid,
-            gpu_instance_id: r.gpu_instance_id,
-            dra_claim: r.dra_claim.map(|c| c.0),
-            reserved: r.reserved,
-            sums: crate::occupancy_sums!(r),
-        })
-        .collect())
+    // Each row made into its sums as it comes: a month by the hour is millions of rows.
+    .fetch(pool)
+    .map_ok(|r| UsageSums {
+        bucket: r.bucket,
+        team: r.team,
+        model: r.model,
+        kind: r.kind,
+        profile: r.profile,
+        rate_card: r.rate_card,
+        node: r.node,
+        namespace: r.namespace,
+        workload: r.workload,
+        pod: r.pod,
+        container: r.container,
+        labels: r.labels.unwrap_or_default(),
+        gpu_uuid: r.gpu_uuid,
+        gpu_instance_id: r.gpu_instance_id,
+        dra_claim: r.dra_claim.map(|c| c.0),
+        reserved: r.reserved,
+        sums: crate::occupancy_sums!(r),
+    })
+    .try_collect()
+    .await
 }
 
 /// [`usage_sums`] by the hour and (team, namespace, workload, pod), what the unit cost prices,
@@ -289,7 +288,7 @@ pub async fn pod_hour_sums(
     to: DateTime<Utc>,
     team: Option<&TeamId>,
 ) -> Result<Vec<UsageSums>, sqlx::Error> {
-    let rows = sqlx::query!(
+    sqlx::query!(
         r#"with cards as (
                select t.at, r.rate_card_id
                from generate_series(date_trunc('hour', $1, 'UTC'), $2, interval '1 hour') t(at)
@@ -337,30 +336,28 @@ pub async fn pod_hour_sums(
         to,
         team.map(TeamId::as_str),
     )
-    .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| UsageSums {
-            bucket: r.bucket,
-            team: r.team,
-            model: r.model,
-            kind: r.kind,
-            profile: r.profile,
-            rate_card: r.rate_card,
-            node: None,
-            namespace: r.namespace,
-            workload: r.workload,
-            pod: r.pod,
-            container: None,
-            labels: Vec::new(),
-            gpu_uuid: None,
-            gpu_instance_id: None,
-            dra_claim: None,
-            reserved: r.reserved,
-            sums: crate::occupancy_sums!(r),
-        })
-        .collect())
+    .fetch(pool)
+    .map_ok(|r| UsageSums {
+        bucket: r.bucket,
+        team: r.team,
+        model: r.model,
+        kind: r.kind,
+        profile: r.profile,
+        rate_card: r.rate_card,
+        node: None,
+        namespace: r.namespace,
+        workload: r.workload,
+        pod: r.pod,
+        container: None,
+        labels: Vec::new(),
+        gpu_uuid: None,
+        gpu_instance_id: None,
+        dra_claim: None,
+        reserved: r.reserved,
+        sums: crate::occupancy_sums!(r),
+    })
+    .try_collect()
+    .await
 }
 
 /// The consumers whose usage in `[from, to)` no team claims (no label, and no owner of their

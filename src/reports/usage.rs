@@ -18,8 +18,7 @@ use utoipa::ToSchema;
 
 pub use group_by::{Dimension, GroupBy, MAX_DIMENSIONS, Step};
 
-use crate::billing::pricing::CarryRounder;
-use crate::billing::pricing::{UsageAggregate, price};
+use crate::billing::pricing::{self, CarryRounder};
 use crate::billing::rate_card::{Currency, RateCard};
 use crate::domain::batch::DraClaim;
 use crate::domain::dcgm::Device;
@@ -64,20 +63,12 @@ type Key = Vec<Option<String>>;
 impl UsageSums {
     /// What these sums cost under `card`, exact: billing's price of one slice's usage.
     pub fn charge(&self, card: &RateCard) -> Exact {
-        price(
-            &UsageAggregate {
-                team: self.team.clone(),
-                model: self.model.clone(),
-                kind: self.kind,
-                profile: self.profile.clone(),
-                rate_card: card.id,
-                slices: 1,
-                sums: self.sums,
-                exact: ExactSums::as_written(&self.sums),
-            },
+        pricing::amount(
+            &ExactSums::as_written(&self.sums),
+            &self.model,
+            self.kind,
             card,
         )
-        .amount
     }
 
     fn key(&self, group_by: &GroupBy) -> Key {
@@ -297,14 +288,20 @@ fn priced(
     invoiced: &Invoiced,
     cost_only: bool,
 ) -> Priced {
-    let mut rows: BTreeMap<(DateTime<Utc>, Key), Acc> = BTreeMap::new();
-    // Each month's invoice line, and its exact amount per row.
-    let mut lines: BTreeMap<MonthLine, BTreeMap<(DateTime<Utc>, Key), Exact>> = BTreeMap::new();
+    // Each row's place in `accs`, by (bucket, key); a row's key is kept once, here.
+    let mut index: BTreeMap<(DateTime<Utc>, Key), usize> = BTreeMap::new();
+    let mut accs: Vec<Acc> = Vec::new();
+    // Each month's invoice line, and its exact amount per row (by place), as the sums come.
+    let mut lines: BTreeMap<MonthLine, Vec<(usize, Exact)>> = BTreeMap::new();
     let mut currencies = BTreeSet::new();
     let mut unpriced = None;
     for s in sums {
-        let row = (s.bucket, s.key(group_by));
-        let acc = rows.entry(row.clone()).or_default();
+        let next = accs.len();
+        let row = *index.entry((s.bucket, s.key(group_by))).or_insert(next);
+        if row == next {
+            accs.push(Acc::default());
+        }
+        let acc = &mut accs[row];
         if !cost_only {
             acc.add_sums(s, weights);
         }
@@ -322,15 +319,29 @@ fn priced(
             s.profile.clone(),
             card.id,
         );
-        *lines.entry(line).or_default().entry(row).or_default() += s.charge(card);
+        lines.entry(line).or_default().push((row, s.charge(card)));
     }
-    for (line, pieces) in &lines {
+    // Each row's rank in (bucket, key) order: a line's pieces are rounded in that order.
+    let mut rank = vec![0; accs.len()];
+    for (r, &row) in index.values().enumerate() {
+        rank[row] = r;
+    }
+    for (line, mut all) in lines {
+        all.sort_by_key(|&(row, _)| rank[row]);
+        // A row's pieces of one line (sums that differ only in what the grouping leaves out), one.
+        let mut pieces: Vec<(usize, Exact)> = Vec::with_capacity(all.len());
+        for (row, piece) in all {
+            match pieces.last_mut() {
+                Some((last, sum)) if *last == row => *sum += piece,
+                _ => pieces.push((row, piece)),
+            }
+        }
         let currency = &cards[&line.5].currency;
-        let exact: Exact = pieces.values().sum();
+        let exact: Exact = pieces.iter().map(|(_, piece)| piece).sum();
         let month = line.0;
         let target = invoiced
             .0
-            .get(line)
+            .get(&line)
             .copied()
             .filter(|_| month.start() >= from && month.end() <= to)
             .unwrap_or_else(|| currency.round(exact.clone()));
@@ -348,9 +359,13 @@ fn priced(
             } else {
                 rounder.next(scaled, currency)
             };
-            rows.get_mut(row).expect("every piece has its row").cost += amount;
+            accs[*row].cost += amount;
         }
     }
+    let rows = index
+        .into_iter()
+        .map(|(key, row)| (key, std::mem::take(&mut accs[row])))
+        .collect();
     let (currency, cost_note) = match (currencies.len(), unpriced) {
         (n, _) if n > 1 => (
             None,

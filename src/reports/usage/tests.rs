@@ -136,6 +136,38 @@ fn workloads_sharing_an_invoice_line_add_up_to_it_to_the_cent() {
 }
 
 #[test]
+fn rows_are_rounded_in_their_own_order_whatever_order_their_sums_come_in() {
+    // The database gives the sums unordered, and a row's sums may come in pieces (two slices of one
+    // pod): the notebook's third in two halves, apart, and "batch" first. Rounded in the order they
+    // came, the carried cent would land on the notebook.
+    let [api, batch, notebook]: [UsageSums; 3] = thirds().try_into().unwrap();
+    let half = |s: &UsageSums| {
+        let mut h = sums(true, dec!(120) * dec!(3600), dec!(3) / dec!(7), dec!(0.5));
+        h.rate_card = s.rate_card;
+        h.namespace = s.namespace.clone();
+        h.workload = s.workload.clone();
+        h
+    };
+    let r = report(
+        &[batch, half(&notebook), api, half(&notebook)],
+        "team,namespace,workload",
+        &Invoiced::default(),
+    );
+    // As when they come one a row, in order: the carried cent lands on the second row, "batch".
+    assert_eq!(costs(&r), vec![dec!(445.71), dec!(445.72), dec!(445.71)]);
+    assert_eq!(r.total.cost, Some(dec!(1337.14)));
+    let workloads: Vec<_> = r.totals.iter().map(|t| t.key["workload"].clone()).collect();
+    assert_eq!(
+        workloads,
+        [
+            Some("api".into()),
+            Some("batch".into()),
+            Some("notebook".into())
+        ]
+    );
+}
+
+#[test]
 fn an_issued_line_is_apportioned_as_issued_and_a_part_month_at_its_own_price() {
     // The line was issued at 1,300.00 (before late data): the rows still add up to the invoice.
     let line = (
