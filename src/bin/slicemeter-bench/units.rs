@@ -36,6 +36,13 @@ pub struct UnitsBenchArgs {
     /// A size that runs in seconds (8 GPUs): CI runs it so that the benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
+    /// Only the costs' side (the pod-hour costs and their SQL), `--rounds` times, over the month a
+    /// run kept (`SLICEMETER_BENCH_KEEP=1`) in this schema: a build's costs against another's on
+    /// the same rows, without loading the month again.
+    #[arg(long)]
+    pub costs_of_schema: Option<String>,
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
 }
 
 /// Writes the chat pods' counters over `month`, a day an OpenMetrics file, into blocks under
@@ -226,7 +233,43 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
 }
 
 pub async fn units(args: UnitsBenchArgs) -> anyhow::Result<()> {
+    if let Some(schema) = &args.costs_of_schema {
+        return costs_of_schema(&args, schema).await;
+    }
     in_scratch_schema(args.database_url.as_deref(), 8, |pool, _| run(&args, pool)).await
+}
+
+/// `--costs-of-schema`: the pod-hour costs and their SQL alone on a kept month, round after round.
+async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<()> {
+    let url = args
+        .database_url
+        .as_deref()
+        .context("--costs-of-schema needs DATABASE_URL")?;
+    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let pool = slicemeter::db::connect_with(options.options([("search_path", schema)]), 8).await?;
+    slicemeter::db::migrate(&pool).await?;
+    let month = Month::of(Utc::now()).minus(1);
+    let (from, to) = (month.start(), month.end());
+    for round in 1..=args.rounds {
+        let t = Instant::now();
+        let sums = slicemeter::reports::store::pod_hour_sums(&pool, from, to, None).await?;
+        let sql = t.elapsed();
+        let t = Instant::now();
+        let costs =
+            reports::pod_hour_costs(&pool, &ReportCache::new(Duration::ZERO), from, to, None)
+                .await?;
+        let all = t.elapsed();
+        let total: rust_decimal::Decimal = costs.rows.values().flatten().sum();
+        println!(
+            "round {round}: pod-hour costs {:.2} s ({} rows, {} {total}); their SQL alone {:.2} s ({} rows of sums)",
+            all.as_secs_f64(),
+            costs.rows.len(),
+            costs.currency.as_ref().map_or("?", |c| c.code.as_str()),
+            sql.as_secs_f64(),
+            sums.len()
+        );
+    }
+    Ok(())
 }
 
 /// Fails unless every pod-hour's cost the unit cost reads is the usage report's row for that hour
