@@ -2,7 +2,8 @@
 //! server and stopped after it: the partitions of this month and the next two kept ahead and the
 //! raw windows past retention dropped (every hour), the alerts worker (`alerts::worker`), and
 //! right-sizing's evidence of closed days summarised (`plan::days`, a few days a round), with the
-//! month rollups built from the days summarised (`reports::month_rollup`).
+//! month rollups built from the days summarised (`reports::month_rollup`), and, with a units'
+//! Prometheus, each unit's settled hours counted and kept (`units::counts`, every minute).
 //! Nothing here answers a request; the HTTP layer neither starts nor knows it.
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::db::Partitions;
 use crate::domain::time::{month_of, next_month};
 use crate::ingest::validate::Limits;
 use crate::reports::service::ReportCache;
+use crate::units::service::UnitSource;
 
 /// What the background work needs: the pool and the caches the HTTP server shares with it.
 pub struct Inputs {
@@ -29,12 +31,15 @@ pub struct Inputs {
     /// Ingest's limits: how long raw windows are kept.
     pub limits: Limits,
     pub alerts: AlertConfig,
+    /// The units' Prometheus, if any: its counters are counted and kept.
+    pub units: Option<UnitSource>,
 }
 
 /// The background work, running.
 pub struct Background {
     maintenance: JoinHandle<()>,
     evidence_days: JoinHandle<()>,
+    unit_counts: Option<JoinHandle<()>>,
     stop_alerts: watch::Sender<bool>,
     alerts: Option<JoinHandle<()>>,
 }
@@ -47,11 +52,13 @@ pub fn start(inputs: Inputs) -> Background {
         reports,
         limits,
         alerts,
+        units,
     } = inputs;
     let (stop_alerts, alerts_stopped) = watch::channel(false);
     let alerts = crate::alerts::worker::spawn(pool.clone(), reports, alerts, alerts_stopped);
     Background {
         evidence_days: summarise_evidence_days(pool.clone()),
+        unit_counts: units.map(|source| keep_unit_counts(pool.clone(), source)),
         maintenance: keep_partitions(pool, partitions, limits),
         stop_alerts,
         alerts,
@@ -66,6 +73,10 @@ impl Background {
         self.maintenance.abort();
         // A day being summarised is rolled back, and summarised again by the next server.
         self.evidence_days.abort();
+        // A step being kept is rolled back, and counted again by the next round.
+        if let Some(counts) = &self.unit_counts {
+            counts.abort();
+        }
         let _ = self.stop_alerts.send(true);
         if let Some(mut worker) = self.alerts
             && tokio::time::timeout(timeout, &mut worker).await.is_err()
@@ -173,6 +184,20 @@ fn summarise_evidence_days(pool: PgPool) -> JoinHandle<()> {
                     tracing::warn!(error = %e, "Reading how far right-sizing's day summaries lag failed.")
                 }
             }
+        }
+    })
+}
+
+/// Counts and keeps each unit's settled hours (`units::counts`), every minute; a unit that fails
+/// (its Prometheus down) is logged by the step and tried again the next minute.
+fn keep_unit_counts(pool: PgPool, source: UnitSource) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // Each unit's failure is logged where it happens.
+            let _ = crate::units::counts::keep(&pool, &source, Utc::now()).await;
         }
     })
 }

@@ -129,6 +129,7 @@ impl AppState {
             reports: self.reports.clone(),
             limits: self.config.ingest,
             alerts: self.config.alerts.clone(),
+            units: self.config.units_prometheus.clone(),
         }
     }
 

@@ -31,11 +31,19 @@ pub struct Labels<'a> {
     pub model: Option<&'a str>,
 }
 
+/// A series: its metric name (empty where the answer names none, as a function's does) and its
+/// other labels.
+pub type SeriesId = (String, Vec<(String, String)>);
+
 /// Every hour's increase per key, built chunk by chunk.
 #[derive(Debug, Default)]
 pub struct Increases {
-    /// What each series (all its labels) last stood at.
-    last: HashMap<(String, Vec<(String, String)>), f64>,
+    /// Where each series seen in the hours counted last stood (its last valid value): where
+    /// counting the hours after them starts (`units::counts` keeps it with the hours it keeps).
+    pub last: HashMap<SeriesId, f64>,
+    /// Where the series stood before the hours counted ([`Increases::starting_from`]), those not
+    /// seen yet.
+    before: HashMap<SeriesId, f64>,
     /// Per (hour start, key): the increase.
     pub hours: BTreeMap<(DateTime<Utc>, UnitKey), f64>,
     /// Resets seen (for the log).
@@ -91,11 +99,27 @@ pub fn count_samples(
 }
 
 impl Increases {
+    /// Counting that starts where `stood` says each series stood (a count of the hours before
+    /// ended there), rather than at each series' first sample.
+    pub fn starting_from(stood: HashMap<SeriesId, f64>) -> Increases {
+        Increases {
+            before: stood,
+            ..Increases::default()
+        }
+    }
+
     /// Adds a chunk's series; samples at or before `from_ms` only set where counting starts.
     pub fn add(&mut self, series: Vec<RawSeries>, from_ms: i64, labels: &Labels<'_>) {
         for s in series {
             let key = UnitKey::of(&s.labels, labels);
-            let prev = self.last.remove(&(s.name.clone(), s.labels.clone()));
+            // Where the last chunk left it, or a count of the hours before: under its name, or
+            // under none where that count read it through a function (`hourly`).
+            let id = (s.name.clone(), s.labels.clone());
+            let prev = self.last.remove(&id).or_else(|| {
+                self.before
+                    .remove(&id)
+                    .or_else(|| self.before.remove(&(String::new(), s.labels.clone())))
+            });
             let hours = &mut self.hours;
             let last = count_samples(&s.samples, prev, from_ms, &mut self.resets, |at, d| {
                 *hours.entry((at, key.clone())).or_default() += d;

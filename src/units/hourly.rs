@@ -12,13 +12,18 @@
 //! the closed window adds is one exactly on the hour before, the previous hour's last: it is `prev`
 //! itself (if valid), which changes neither the steady rise nor `last - prev`; so both read alike.
 //! A series' first hour (no `prev`) rose steadily from its first sample, the window's minimum.
+//!
+//! Where each series stands at the start is read from the look-back before it, or given: where a
+//! count of the hours before ended (`units::counts`, a day at a time). Where each series seen stands
+//! at the end is returned with the increases (`Increases::last`), so that counting on from there
+//! (and from where the others stood before) gives what one read of both spans gives.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use futures_util::{StreamExt, TryStreamExt, stream};
 
-use super::count::{self, Increases, Labels, UnitKey};
+use super::count::{self, Increases, Labels, SeriesId, UnitKey};
 use crate::collector::import::prometheus::{Prometheus, QueryError, RawSeries};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -80,6 +85,17 @@ struct Raw {
     first: i64,
     last: i64,
     seed: Option<f64>,
+    /// The series' last hour with a point is the run's last: where the series stands at the end.
+    ends: bool,
+}
+
+/// Where the series stand at the start of the hours counted.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'a> {
+    /// Each series' last valid sample in this many milliseconds before the start.
+    LookBack(i64),
+    /// Where a count of the hours before left them ([`Increases::last`]).
+    Stood(&'a HashMap<SeriesId, f64>),
 }
 
 /// Reads `expr` (`selector`: a plain selector) in `[a, b)` as today's raw read does.
@@ -131,28 +147,43 @@ pub async fn increases(
     expr: &str,
     selector: bool,
     step_ms: i64,
-    look_back_ms: i64,
+    start: Start<'_>,
     from_ms: i64,
     to_ms: i64,
     labels: &Labels<'_>,
 ) -> Result<Option<Increases>, QueryError> {
     let started = Instant::now();
-    // Where each series stands at `from`: its last valid sample in the look-back.
+    // Where each series stands at `from`: where the hours before left it, or its last valid sample
+    // in the look-back. A function's answer names no metric: series are told apart by their labels.
     let mut stands: HashMap<Series, Option<f64>> = HashMap::new();
-    let mut ignored = 0;
-    for s in read(
-        client,
-        expr,
-        selector,
-        step_ms,
-        from_ms - look_back_ms,
-        from_ms + 1,
-    )
-    .await?
-    {
-        let at = count::count_samples(&s.samples, None, i64::MAX, &mut ignored, |_, _| {});
-        stands.insert(s.labels, at);
+    match start {
+        Start::Stood(stood) => {
+            for ((_, series), v) in stood {
+                stands.insert(series.clone(), Some(*v));
+            }
+        }
+        Start::LookBack(look_back_ms) => {
+            let mut ignored = 0;
+            for s in read(
+                client,
+                expr,
+                selector,
+                step_ms,
+                from_ms - look_back_ms,
+                from_ms + 1,
+            )
+            .await?
+            {
+                let at = count::count_samples(&s.samples, None, i64::MAX, &mut ignored, |_, _| {});
+                stands.insert(s.labels, at);
+            }
+        }
     }
+    // Where each series seen (in the look-back, or in the hours) stands at `to`.
+    let mut ends: HashMap<Series, Option<f64>> = match start {
+        Start::LookBack(_) => stands.clone(),
+        Start::Stood(_) => HashMap::new(),
+    };
     let window = if selector {
         format!("{expr}[1h]")
     } else {
@@ -265,6 +296,7 @@ pub async fn increases(
                                 first: k,
                                 last: k,
                                 seed,
+                                ends: false,
                             });
                         }
                     }
@@ -274,6 +306,17 @@ pub async fn increases(
                     };
                 }
             }
+        }
+        match (&mut open, prev) {
+            // Its raw read says where it ends (where the run started, if it reads nothing).
+            (Some(r), _) => {
+                r.ends = true;
+                ends.insert(series, r.seed);
+            }
+            (None, Prev::Known(at)) => {
+                ends.insert(series, at);
+            }
+            (None, Prev::Unknown) => unreachable!("an unknown value is inside a raw read"),
         }
         raw.extend(open);
     }
@@ -351,12 +394,20 @@ pub async fn increases(
                 let j = s.samples.partition_point(|(t, _)| *t <= b);
                 let key = UnitKey::of(&r.series, labels);
                 let hours = &mut inc.hours;
-                count::count_samples(&s.samples[i..j], r.seed, a, &mut inc.resets, |at, d| {
-                    *hours.entry((at, key.clone())).or_default() += d;
-                });
+                let at_end =
+                    count::count_samples(&s.samples[i..j], r.seed, a, &mut inc.resets, |at, d| {
+                        *hours.entry((at, key.clone())).or_default() += d;
+                    });
+                if r.ends {
+                    ends.insert(r.series.clone(), at_end);
+                }
             }
         }
     }
+    inc.last = ends
+        .into_iter()
+        .filter_map(|(series, at)| Some(((String::new(), series), at?)))
+        .collect();
     tracing::debug!(
         functions_s = functions.as_secs_f64(),
         runs,

@@ -4,11 +4,13 @@
 //! from the same books as invoices (the usage report's pricing), over the units counted in the same
 //! hours. `promql` checks an expression before it is stored, `count` turns raw counter samples into
 //! each hour's increase (a reset counted once, never negative), `hourly` reads them server-side an
-//! hour a point to the same figures, `cost` joins the two, `store` holds the SQL, `service` reads
-//! Prometheus and the books, and `kept` keeps the month so far for `/metrics` and the team page.
+//! hour a point to the same figures, `counts` counts each settled hour once and keeps it in
+//! PostgreSQL, `cost` joins costs and units, `store` holds the SQL, `service` reads Prometheus and
+//! the books, and `kept` keeps the month so far for `/metrics` and the team page.
 
 pub mod cost;
 pub mod count;
+pub mod counts;
 pub mod hourly;
 pub mod kept;
 pub mod promql;

@@ -1,12 +1,12 @@
-//! The unit cost of a period: the definition's counters read from the configured Prometheus (an
-//! hour a point server-side, `hourly`, the hours that are not a steady rise from raw samples; an
-//! expression that is not a selector through a subquery at [`SUBQUERY_STEP_MS`]), each hour's
-//! increase counted (`count`), and the hour's cost of each pod's slices as the usage report prices
+//! The unit cost of a period: the definition's counters, each hour's increase as kept (`counts`)
+//! or read from the configured Prometheus (an hour a point server-side, `hourly`, the hours that
+//! are not a steady rise from raw samples; an expression that is not a selector through a subquery
+//! at [`SUBQUERY_STEP_MS`]) and counted (`count`), and the hour's cost of each pod's slices as the usage report prices
 //! it (`reports::service::pod_hour_costs`: the rate cards in force, each open month adding up to its
 //! invoice lines, an issued month to its issued lines plus the corrections its late data brings),
 //! both read at once and joined (`cost`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,7 +14,8 @@ use sqlx::PgPool;
 
 use super::UnitDefinition;
 use super::cost::{self, CostRow, UnitCostReport, UnitGroupBy};
-use super::count::{Increases, Labels};
+use super::count::{Increases, Labels, SeriesId};
+use super::hourly::Start;
 use crate::billing::service::Error as BooksError;
 use crate::collector::import::prometheus::{Auth, Prometheus, QueryError};
 use crate::domain::team::TeamId;
@@ -47,14 +48,17 @@ pub enum UnitCostError {
     Client(String),
 }
 
-/// Every hour's increase of `def`'s counters in `[from, to)`: read server-side an hour a point
-/// (`hourly`), the hours that are not a steady rise read raw; all of it raw where the server cannot
-/// answer so (a range not on the hour, a selector of several names).
+/// Every hour's increase of `def`'s counters in `[from, to)`, read from Prometheus: server-side an
+/// hour a point (`hourly`), the hours that are not a steady rise read raw; all of it raw where the
+/// server cannot answer so (a range not on the hour, a selector of several names). Counting starts
+/// where `stood` says each series stood (a count of the hours before ended there, `Increases::last`),
+/// or, without it, at each series' last sample in the 10 minutes before `from`.
 pub async fn increases(
     source: &UnitSource,
     def: &UnitDefinition,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
+    stood: Option<&HashMap<SeriesId, f64>>,
 ) -> Result<Increases, UnitCostError> {
     let client = client(source)?;
     let labels = labels(def);
@@ -65,7 +69,7 @@ pub async fn increases(
             &def.expression,
             super::promql::is_selector(&def.expression),
             SUBQUERY_STEP_MS,
-            LOOK_BACK_MS,
+            stood.map_or(Start::LookBack(LOOK_BACK_MS), Start::Stood),
             from_ms,
             to_ms,
             &labels,
@@ -75,15 +79,17 @@ pub async fn increases(
             return Ok(inc);
         }
     }
-    raw_increases(source, def, from, to).await
+    raw_increases(source, def, from, to, stood).await
 }
 
-/// Every hour's increase of `def`'s counters in `[from, to)`, from every raw sample.
+/// Every hour's increase of `def`'s counters in `[from, to)`, from every raw sample (from `stood`,
+/// as [`increases`]).
 pub async fn raw_increases(
     source: &UnitSource,
     def: &UnitDefinition,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
+    stood: Option<&HashMap<SeriesId, f64>>,
 ) -> Result<Increases, UnitCostError> {
     let client = client(source)?;
     let labels = labels(def);
@@ -91,7 +97,7 @@ pub async fn raw_increases(
     let from_ms = from.timestamp_millis();
     // A sample exactly at `to` closes the period's last hour.
     let end_ms = to.timestamp_millis() + 1;
-    let mut inc = Increases::default();
+    let mut inc = stood.map_or_else(Increases::default, |s| Increases::starting_from(s.clone()));
     let mut a = from_ms - LOOK_BACK_MS;
     while a < end_ms {
         let b = (a + CHUNK_MS).min(end_ms);
@@ -170,11 +176,12 @@ pub async fn unit_costs(
     team: Option<&TeamId>,
 ) -> Result<Vec<UnitCostReport>, UnitCostError> {
     // The counters and the books, read at once.
-    let (inc, usage) = tokio::try_join!(increases(source, def, from, to), async {
-        reports::pod_hour_costs(pool, cache, from, to, team)
-            .await
-            .map_err(UnitCostError::from)
-    })?;
+    let (inc, usage) =
+        tokio::try_join!(super::counts::counted(pool, source, def, from, to), async {
+            reports::pod_hour_costs(pool, cache, from, to, team)
+                .await
+                .map_err(UnitCostError::from)
+        })?;
     let mut costs = Vec::with_capacity(usage.rows.len());
     let mut namespaces = BTreeSet::new();
     // The row's values: team, namespace, workload, pod.

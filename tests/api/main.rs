@@ -39,6 +39,7 @@ mod support;
 mod team_page;
 mod teams;
 mod tokens;
+mod unit_counts;
 mod units;
 mod units_hourly;
 mod usage_per_consumer;

@@ -37,7 +37,7 @@ fn series(out: &mut String, labels: &str, samples: impl IntoIterator<Item = (i64
 /// - `chat-b-0` (cv, model B): 50,000 every 5 minutes to 01:30 (900,000); restarted at 01:35
 ///   (30,000), then 40,000 every 5 minutes to 03:00 (680,000): 1,610,000.
 /// - `ghost-0` (cv, model A) and `stray-0` (elsewhere, model A): units no slice was held for.
-fn counters() -> String {
+pub(crate) fn counters() -> String {
     let mut text = String::new();
     series(
         &mut text,
@@ -113,7 +113,7 @@ fn hours(slice: &str, from: u32, to: u32, ns: &str, pod: &str) -> Vec<Value> {
 
 /// nlp's 1g.10gb serves model A 00:00-04:00; cv's 3g.40gb serves model B 00:00-03:00, and cv's
 /// other 1g.10gb is held 00:00-02:00 by a pod that counts nothing.
-async fn fleet(app: &TestApp) {
+pub(crate) async fn fleet(app: &TestApp) {
     let r = rate_card(app, "2026-09-01T00:00:00Z", "4.00").await;
     assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
     app.put_team("nlp", &["nlp"]).await;
@@ -127,7 +127,7 @@ async fn fleet(app: &TestApp) {
 }
 
 /// The units' Prometheus at `url`.
-fn source(url: &str) -> UnitSource {
+pub(crate) fn source(url: &str) -> UnitSource {
     UnitSource {
         url: url.to_owned(),
         auth: slicemeter::collector::import::prometheus::Auth::None,
@@ -136,7 +136,7 @@ fn source(url: &str) -> UnitSource {
     }
 }
 
-async fn define(app: &TestApp) {
+pub(crate) async fn define(app: &TestApp) {
     let r = app
         .send_json(
             "PUT",
@@ -512,12 +512,20 @@ async fn the_month_so_far_is_a_gauge_per_unit_team_and_model_and_a_table_on_the_
     let page = metrics_until(&app, "the unit cost gauge", |p| sample(p, a).is_some()).await;
     assert_eq!(sample(&page, a), Some(0.9), "{page}");
     assert_eq!(sample(&page, b), Some(1.55), "{page}");
+    // The server's step keeps the settled hours, and says how far behind it is.
+    slicemeter::units::counts::keep(&app.pool, &source(&prometheus.url), Utc::now())
+        .await
+        .unwrap();
+    let page = metrics_until(&app, "the kept counts' lag", |p| {
+        p.contains("slicemeter_unit_counts_lag_seconds{")
+    })
+    .await;
     // The documented unit rows, with their types and exactly their labels.
     let rows: Vec<_> = crate::metrics::documented()
         .into_iter()
         .filter(|d| d.process.contains("units"))
         .collect();
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows.len(), 3, "{rows:?}");
     for row in &rows {
         crate::metrics::check(&page, row).unwrap();
     }

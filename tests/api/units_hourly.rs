@@ -3,7 +3,9 @@
 //! on Debian's real `prometheus`: resets (one exactly on the hour), a series starting mid-hour, a
 //! gap over an hour, samples exactly on the hour, a series ending on the hour, one sample an hour
 //! equal to the last, a NaN hiding a reset, and the look-back before the period; for a selector
-//! and for an expression read through a subquery.
+//! and for an expression read through a subquery. Counted an hour at a time, each hour from where
+//! the one before left each series (as `units::counts` keeps them a day at a time), both reads give
+//! what one read of the whole period gives.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -124,7 +126,7 @@ async fn the_server_side_read_gives_the_raw_reads_increases_hour_by_hour() {
             expression,
             selector,
             service::SUBQUERY_STEP_MS,
-            10 * 60_000,
+            slicemeter::units::hourly::Start::LookBack(10 * 60_000),
             from.timestamp_millis(),
             to.timestamp_millis(),
             &labels,
@@ -132,14 +134,34 @@ async fn the_server_side_read_gives_the_raw_reads_increases_hour_by_hour() {
         .await
         .unwrap()
         .expect("read server-side");
-        let raw = service::raw_increases(&source, &def, from, to)
+        let raw = service::raw_increases(&source, &def, from, to, None)
             .await
             .unwrap();
         assert_eq!(by_pod(&server.hours), by_pod(&raw.hours), "{expression}");
         assert_eq!(server.hours, raw.hours, "{expression}");
         // The service reads server-side, to the same figures.
-        let read = service::increases(&source, &def, from, to).await.unwrap();
+        let read = service::increases(&source, &def, from, to, None)
+            .await
+            .unwrap();
         assert_eq!(read.hours, raw.hours, "{expression}");
+        // An hour at a time, each from where the last left the series: the gap's hours without a
+        // sample, the reset on the hour, the NaN, the series that ends, all as one read.
+        for raw_read in [false, true] {
+            let mut hours = BTreeMap::new();
+            let mut stood: Option<std::collections::HashMap<_, _>> = None;
+            for h in 1..7 {
+                let inc = if raw_read {
+                    service::raw_increases(&source, &def, at(h), at(h + 1), stood.as_ref()).await
+                } else {
+                    service::increases(&source, &def, at(h), at(h + 1), stood.as_ref()).await
+                }
+                .unwrap();
+                hours.extend(inc.hours);
+                // Where the series seen stand now, the others where they stood before.
+                stood.get_or_insert_default().extend(inc.last);
+            }
+            assert_eq!(hours, raw.hours, "{expression}, raw: {raw_read}");
+        }
         if !selector {
             continue;
         }

@@ -3,7 +3,8 @@
 //! serving the simulated vLLM counters of the fleet's chat pods (`sim::vllm`, scraped every
 //! minute), written into blocks with `promtool tsdb create-blocks-from openmetrics`. Printed beside
 //! its two parts measured alone in the same run: the usage report it prices from, and the counters
-//! read and counted.
+//! read and counted; then the month's hours counted and kept (`units::counts`, as the server's
+//! background step keeps them) and the unit cost again, from the kept counts, to the same figures.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use slicemeter::sim::SimFleet;
 use slicemeter::sim::prometheus::{LocalPrometheus, binary};
 use slicemeter::sim::vllm::{self, GENERATION_TOKENS};
 use slicemeter::units::cost::UnitGroupBy;
+use slicemeter::units::counts;
 use slicemeter::units::service::{self, UnitSource};
 
 use crate::common::{in_scratch_schema, load_month};
@@ -36,9 +38,10 @@ pub struct UnitsBenchArgs {
     /// A size that runs in seconds (8 GPUs): CI runs it so that the benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
-    /// Only the costs' side (the pod-hour costs and their SQL), `--rounds` times, over the month a
-    /// run kept (`SLICEMETER_BENCH_KEEP=1`) in this schema: a build's costs against another's on
-    /// the same rows, without loading the month again.
+    /// Only the costs' side (the pod-hour costs and their SQL), then the whole unit cost from the
+    /// kept counts (no Prometheus needed), `--rounds` times, over the month a run kept
+    /// (`SLICEMETER_BENCH_KEEP=1`) in this schema: a build against another on the same rows,
+    /// without loading the month again.
     #[arg(long)]
     pub costs_of_schema: Option<String>,
     #[arg(long, default_value_t = 2)]
@@ -132,6 +135,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         .into_iter()
         .find(|p| p.name == "generated_tokens")
         .context("the ready-made generated_tokens unit")?;
+    slicemeter::units::store::put(&pool, &def, &slicemeter::domain::access::Actor::CLI).await?;
     let (from, to) = (month.start(), month.end());
     let by: [UnitGroupBy; 2] = [
         "team".parse().map_err(anyhow::Error::msg)?,
@@ -139,7 +143,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     ];
     // Each part alone, then the whole, each on a cache of its own (nothing kept between them).
     let t = Instant::now();
-    let inc = service::increases(&source, &def, from, to).await?;
+    let inc = service::increases(&source, &def, from, to, None).await?;
     let counters = t.elapsed();
     let dims: GroupBy = "team,namespace,workload,pod"
         .parse()
@@ -194,7 +198,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         "the unit cost has no row: {teams:?}"
     );
     println!(
-        "unit cost, {gpus} GPUs, {month}, every team: {:.2} s ({} teams, {} team x model rows; total {} {} per 1M tokens over {} tokens)",
+        "unit cost, {gpus} GPUs, {month}, every team, counters from Prometheus: {:.2} s ({} teams, {} team x model rows; total {} {} per 1M tokens over {} tokens)",
         took.as_secs_f64(),
         teams.rows.len(),
         unit_costs[1].rows.len(),
@@ -219,9 +223,49 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         cost_sums.len(),
         bill_time.as_secs_f64()
     );
+    // The month's hours counted and kept as the server's step keeps them an hour after its end,
+    // then the unit cost again: the kept counts read instead of Prometheus, to the same figures.
+    let t = Instant::now();
+    counts::keep(&pool, &source, to + chrono::Duration::hours(1)).await?;
+    let keep_time = t.elapsed();
+    let kept_rows: i64 = sqlx::query_scalar("select count(*) from unit_hour_count")
+        .fetch_one(&pool)
+        .await?;
+    let t = Instant::now();
+    let kept_inc = counts::counted(&pool, &source, &def, from, to).await?;
+    let kept_read = t.elapsed();
+    anyhow::ensure!(
+        kept_inc.hours == inc.hours,
+        "the kept counts ({} hour x pod increases) differ from Prometheus' ({})",
+        kept_inc.hours.len(),
+        inc.hours.len()
+    );
+    let t = Instant::now();
+    let kept_costs = service::unit_costs(
+        &pool,
+        &ReportCache::new(Duration::ZERO),
+        &source,
+        &def,
+        from,
+        to,
+        &by,
+        None,
+    )
+    .await?;
+    let kept_took = t.elapsed();
+    anyhow::ensure!(
+        kept_costs == unit_costs,
+        "the unit cost from the kept counts differs from the one read from Prometheus"
+    );
+    println!(
+        "unit cost, {gpus} GPUs, {month}, every team, from the kept counts: {:.2} s (the same figures); the month counted and kept {:.2} s ({kept_rows} rows); the kept counts read alone {:.2} s",
+        kept_took.as_secs_f64(),
+        keep_time.as_secs_f64(),
+        kept_read.as_secs_f64()
+    );
     println!(
         "  target < 5 s: {}",
-        if took.as_secs_f64() < 5.0 {
+        if kept_took.as_secs_f64() < 5.0 {
             "met"
         } else {
             "NOT met"
@@ -267,6 +311,42 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
             costs.currency.as_ref().map_or("?", |c| c.code.as_str()),
             sql.as_secs_f64(),
             sums.len()
+        );
+        let Some(def) = slicemeter::units::store::get(&pool, "generated_tokens").await? else {
+            continue;
+        };
+        // Every hour of the month is kept: a Prometheus nothing listens on is never asked.
+        let nowhere = UnitSource {
+            url: "http://127.0.0.1:9".into(),
+            auth: Auth::None,
+            timeout: Duration::from_secs(1),
+            max_answer_bytes: 1 << 20,
+        };
+        let by: [UnitGroupBy; 2] = [
+            "team".parse().map_err(anyhow::Error::msg)?,
+            "team,model".parse().map_err(anyhow::Error::msg)?,
+        ];
+        let t = Instant::now();
+        let reports = service::unit_costs(
+            &pool,
+            &ReportCache::new(Duration::ZERO),
+            &nowhere,
+            &def.definition,
+            from,
+            to,
+            &by,
+            None,
+        )
+        .await?;
+        println!(
+            "round {round}: unit cost from the kept counts {:.2} s ({} team rows; {} {} per 1M tokens)",
+            t.elapsed().as_secs_f64(),
+            reports[0].rows.len(),
+            reports[0].currency.as_deref().unwrap_or("?"),
+            reports[0]
+                .total
+                .unit_cost
+                .map_or("none".to_owned(), |c| c.to_string())
         );
     }
     Ok(())
