@@ -30,10 +30,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("exports", &["billing", "db", "domain", "reports"]),
     ("plan", &["billing", "db", "domain"]),
     // What `serve` runs beside the HTTP server: partitions, retention, the alerts worker,
-    // right-sizing's day summaries.
+    // right-sizing's day summaries, the units' kept counts.
     (
         "background",
-        &["alerts", "db", "domain", "ingest", "plan", "reports"],
+        &[
+            "alerts", "db", "domain", "ingest", "plan", "reports", "units",
+        ],
     ),
     ("collector", &["domain"]),
     // The unit cost reads Prometheus with the importer's query client.

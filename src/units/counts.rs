@@ -1,10 +1,10 @@
 //! Kept counts: each unit's hours counted once, after they have settled, and kept in PostgreSQL, so
 //! that a unit cost asks the units' Prometheus only for the hours not kept (the last hour or two,
-//! and any before a unit's counting started). Its figures stay those of one read of the whole
-//! period: the counting goes a UTC day a step, and each step starts where the last one left each
-//! series (`Increases::last`, kept with the hours), not from a look-back. A request past the kept
-//! hours counts on from there too; one that starts before them counts its first hours from the
-//! look-back, as a period's start does, and the kept ones from the first kept hour's.
+//! and any before a unit's counting started); `service::counted` reads them back. Their figures are
+//! those of one read from the unit's first kept hour: the counting goes a UTC day a step, and each
+//! step starts where the steps before left each series (`Increases::last` of the series each saw,
+//! kept with the hours), not from a look-back. A series unseen for 31 days is forgotten and counts
+//! from its first sample again, as a new one.
 //!
 //! An hour is counted [`SETTLE`] after it ends, what a scrape or a remote write may arrive late by;
 //! a sample Prometheus takes in later for a kept hour is not counted. A unit's counting starts at
@@ -15,7 +15,6 @@ use chrono::{DateTime, Duration, DurationRound, Utc};
 use sqlx::PgPool;
 
 use super::UnitDefinition;
-use super::count::Increases;
 use super::service::{self, UnitCostError, UnitSource};
 use super::store;
 use crate::billing::service::Error as BooksError;
@@ -99,38 +98,4 @@ async fn keep_unit(
         at = end;
     }
     Ok(())
-}
-
-/// Every hour's increase of `def`'s counters in `[from, to)`: the kept hours from PostgreSQL, the
-/// others from Prometheus (those after the kept ones counted on from where the kept ones ended).
-pub async fn counted(
-    pool: &PgPool,
-    source: &UnitSource,
-    def: &UnitDefinition,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-) -> Result<Increases, UnitCostError> {
-    let on_the_hour = |t: DateTime<Utc>| t.timestamp().rem_euclid(3600) == 0;
-    if !(on_the_hour(from) && on_the_hour(to)) {
-        return service::increases(source, def, from, to, None).await;
-    }
-    let kept = store::kept_counts(pool, &def.name, from, to)
-        .await
-        .map_err(BooksError::from)?;
-    let Some((kept_from, kept_to)) = kept.span.filter(|(f, t)| from < *t && *f < to) else {
-        return service::increases(source, def, from, to, None).await;
-    };
-    let (a, b) = (from.max(kept_from), to.min(kept_to));
-    let mut inc = if from < a {
-        service::increases(source, def, from, a, None).await?
-    } else {
-        Increases::default()
-    };
-    if b < to {
-        let after = service::increases(source, def, b, to, Some(&kept.stood)).await?;
-        inc.hours.extend(after.hours);
-        inc.resets += after.resets;
-    }
-    inc.hours.extend(kept.hours);
-    Ok(inc)
 }

@@ -1,10 +1,10 @@
-//! The unit cost of a period: the definition's counters, each hour's increase as kept (`counts`)
-//! or read from the configured Prometheus (an hour a point server-side, `hourly`, the hours that
-//! are not a steady rise from raw samples; an expression that is not a selector through a subquery
-//! at [`SUBQUERY_STEP_MS`]) and counted (`count`), and the hour's cost of each pod's slices as the usage report prices
-//! it (`reports::service::pod_hour_costs`: the rate cards in force, each open month adding up to its
-//! invoice lines, an issued month to its issued lines plus the corrections its late data brings),
-//! both read at once and joined (`cost`).
+//! The unit cost of a period: the definition's counters, each hour's increase as `counts` kept it
+//! (read back by [`counted`]) or read from the configured Prometheus (an hour a point server-side,
+//! `hourly`, the hours that are not a steady rise from raw samples; an expression that is not a
+//! selector through a subquery at [`SUBQUERY_STEP_MS`]) and counted (`count`), and the hour's cost
+//! of each pod's slices as the usage report prices it (`reports::service::pod_hour_costs`: the rate
+//! cards in force, each open month adding up to its invoice lines, an issued month to its issued
+//! lines plus the corrections its late data brings), both read at once and joined (`cost`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -80,6 +80,40 @@ pub async fn increases(
         }
     }
     raw_increases(source, def, from, to, stood).await
+}
+
+/// Every hour's increase of `def`'s counters in `[from, to)`: the kept hours from PostgreSQL, the
+/// others from Prometheus (those after the kept ones counted on from where the kept ones ended).
+pub async fn counted(
+    pool: &PgPool,
+    source: &UnitSource,
+    def: &UnitDefinition,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Increases, UnitCostError> {
+    let on_the_hour = |t: DateTime<Utc>| t.timestamp().rem_euclid(3600) == 0;
+    if !(on_the_hour(from) && on_the_hour(to)) {
+        return increases(source, def, from, to, None).await;
+    }
+    let kept = super::store::kept_counts(pool, &def.name, from, to)
+        .await
+        .map_err(BooksError::from)?;
+    let Some((kept_from, kept_to)) = kept.span.filter(|(f, t)| from < *t && *f < to) else {
+        return increases(source, def, from, to, None).await;
+    };
+    let (a, b) = (from.max(kept_from), to.min(kept_to));
+    let mut inc = if from < a {
+        increases(source, def, from, a, None).await?
+    } else {
+        Increases::default()
+    };
+    if b < to {
+        let after = increases(source, def, b, to, Some(&kept.stood)).await?;
+        inc.hours.extend(after.hours);
+        inc.resets += after.resets;
+    }
+    inc.hours.extend(kept.hours);
+    Ok(inc)
 }
 
 /// Every hour's increase of `def`'s counters in `[from, to)`, from every raw sample (from `stood`,
@@ -176,12 +210,11 @@ pub async fn unit_costs(
     team: Option<&TeamId>,
 ) -> Result<Vec<UnitCostReport>, UnitCostError> {
     // The counters and the books, read at once.
-    let (inc, usage) =
-        tokio::try_join!(super::counts::counted(pool, source, def, from, to), async {
-            reports::pod_hour_costs(pool, cache, from, to, team)
-                .await
-                .map_err(UnitCostError::from)
-        })?;
+    let (inc, usage) = tokio::try_join!(counted(pool, source, def, from, to), async {
+        reports::pod_hour_costs(pool, cache, from, to, team)
+            .await
+            .map_err(UnitCostError::from)
+    })?;
     let mut costs = Vec::with_capacity(usage.rows.len());
     let mut namespaces = BTreeSet::new();
     // The row's values: team, namespace, workload, pod.

@@ -195,7 +195,7 @@ async fn the_kept_days_count_what_one_read_of_the_whole_period_counts() {
         .unwrap()
         .definition;
     let (from, to) = (at("2026-10-01T00:00:00Z"), at("2026-10-04T02:00:00Z"));
-    let kept = counts::counted(&app.pool, &src, &def, from, to)
+    let kept = service::counted(&app.pool, &src, &def, from, to)
         .await
         .unwrap();
     let whole = service::increases(&src, &def, from, to, None)
@@ -229,7 +229,7 @@ async fn the_kept_days_count_what_one_read_of_the_whole_period_counts() {
     assert_eq!(by_pod("gone"), vec![("04T00".into(), 600.0)]);
     // Prometheus gone: the same figures from what was kept.
     drop(prometheus);
-    let again = counts::counted(&app.pool, &src, &def, from, to)
+    let again = service::counted(&app.pool, &src, &def, from, to)
         .await
         .unwrap();
     assert_eq!(again.hours, kept.hours);

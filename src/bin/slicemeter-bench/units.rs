@@ -100,6 +100,8 @@ fn write_blocks(fleet: &SimFleet, month: Month, storage: &std::path::Path) -> an
     Ok(samples)
 }
 
+// long: one run's steps in order, each timed beside the others of the same run and checked against
+// them (the same costs, the same counts, the same report)
 async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let month = Month::of(Utc::now()).minus(1);
     let gpus = if args.smoke { 8 } else { args.gpus };
@@ -232,7 +234,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         .fetch_one(&pool)
         .await?;
     let t = Instant::now();
-    let kept_inc = counts::counted(&pool, &source, &def, from, to).await?;
+    let kept_inc = service::counted(&pool, &source, &def, from, to).await?;
     let kept_read = t.elapsed();
     anyhow::ensure!(
         kept_inc.hours == inc.hours,
