@@ -322,7 +322,7 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
     // Only what 0019, 0020, 0022 and 0023 changed, and the tables added since (0026's
     // `unit_definition`, 0029's `evidence_day` and its state tables, 0030's `book_gpu`, 0031's
     // `evidence_window` and 0032's `usage_month`, each with its state table, 0033's
-    // `usage_month_slice`, 0034's builds and 0036's `book_team`): the other
+    // `usage_month_slice`, 0034's builds, 0036's `book_team` and 0037's unit counts): the other
     // distributed tables were keyed by the GPU already.
     for f in &found {
         assert!(
@@ -341,6 +341,8 @@ async fn the_check_finds_what_the_schema_broke_before_it_was_made_ready() {
                 "evidence_day",
                 "evidence_window",
                 "usage_month",
+                "unit_count",
+                "unit_hour_count",
             ]
             .iter()
             .any(|t| f.starts_with(t)),
