@@ -36,7 +36,13 @@ pub async fn keep(
     now: DateTime<Utc>,
 ) -> Result<(), UnitCostError> {
     let mut first_error = None;
-    let defs = store::list(pool).await.map_err(BooksError::from)?;
+    let defs = match store::list(pool).await {
+        Ok(defs) => defs,
+        Err(e) => {
+            tracing::warn!(error = %e, "The unit definitions could not be read; their hours are counted next round.");
+            return Err(BooksError::from(e).into());
+        }
+    };
     for def in defs {
         let def = def.definition;
         if let Err(e) = keep_unit(pool, source, &def, now).await {

@@ -55,6 +55,18 @@ pub struct UnitDefinition {
     pub description: Option<String>,
 }
 
+impl UnitDefinition {
+    /// Whether `other` counts the same units: the same expression and labels (its `per_units` and
+    /// description aside). Kept counts outlive a change of the rest, not of these.
+    pub fn counts_like(&self, other: &UnitDefinition) -> bool {
+        self.expression == other.expression
+            && self.model_label == other.model_label
+            && self.namespace_label == other.namespace_label
+            && self.pod_label == other.pod_label
+            && self.workload_label == other.workload_label
+    }
+}
+
 /// A stored definition and when it last changed.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct UnitDefinitionView {

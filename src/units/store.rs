@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{PgConnection, PgExecutor, PgPool};
 
 use super::count::{Increases, SeriesId, UnitKey};
 use super::{UnitDefinition, UnitDefinitionView};
@@ -19,29 +19,12 @@ use crate::domain::access::Actor;
 /// counted again. Returns whether it replaced one.
 pub async fn put(pool: &PgPool, def: &UnitDefinition, actor: &Actor) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    // Locked first, as the counting locks it before its span: neither waits on the other in turn.
-    let existed = sqlx::query_scalar!(
-        "select 1 as \"one!\" from unit_definition where name = $1 for update",
-        def.name
-    )
-    .fetch_optional(&mut *tx)
-    .await?
-    .is_some();
-    sqlx::query!(
-        "delete from unit_count_span s using unit_definition d
-         where s.unit = $1 and d.name = $1
-           and not (d.expression = $2 and d.model_label is not distinct from $3
-                    and d.namespace_label = $4 and d.pod_label is not distinct from $5
-                    and d.workload_label is not distinct from $6)",
-        def.name,
-        def.expression,
-        def.model_label,
-        def.namespace_label,
-        def.pod_label,
-        def.workload_label
-    )
-    .execute(&mut *tx)
-    .await?;
+    let old = locked(&mut tx, &def.name).await?;
+    if old.as_ref().is_some_and(|old| !old.counts_like(def)) {
+        sqlx::query!("delete from unit_count_span where unit = $1", def.name)
+            .execute(&mut *tx)
+            .await?;
+    }
     sqlx::query!(
         "insert into unit_definition (name, expression, model_label, namespace_label, pod_label,
                                       workload_label, per_units, description)
@@ -71,7 +54,22 @@ pub async fn put(pool: &PgPool, def: &UnitDefinition, actor: &Actor) -> Result<b
     )
     .await?;
     tx.commit().await?;
-    Ok(existed)
+    Ok(old.is_some())
+}
+
+/// The definition `name`, its row locked until the transaction ends: `put` and the counting's
+/// step lock it before the unit's span, so neither waits on the other in turn.
+async fn locked(tx: &mut PgConnection, name: &str) -> Result<Option<UnitDefinition>, sqlx::Error> {
+    let row = sqlx::query_as!(
+        Row,
+        "select name, expression, model_label, namespace_label, pod_label, workload_label,
+                per_units, description, updated_at
+         from unit_definition where name = $1 for update",
+        name
+    )
+    .fetch_optional(tx)
+    .await?;
+    Ok(row.map(|r| UnitDefinitionView::from(r).definition))
 }
 
 /// Deletes the definition `name`, audited as `unit.delete`; false if there was none.
@@ -155,15 +153,15 @@ pub async fn get(pool: &PgPool, name: &str) -> Result<Option<UnitDefinitionView>
 }
 
 /// The hours kept of the unit `name` (`units::counts`): `[kept_from, kept_to)`, if any.
-pub async fn count_span(
-    pool: &PgPool,
+pub async fn count_span<'e>(
+    db: impl PgExecutor<'e>,
     name: &str,
 ) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, sqlx::Error> {
     let row = sqlx::query!(
         "select kept_from, kept_to from unit_count_span where unit = $1",
         name
     )
-    .fetch_optional(pool)
+    .fetch_optional(db)
     .await?;
     Ok(row.map(|r| (r.kept_from, r.kept_to)))
 }
@@ -192,16 +190,10 @@ pub async fn kept_counts(
         .execute(&mut *tx)
         .await?;
     let mut kept = KeptCounts::default();
-    let Some(span) = sqlx::query!(
-        "select kept_from, kept_to from unit_count_span where unit = $1",
-        name
-    )
-    .fetch_optional(&mut *tx)
-    .await?
-    else {
+    let Some((kept_from, kept_to)) = count_span(&mut *tx, name).await? else {
         return Ok(kept);
     };
-    kept.span = Some((span.kept_from, span.kept_to));
+    kept.span = Some((kept_from, kept_to));
     kept.hours = sqlx::query!(
         "select hour, namespace, join_key, model, units from unit_hour_count
          where unit = $1 and hour >= $2 and hour < $3",
@@ -220,7 +212,7 @@ pub async fn kept_counts(
     })
     .try_collect()
     .await?;
-    if to > span.kept_to {
+    if to > kept_to {
         kept.stood = stood(&mut tx, name).await?;
     }
     tx.commit().await?;
@@ -256,21 +248,10 @@ pub async fn keep_counts(
     inc: &Increases,
 ) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let same = sqlx::query!(
-        r#"select expression = $2 and model_label is not distinct from $3
-                  and namespace_label = $4 and pod_label is not distinct from $5
-                  and workload_label is not distinct from $6 as "same!"
-           from unit_definition where name = $1 for update"#,
-        def.name,
-        def.expression,
-        def.model_label,
-        def.namespace_label,
-        def.pod_label,
-        def.workload_label
-    )
-    .fetch_optional(&mut *tx)
-    .await?;
-    if same.is_none_or(|r| !r.same) {
+    if !locked(&mut tx, &def.name)
+        .await?
+        .is_some_and(|now| now.counts_like(def))
+    {
         return Ok(false);
     }
     let extended = sqlx::query!(
