@@ -118,8 +118,14 @@ pub fn price(u: &UsageAggregate, card: &RateCard) -> Charge {
 /// of the charge (the unit cost's pod-hours): the same exact amount, without the rounded hours,
 /// the busy part and the names a [`Charge`] carries.
 pub fn amount(exact: &ExactSums, model: &str, kind: SliceKind, card: &RateCard) -> Exact {
-    let unit_price = card.hourly_cost(model).0 * card.factors.of(kind);
-    held_hours(exact, kind, card) * unit_price
+    exact.held_equivalent(kind.is_reserved(), &card.weights) * second_price(model, kind, card)
+}
+
+/// What one GPU-equivalent second of `model` and `kind` costs under `card`, exact: [`amount`] is a
+/// slice's GPU-equivalent seconds times it, so that the rows of one invoice line may be priced
+/// together, once.
+pub fn second_price(model: &str, kind: SliceKind, card: &RateCard) -> Exact {
+    Exact::from(card.hourly_cost(model).0 * card.factors.of(kind)) / HOUR
 }
 
 /// GPU-equivalent hours blocked, exact: what a charge's amount is the unit price of.

@@ -187,14 +187,25 @@ impl Exact {
     /// Rounded to `places` decimals, half to even: the one rounding of a money figure (and of any
     /// figure shown at a fixed number of places).
     pub fn round(&self, places: u32) -> Decimal {
+        self.round_ties(places, Tie::Even)
+    }
+
+    fn round_ties(&self, places: u32, tie: Tie) -> Decimal {
         if let Repr::Small(n, d) = self.0
-            && let Some(m) = round_small(n, d, places)
+            && let Some(m) = round_small(n, d, places, tie)
             && let Ok(x) = Decimal::try_from_i128_with_scale(m, places)
         {
             return x;
         }
-        let n = round_big(&self.to_big(), places);
+        let n = round_big(&self.to_big(), places, tie);
         decimal_of(&n, places)
+    }
+
+    /// Rounded to `places` decimals half away from zero, as SQL's `round(numeric, int)` rounds: for
+    /// a figure that must be, digit for digit, one a query rounds (never money, which rounds half
+    /// to even, [`Exact::round`]).
+    pub fn round_half_away(&self, places: u32) -> Decimal {
+        self.round_ties(places, Tie::AwayFromZero)
     }
 
     /// The nearest decimal with up to 28 significant digits (half to even): how an exact figure is
@@ -220,7 +231,16 @@ impl Exact {
 }
 
 /// `n / d x 10^places` rounded half to even, if every step fits `i128`.
-fn round_small(n: i128, d: i128, places: u32) -> Option<i128> {
+/// Where a figure halfway between two roundings goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tie {
+    /// To the even one: money's rounding.
+    Even,
+    /// Away from zero: SQL's `round`.
+    AwayFromZero,
+}
+
+fn round_small(n: i128, d: i128, places: u32, tie: Tie) -> Option<i128> {
     // Floor division, so that the remainder is never negative: n = q d + r, 0 <= r < d.
     let mut m = n.div_euclid(d);
     let mut r = n.rem_euclid(d);
@@ -244,12 +264,14 @@ fn round_small(n: i128, d: i128, places: u32) -> Option<i128> {
     Some(match r.cmp(&(d - r)) {
         Ordering::Less => m,
         Ordering::Greater => m.checked_add(1)?,
-        Ordering::Equal if m % 2 == 0 => m,
+        // `m` is the floor: below the figure, towards zero only when it is not negative.
+        Ordering::Equal if tie == Tie::AwayFromZero && n < 0 => m,
+        Ordering::Equal if tie == Tie::Even && m % 2 == 0 => m,
         Ordering::Equal => m.checked_add(1)?,
     })
 }
 
-fn round_big(x: &BigRational, places: u32) -> BigInt {
+fn round_big(x: &BigRational, places: u32, tie: Tie) -> BigInt {
     let scaled = x * BigRational::from_integer(ten_pow(places));
     let floor = scaled.floor();
     let frac = &scaled - &floor;
@@ -257,7 +279,8 @@ fn round_big(x: &BigRational, places: u32) -> BigInt {
     match frac.cmp(&BigRational::new(BigInt::one(), BigInt::from(2))) {
         Ordering::Less => floor,
         Ordering::Greater => floor + 1,
-        Ordering::Equal if (&floor % 2u8).is_zero() => floor,
+        Ordering::Equal if tie == Tie::AwayFromZero && x.is_negative() => floor,
+        Ordering::Equal if tie == Tie::Even && (&floor % 2u8).is_zero() => floor,
         Ordering::Equal => floor + 1,
     }
 }
@@ -269,7 +292,7 @@ fn decimal_of(n: &BigInt, places: u32) -> Decimal {
             if places > 0 {
                 // Too many digits for 96 bits: drop places (half to even) until it fits.
                 decimal_of(
-                    &round_big(&BigRational::new(n.clone(), BigInt::from(10)), 0),
+                    &round_big(&BigRational::new(n.clone(), BigInt::from(10)), 0, Tie::Even),
                     places - 1,
                 )
             } else if m < 0 {
@@ -351,6 +374,13 @@ impl From<i64> for Exact {
 }
 
 fn add(x: &Exact, y: &Exact) -> Exact {
+    // Sums start at zero, and rows' figures are often zero.
+    if x.is_zero() {
+        return y.clone();
+    }
+    if y.is_zero() {
+        return x.clone();
+    }
     if let (Repr::Small(a, b), Repr::Small(c, d)) = (&x.0, &y.0) {
         let sum = if b == d {
             a.checked_add(*c).and_then(|n| small(n, *b))

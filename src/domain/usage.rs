@@ -141,6 +141,22 @@ pub struct ExactSums {
     pub memory_used: Exact,
 }
 
+/// [`ShareWeights`] as exact figures, converted once for rows priced by the million.
+#[derive(Debug, Clone)]
+pub struct ExactWeights {
+    pub compute: Exact,
+    pub memory: Exact,
+}
+
+impl From<&ShareWeights> for ExactWeights {
+    fn from(w: &ShareWeights) -> Self {
+        ExactWeights {
+            compute: w.compute.into(),
+            memory: w.memory.into(),
+        }
+    }
+}
+
 impl ExactSums {
     /// Figures of slices that share one physical share: held and active seconds and memory
     /// byte-seconds, summed.
@@ -191,6 +207,21 @@ impl ExactSums {
         self.held_memory += &o.held_memory;
         self.active_compute += &o.active_compute;
         self.memory_used += &o.memory_used;
+    }
+
+    /// [`Self::held_equivalent`] of [`Self::as_written`]'s sums, converting only the two it reads,
+    /// the weights already exact: what pricing rows by the million calls.
+    pub fn held_equivalent_as_written(
+        s: &OccupancySums,
+        reserved: bool,
+        w: &ExactWeights,
+    ) -> Exact {
+        let (compute, memory) = if reserved {
+            (s.held_compute, s.held_memory)
+        } else {
+            (s.active_compute, s.memory_used)
+        };
+        Exact::from(compute) * &w.compute + Exact::from(memory) * &w.memory
     }
 
     /// [`OccupancySums::held_equivalent`], exact.

@@ -17,6 +17,7 @@ use sqlx::PgPool;
 use super::forecast::{self, PaceCost, TeamForecast};
 use super::gauges::FleetGauges;
 use super::monthly::{self, MonthlyReport, UnattributedConsumer};
+use super::pod_hours;
 use super::store;
 use super::usage::{self, Dimension, GroupBy, Invoiced, Step, UsageReport, UsageSums};
 use crate::billing::period::{Books, Line, LineKind, PeriodBill, PeriodState};
@@ -50,7 +51,7 @@ struct UsageKey {
     group_by: GroupBy,
     step: Step,
     team: Option<TeamId>,
-    /// Only the sums a price reads (`store::pod_hour_sums`).
+    /// Only the sums a price reads (`pod_hours::sums`).
     costs_only: bool,
 }
 
@@ -117,7 +118,7 @@ pub async fn usage_report(
 
 /// The usage report's costs alone (`usage::costs`) by the hour and (team, namespace, workload,
 /// pod): each row's cost as [`usage_report`] gives it at that step and grouping, from a read of
-/// only the sums a price needs (`store::pod_hour_sums`). What the unit cost prices.
+/// only the sums a price needs (`pod_hours::sums`). What the unit cost prices.
 pub async fn pod_hour_costs(
     pool: &PgPool,
     cache: &ReportCache,
@@ -148,7 +149,7 @@ pub async fn pod_hour_costs(
         async {
             cache
                 .usage
-                .get(pool, key, || store::pod_hour_sums(pool, from, to, team))
+                .get(pool, key, || pod_hours::sums(pool, from, to, team))
                 .await
                 .map_err(Error::from)
         },

@@ -26,7 +26,7 @@ use crate::domain::exact::Exact;
 use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
-use crate::domain::usage::{ExactSums, OccupancySums};
+use crate::domain::usage::{ExactSums, ExactWeights, OccupancySums};
 
 /// Rollup sums of one bucket, invoice line (team, model, kind, profile, rate card) and whatever
 /// else the report groups by.
@@ -112,6 +112,9 @@ impl UsageSums {
 
 /// An invoice line of one month: (month, team, model, kind, profile, rate card).
 pub type MonthLine = (Month, TeamId, String, SliceKind, Option<String>, i64);
+
+/// A [`MonthLine`] borrowed from the sums it prices.
+type LineOf<'s> = (Month, &'s TeamId, &'s str, SliceKind, Option<&'s str>, i64);
 
 /// The usage lines' amounts of the open months a report covers whole, as billing prices them now:
 /// what the report's costs add up to.
@@ -291,8 +294,10 @@ fn priced(
     // Each row's place in `accs`, by (bucket, key); a row's key is kept once, here.
     let mut index: BTreeMap<(DateTime<Utc>, Key), usize> = BTreeMap::new();
     let mut accs: Vec<Acc> = Vec::new();
-    // Each month's invoice line, and its exact amount per row (by place), as the sums come.
-    let mut lines: BTreeMap<MonthLine, Vec<(usize, Exact)>> = BTreeMap::new();
+    // Each month's invoice line, and its GPU-equivalent seconds per row (by place), as the sums
+    // come: a line is one model, kind and rate card, so its rows are priced together, below.
+    let mut lines: BTreeMap<LineOf<'_>, Vec<(usize, Exact)>> = BTreeMap::new();
+    let mut card_weights: BTreeMap<i64, ExactWeights> = BTreeMap::new();
     let mut currencies = BTreeSet::new();
     let mut unpriced = None;
     for s in sums {
@@ -313,13 +318,17 @@ fn priced(
         currencies.insert(card.currency.code.clone());
         let line = (
             Month::of(s.bucket),
-            s.team.clone(),
-            s.model.clone(),
+            &s.team,
+            s.model.as_str(),
             s.kind,
-            s.profile.clone(),
+            s.profile.as_deref(),
             card.id,
         );
-        lines.entry(line).or_default().push((row, s.charge(card)));
+        let weights = card_weights
+            .entry(card.id)
+            .or_insert_with(|| ExactWeights::from(&card.weights));
+        let seconds = ExactSums::held_equivalent_as_written(&s.sums, s.kind.is_reserved(), weights);
+        lines.entry(line).or_default().push((row, seconds));
     }
     // Each row's rank in (bucket, key) order: a line's pieces are rounded in that order.
     let mut rank = vec![0; accs.len()];
@@ -336,24 +345,33 @@ fn priced(
                 _ => pieces.push((row, piece)),
             }
         }
-        let currency = &cards[&line.5].currency;
-        let exact: Exact = pieces.iter().map(|(_, piece)| piece).sum();
+        let card = &cards[&line.5];
+        let currency = &card.currency;
+        let seconds: Exact = pieces.iter().map(|(_, piece)| piece).sum();
+        // The line's exact amount: billing's price of each row (`pricing::amount`), added up.
+        let exact = &seconds * pricing::second_price(line.2, line.3, card);
         let month = line.0;
+        let owned: MonthLine = (
+            month,
+            line.1.clone(),
+            line.2.to_owned(),
+            line.3,
+            line.4.map(str::to_owned),
+            line.5,
+        );
         let target = invoiced
             .0
-            .get(&line)
+            .get(&owned)
             .copied()
             .filter(|_| month.start() >= from && month.end() <= to)
             .unwrap_or_else(|| currency.round(exact.clone()));
+        // Each row's exact amount scaled so that the pieces add up to the target, whatever it is:
+        // amount x target / exact, which is its seconds x target / the line's seconds.
+        let per_second = (!exact.is_zero()).then(|| Exact::from(target) / &seconds);
         let mut rounder = CarryRounder::new();
         let n = pieces.len();
         for (i, (row, piece)) in pieces.iter().enumerate() {
-            // Scaled so that the pieces add up to the target, whatever it is.
-            let scaled = if exact.is_zero() {
-                Exact::zero()
-            } else {
-                piece * target / &exact
-            };
+            let scaled = per_second.as_ref().map_or_else(Exact::zero, |r| piece * r);
             let amount = if i + 1 == n {
                 rounder.last(scaled, target)
             } else {

@@ -211,16 +211,16 @@ type ConsumerCosts = BTreeMap<(Option<TeamId>, Option<String>), Decimal>;
 /// Places costs and units hour by hour (`by_pod`: series join pods, else workloads).
 pub fn join(
     by_pod: bool,
-    costs: &[CostRow],
+    costs: Vec<CostRow>,
     units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
 ) -> Joined {
     let mut cost_at: BTreeMap<Place, ConsumerCosts> = BTreeMap::new();
     for c in costs {
-        let join = if by_pod { &c.pod } else { &c.workload };
+        let join = if by_pod { c.pod } else { c.workload.clone() };
         *cost_at
-            .entry((c.hour, c.namespace.clone(), join.clone()))
+            .entry((c.hour, c.namespace, join))
             .or_default()
-            .entry((c.team.clone(), c.workload.clone()))
+            .entry((c.team, c.workload))
             .or_default() += c.cost;
     }
     let mut units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>> = BTreeMap::new();
@@ -262,7 +262,7 @@ pub fn build(
     units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
     keep_units: impl Fn(&UnitKey) -> bool,
 ) -> UnitCostReport {
-    join(def.pod_label.is_some(), costs, units)
+    join(def.pod_label.is_some(), costs.to_vec(), units)
         .report(def, from, to, group_by, currency, cost_note, keep_units)
 }
 

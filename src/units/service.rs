@@ -217,28 +217,32 @@ pub async fn unit_costs(
     })?;
     let mut costs = Vec::with_capacity(usage.rows.len());
     let mut namespaces = BTreeSet::new();
+    let currency = usage.currency.clone();
     // The row's values: team, namespace, workload, pod.
-    for ((hour, key), cost) in &usage.rows {
-        let get = |i: usize| key.get(i).cloned().flatten();
-        namespaces.insert(get(1));
+    for ((hour, key), cost) in usage.rows {
+        let mut values = key.into_iter();
+        let mut next = || values.next().flatten();
         // The books' team, back in its type: one that is not a team id is a bad row, never a
         // default.
-        let team = get(0)
+        let team = next()
             .map(TeamId::try_from)
             .transpose()
             .map_err(|e| BooksError::Db(sqlx::Error::Decode(e.into())))?;
+        let namespace = next();
+        if !namespaces.contains(&namespace) {
+            namespaces.insert(namespace.clone());
+        }
         costs.push(CostRow {
-            hour: *hour,
+            hour,
             team,
-            namespace: get(1),
-            workload: get(2),
-            pod: get(3),
+            namespace,
+            workload: next(),
+            pod: next(),
             cost: cost.unwrap_or_default(),
         });
     }
-    let currency = usage.currency.clone();
     tracing::debug!(unit = %def.name, resets = inc.resets, "Counted a unit's increases.");
-    let joined = cost::join(def.pod_label.is_some(), &costs, &inc.hours);
+    let joined = cost::join(def.pod_label.is_some(), costs, &inc.hours);
     Ok(group_bys
         .iter()
         .map(|group_by| {

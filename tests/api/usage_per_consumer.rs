@@ -251,3 +251,135 @@ async fn usage_by_a_consumers_fields_summed_per_consumer_equals_the_per_row_read
         .collect();
     assert_eq!(vision, ["nlp", "vision"]);
 }
+
+/// The unit cost's pod-hour sums (`reports::pod_hours`: the hourly rows summed in Rust) are the usage
+/// report's by hour and pod, to the digit, where a pod's hour is several rows: two containers of
+/// one pod taking turns on a MIG slice and on a time-sliced replica (a group whose memory used is
+/// PostgreSQL's quotient of the group's sum), a pod on both 1g.10gb slices and on both replicas of
+/// a time-sliced GPU in one hour; for every team and for one.
+#[tokio::test]
+async fn pod_hour_sums_summed_in_rust_are_the_usage_reports_to_the_digit() {
+    use rust_decimal::Decimal;
+    use slicemeter::reports::pod_hours;
+    use std::collections::BTreeMap;
+    let app = TestApp::spawn().await;
+    app.put_team("nlp", &["nlp", "search"]).await;
+    app.put_team("vision", &["vision"]).await;
+    let t0 = at("2026-10-01T00:00:00Z");
+    let min = |m: i64| (t0 + Duration::minutes(m)).to_rfc3339();
+    // Figures whose quotients and products run to many places.
+    let w = |slice: &str, from: i64, to: i64, ns: &str, pod: &str, container: &str, k: i64| {
+        let held = ((to - from) * 60 - k % 7) as f64;
+        json!({"slice_uuid": slice, "start": min(from), "end": min(to),
+               "consumer": {"namespace": ns, "pod": pod, "container": container},
+               "held_seconds": held, "memory_byte_seconds": held * 1.0e9 + (k * 7_919) as f64,
+               "memory_peak_bytes": 4_000_000_000_i64,
+               "compute_active_seconds": held / 3.0 + k as f64})
+    };
+    let (ts0, ts1) = ("GPU-44-ts::0", "GPU-44-ts::1");
+    let mut windows = Vec::new();
+    for h in 0..6 {
+        let m = h * 60;
+        let k = h + 1;
+        // Two containers of one pod taking turns on the 3g.40gb, and on replica 0.
+        windows.push(w(MIG_3G, m, m + 20, "nlp", "embedder-0", "main", k));
+        windows.push(w(
+            MIG_3G,
+            m + 20,
+            m + 60,
+            "nlp",
+            "embedder-0",
+            "warmup",
+            k + 3,
+        ));
+        windows.push(w(ts0, m, m + 25, "nlp", "tsapp-0", "main", k + 5));
+        windows.push(w(ts0, m + 25, m + 45, "nlp", "tsapp-0", "sidecar", k + 8));
+        // One pod on both replicas in the same hour, and on both 1g.10gb slices.
+        windows.push(w(ts1, m + 10, m + 50, "nlp", "tsapp-0", "main", k + 13));
+        windows.push(w(MIG_1G_A, m, m + 30, "vision", "keeper-0", "main", k + 21));
+        windows.push(w(
+            MIG_1G_B,
+            m + 30,
+            m + 55,
+            "vision",
+            "keeper-0",
+            "main",
+            k + 34,
+        ));
+    }
+    let (mut gpus, mut slices) = h100_inventory();
+    gpus.as_array_mut().unwrap().push(
+        json!({"uuid": TS_GPU, "model": "NVIDIA H100 80GB HBM3", "memory_bytes": 85520809984_i64,
+               "compute_slices": 7, "memory_slices": 8, "mig_enabled": false}),
+    );
+    for (uuid, replica) in [(ts0, 0), (ts1, 1)] {
+        slices
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"uuid": uuid, "gpu_uuid": TS_GPU,
+            "kind": "timeslice", "replicas": 2, "replica": replica}));
+    }
+    let b = json!({"node": "gpu-node-01", "period": {"start": min(0), "end": min(360)},
+                   "gpus": gpus, "slices": slices, "windows": windows});
+    let r = app.ingest(&app.admin, &b).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    // The fixture's point: hours of one slice and pod in several rows.
+    let several = app
+        .count(
+            "select count(*) from (select h.hour, h.slice_id, c.pod from usage_hourly h
+             join consumer c using (consumer_id) group by 1, 2, 3 having count(*) > 1) g",
+        )
+        .await;
+    assert_eq!(several, 12, "6 hours x (the 3g.40gb, replica 0)");
+
+    let group_by: GroupBy = "team,namespace,workload,pod".parse().unwrap();
+    let (from, to) = (t0, t0 + Duration::hours(6));
+    let nlp = TeamId::parse("nlp").unwrap();
+    for team in [None, Some(&nlp)] {
+        let key = |s: &UsageSums| {
+            (
+                s.bucket,
+                s.team.clone(),
+                s.model.clone(),
+                s.kind,
+                s.profile.clone(),
+                s.namespace.clone(),
+                s.workload.clone(),
+                s.pod.clone(),
+            )
+        };
+        // What a price reads of each row: a reserved slice's held compute and memory, a
+        // time-sliced replica's active compute and memory used.
+        let read = |s: &UsageSums| {
+            let o = &s.sums;
+            if s.reserved {
+                (o.held_compute, o.held_memory)
+            } else {
+                (o.active_compute, o.memory_used)
+            }
+        };
+        let want: BTreeMap<_, _> =
+            report_store::usage_sums(&app.pool, from, to, &group_by, Step::Hour, team)
+                .await
+                .unwrap()
+                .iter()
+                .map(|s| (key(s), read(s)))
+                .collect();
+        let got: BTreeMap<_, _> = pod_hours::sums(&app.pool, from, to, team)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| (key(s), read(s)))
+            .collect();
+        // Each hour: the embedder on the 3g.40gb, the time-sliced pod, and vision's keeper.
+        let pods = if team.is_some() { 2 } else { 3 };
+        assert_eq!(want.len(), 6 * pods, "{team:?}: {want:#?}");
+        assert_eq!(got, want, "{team:?}");
+        // Not a tautology of zeros: the time-sliced pod's memory used has its nine places.
+        let ts = want
+            .iter()
+            .find(|(k, _)| k.7.as_deref() == Some("tsapp-0"))
+            .unwrap();
+        assert!(ts.1.1.scale() == 9 && ts.1.1 > Decimal::ONE, "{ts:?}");
+    }
+}

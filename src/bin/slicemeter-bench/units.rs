@@ -38,7 +38,7 @@ pub struct UnitsBenchArgs {
     /// A size that runs in seconds (8 GPUs): CI runs it so that the benchmark cannot rot.
     #[arg(long)]
     pub smoke: bool,
-    /// Only the costs' side (the pod-hour costs and their SQL), then the whole unit cost from the
+    /// Only the costs' side (the pod-hour costs and their sums), then the whole unit cost from the
     /// kept counts (no Prometheus needed), `--rounds` times, over the month a run kept
     /// (`SLICEMETER_BENCH_KEEP=1`) in this schema: a build against another on the same rows,
     /// without loading the month again.
@@ -46,6 +46,10 @@ pub struct UnitsBenchArgs {
     pub costs_of_schema: Option<String>,
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
+    /// With `--costs-of-schema`: writes the last round's pod-hour costs and unit cost reports to
+    /// this file (JSON), so that two builds' answers on the same rows can be compared byte by byte.
+    #[arg(long)]
+    pub write_answers: Option<std::path::PathBuf>,
 }
 
 /// Writes the chat pods' counters over `month`, a day an OpenMetrics file, into blocks under
@@ -167,14 +171,14 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
     let sums =
         slicemeter::reports::store::usage_sums(&pool, from, to, &dims, Step::Hour, None).await?;
     let sql_time = t.elapsed();
-    // What the unit cost reads: each pod-hour's cost alone, its SQL alone, and the month's bill it
-    // adds up to alone.
+    // What the unit cost reads: each pod-hour's cost alone, its sums alone (the hourly rows read
+    // and summed, `reports::pod_hours`), and the month's bill it adds up to alone.
     let t = Instant::now();
     let row_costs =
         reports::pod_hour_costs(&pool, &ReportCache::new(Duration::ZERO), from, to, None).await?;
     let costs_time = t.elapsed();
     let t = Instant::now();
-    let cost_sums = slicemeter::reports::store::pod_hour_sums(&pool, from, to, None).await?;
+    let cost_sums = slicemeter::reports::pod_hours::sums(&pool, from, to, None).await?;
     let cost_sql_time = t.elapsed();
     let t = Instant::now();
     reports::month(&pool, &ReportCache::new(Duration::ZERO), month).await?;
@@ -212,7 +216,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         teams.total.units
     );
     println!(
-        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows; its SQL alone {:.2} s, {} rows of sums); its costs alone {:.2} s ({} rows, as the report's; their SQL alone {:.2} s, {} rows; the month's bill alone {:.2} s)",
+        "  alone: counters read and counted {:.2} s ({samples} samples, {} hour x pod increases); usage report {:.2} s ({} hour x pod rows; its SQL alone {:.2} s, {} rows of sums); its costs alone {:.2} s ({} rows, as the report's; their sums alone {:.2} s, {} rows; the month's bill alone {:.2} s)",
         counters.as_secs_f64(),
         inc.hours.len(),
         usage_time.as_secs_f64(),
@@ -285,7 +289,7 @@ pub async fn units(args: UnitsBenchArgs) -> anyhow::Result<()> {
     in_scratch_schema(args.database_url.as_deref(), 8, |pool, _| run(&args, pool)).await
 }
 
-/// `--costs-of-schema`: the pod-hour costs and their SQL alone on a kept month, round after round.
+/// `--costs-of-schema`: the pod-hour costs and their sums alone on a kept month, round after round.
 async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<()> {
     let url = args
         .database_url
@@ -298,7 +302,7 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
     let (from, to) = (month.start(), month.end());
     for round in 1..=args.rounds {
         let t = Instant::now();
-        let sums = slicemeter::reports::store::pod_hour_sums(&pool, from, to, None).await?;
+        let sums = slicemeter::reports::pod_hours::sums(&pool, from, to, None).await?;
         let sql = t.elapsed();
         let t = Instant::now();
         let costs =
@@ -307,7 +311,7 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
         let all = t.elapsed();
         let total: rust_decimal::Decimal = costs.rows.values().flatten().sum();
         println!(
-            "round {round}: pod-hour costs {:.2} s ({} rows, {} {total}); their SQL alone {:.2} s ({} rows of sums)",
+            "round {round}: pod-hour costs {:.2} s ({} rows, {} {total}); their sums alone {:.2} s ({} rows of sums)",
             all.as_secs_f64(),
             costs.rows.len(),
             costs.currency.as_ref().map_or("?", |c| c.code.as_str()),
@@ -340,6 +344,15 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
             None,
         )
         .await?;
+        if let (Some(path), true) = (&args.write_answers, round == args.rounds) {
+            let costs: Vec<_> = costs
+                .rows
+                .iter()
+                .map(|((hour, key), cost)| (hour, key, cost))
+                .collect();
+            let answers = serde_json::json!({"pod_hour_costs": costs, "unit_costs": &reports});
+            std::fs::write(path, serde_json::to_vec(&answers)?)?;
+        }
         println!(
             "round {round}: unit cost from the kept counts {:.2} s ({} team rows; {} {} per 1M tokens)",
             t.elapsed().as_secs_f64(),

@@ -15,6 +15,24 @@ fn a_midpoint_rounds_to_the_even_cent() {
 }
 
 #[test]
+fn sql_rounding_takes_a_midpoint_away_from_zero() {
+    // As PostgreSQL's round(numeric, 9): 0.0000000025 is 0.000000003, where money's rounding gives
+    // the even 0.000000002.
+    let at9 = |d: Decimal| Exact::from(d).round_half_away(9);
+    assert_eq!(at9(dec!(0.0000000025)), dec!(0.000000003));
+    assert_eq!(at9(dec!(0.0000000015)), dec!(0.000000002));
+    assert_eq!(at9(dec!(-0.0000000025)), dec!(-0.000000003));
+    assert_eq!(at9(dec!(12.3456789125)), dec!(12.345678913));
+    assert_eq!(at9(dec!(12.34567891249)), dec!(12.345678912));
+    assert_eq!(at9(dec!(-12.34567891251)), dec!(-12.345678913));
+    assert_eq!(at9(dec!(7)), dec!(7));
+    // A seventh is no midpoint: 0.142857142|857... rounds up either way.
+    assert_eq!(Exact::ratio(1, 7).round_half_away(9), dec!(0.142857143));
+    assert_eq!(Exact::ratio(1, 8).round_half_away(2), dec!(0.13));
+    assert_eq!(Exact::ratio(-1, 8).round_half_away(2), dec!(-0.13));
+}
+
+#[test]
 fn a_seventh_is_exact_where_its_decimal_is_not() {
     // 102.515 x 1/7 x 7 is 102.515 exactly: a midpoint; its 28-digit decimal is not.
     let seventh = Exact::ratio(1, 7);
@@ -105,7 +123,7 @@ fn figures(seed: &mut u64) -> Vec<(BigRational, Exact)> {
 }
 
 fn reference_decimal(x: &BigRational, places: u32) -> Decimal {
-    decimal_of(&round_big(x, places), places)
+    decimal_of(&round_big(x, places, Tie::Even), places)
 }
 
 #[test]
