@@ -189,6 +189,18 @@ pub async fn connect_for_requests_with(
         .await
 }
 
+/// A read-only transaction that sees one snapshot (repeatable read): for reads of several
+/// statements that must agree with each other.
+pub async fn read_snapshot(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("set transaction isolation level repeatable read, read only")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 /// Lifts the statement timeout for the rest of `tx` (an export streaming a month's rows for as
 /// long as its client reads them).
 pub async fn without_statement_timeout(tx: &mut PgConnection) -> Result<(), sqlx::Error> {

@@ -305,12 +305,9 @@ async fn evidence_together(
     ) else {
         return Ok(Ok(Vec::new()));
     };
-    let mut tx = pool.begin().await?;
     // One snapshot: a day summarised (or written) between two statements is read once, from one
     // place.
-    sqlx::query("set transaction isolation level repeatable read, read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = crate::db::read_snapshot(pool).await?;
     evidence_settings(&mut tx).await?;
     let summarised = match source {
         Source::Summaries | Source::Days => summarised_days(&mut tx, first, last).await?,

@@ -185,10 +185,7 @@ pub async fn kept_counts(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<KeptCounts, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query!("set transaction isolation level repeatable read, read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = crate::db::read_snapshot(pool).await?;
     let mut kept = KeptCounts::default();
     let Some((kept_from, kept_to)) = count_span(&mut *tx, name).await? else {
         return Ok(kept);

@@ -39,7 +39,7 @@ pub async fn sums(
 ) -> Result<Vec<UsageSums>, sqlx::Error> {
     // One snapshot: a batch written between two reads cannot bring a row whose consumer or
     // slice the other read did not see.
-    let mut tx = store::snapshot(pool).await?;
+    let mut tx = crate::db::read_snapshot(pool).await?;
     let rows = store::pod_hour_rows(&mut tx, from, to, team).await?;
     let consumers = store::pod_hour_consumers(&mut tx, from, to, team).await?;
     let slices = store::slice_classes(&mut tx).await?;

@@ -4,22 +4,10 @@
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
-
-/// A read-only transaction that sees one snapshot: reads of several statements that must agree
-/// (the pod-hour costs' rows, their consumers and slices).
-pub async fn snapshot(
-    pool: &PgPool,
-) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query!("set transaction isolation level repeatable read, read only")
-        .execute(&mut *tx)
-        .await?;
-    Ok(tx)
-}
 
 /// The `usage_hourly` rows of `[from, to)` (`team`'s only, if given) as the pod-hour costs read
 /// them (`super::pod_hours`): as they are, unsummed, each with the rate card version in force and,
