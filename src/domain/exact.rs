@@ -52,8 +52,39 @@ fn ten_pow_small(k: u32) -> i128 {
     10i128.pow(k)
 }
 
-/// The greatest common divisor (binary), `gcd(0, b) = b`.
+/// The greatest common divisor, `gcd(0, b) = b`: binary, in 64 bits once both operands fit them.
+/// Most operands here are a count or a decimal's digits against a power of ten or another such
+/// figure: one remainder brings the larger down below the smaller, after which the rest is done
+/// in one machine word rather than two.
 fn gcd(a: u128, b: u128) -> u128 {
+    let (small, large) = if a <= b { (a, b) } else { (b, a) };
+    if small == 0 {
+        return large;
+    }
+    if let Ok(s) = u64::try_from(small) {
+        let r = match u64::try_from(large) {
+            Ok(l) => l % s,
+            // Below `s`, so it fits.
+            Err(_) => (large % small) as u64,
+        };
+        return u128::from(gcd64(s, r));
+    }
+    let shift = (a | b).trailing_zeros();
+    let (mut a, mut b) = (a >> a.trailing_zeros(), b);
+    loop {
+        b >>= b.trailing_zeros();
+        if a > b {
+            std::mem::swap(&mut a, &mut b);
+        }
+        b -= a;
+        if b == 0 {
+            return a << shift;
+        }
+    }
+}
+
+/// [`gcd`] of two machine words (binary).
+fn gcd64(a: u64, b: u64) -> u64 {
     if a == 0 {
         return b;
     }
@@ -119,6 +150,9 @@ impl Exact {
 
     /// The decimal's value, exactly.
     pub fn from_decimal(d: Decimal) -> Exact {
+        if d.scale() == 0 {
+            return Exact(Repr::Small(d.mantissa(), 1));
+        }
         // A mantissa of 96 bits over at most 10^28: both fit.
         small(d.mantissa(), ten_pow_small(d.scale())).expect("a decimal fits i128")
     }

@@ -221,6 +221,12 @@ impl ExactSums {
         } else {
             (s.active_compute, s.memory_used)
         };
+        Self::held_equivalent_of(compute, memory, w)
+    }
+
+    /// The GPU-equivalent seconds of the two sums a price reads (a reserved slice's held compute
+    /// and memory, a time-sliced one's active compute and memory used), the weights exact.
+    pub fn held_equivalent_of(compute: Decimal, memory: Decimal, w: &ExactWeights) -> Exact {
         Exact::from(compute) * &w.compute + Exact::from(memory) * &w.memory
     }
 

@@ -17,7 +17,7 @@ use sqlx::PgPool;
 use super::forecast::{self, PaceCost, TeamForecast};
 use super::gauges::FleetGauges;
 use super::monthly::{self, MonthlyReport, UnattributedConsumer};
-use super::pod_hours;
+use super::pod_hours::{self, PodHourSums};
 use super::store;
 use super::usage::{self, Dimension, GroupBy, Invoiced, Step, UsageReport, UsageSums};
 use crate::billing::period::{Books, Line, LineKind, PeriodBill, PeriodState};
@@ -42,7 +42,11 @@ pub struct MonthInputs {
 pub struct ReportCache {
     months: SnapshotCache<Month, MonthInputs>,
     usage: SnapshotCache<UsageKey, Vec<UsageSums>>,
+    pod_hours: SnapshotCache<PodHoursKey, PodHourSums>,
 }
+
+/// The pod-hour sums' range and team.
+type PodHoursKey = (DateTime<Utc>, DateTime<Utc>, Option<TeamId>);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct UsageKey {
@@ -51,8 +55,6 @@ struct UsageKey {
     group_by: GroupBy,
     step: Step,
     team: Option<TeamId>,
-    /// Only the sums a price reads (`pod_hours::sums`).
-    costs_only: bool,
 }
 
 impl ReportCache {
@@ -62,6 +64,7 @@ impl ReportCache {
             months: SnapshotCache::new(max_stale, 240),
             // Any range may be asked for: few are kept.
             usage: SnapshotCache::new(max_stale, 64),
+            pod_hours: SnapshotCache::new(max_stale, 16),
         }
     }
 }
@@ -82,7 +85,6 @@ async fn usage_sums(
         group_by: group_by.clone(),
         step,
         team: team.cloned(),
-        costs_only: false,
     };
     cache
         .usage
@@ -116,27 +118,17 @@ pub async fn usage_report(
     ))
 }
 
-/// The usage report's costs alone (`usage::costs`) by the hour and (team, namespace, workload,
-/// pod): each row's cost as [`usage_report`] gives it at that step and grouping, from a read of
-/// only the sums a price needs (`pod_hours::sums`). What the unit cost prices.
+/// The usage report's costs alone by the hour and (team, namespace, workload, pod)
+/// (`usage::pod_hour_costs`): each row's cost as [`usage_report`] gives it at that step and
+/// grouping, from a read of only the sums a price needs (`pod_hours::sums`). What the unit cost
+/// prices.
 pub async fn pod_hour_costs(
     pool: &PgPool,
     cache: &ReportCache,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     team: Option<&TeamId>,
-) -> Result<usage::RowCosts, Error> {
-    let group_by: GroupBy = "team,namespace,workload,pod"
-        .parse()
-        .expect("the pod-hour costs' dimensions");
-    let key = UsageKey {
-        from,
-        to,
-        group_by: group_by.clone(),
-        step: Step::Hour,
-        team: team.cloned(),
-        costs_only: true,
-    };
+) -> Result<usage::PodHourCosts, Error> {
     // The open months' invoice lines read beside the sums: every month the range covers whole (one
     // without usage has no row to add up).
     let mut months = BTreeSet::new();
@@ -148,15 +140,17 @@ pub async fn pod_hour_costs(
     let (sums, cards, invoiced) = tokio::try_join!(
         async {
             cache
-                .usage
-                .get(pool, key, || pod_hours::sums(pool, from, to, team))
+                .pod_hours
+                .get(pool, (from, to, team.cloned()), || {
+                    pod_hours::sums(pool, from, to, team)
+                })
                 .await
                 .map_err(Error::from)
         },
         async { rate_cards::rate_cards(pool).await.map_err(Error::from) },
         invoiced_months(pool, cache, from, to, months, team),
     )?;
-    Ok(usage::costs(from, to, &group_by, &sums, &cards, &invoiced))
+    Ok(usage::pod_hour_costs(from, to, sums, &cards, &invoiced))
 }
 
 /// The usage lines of the open months `[from, to)` covers whole, as billing prices them now: what

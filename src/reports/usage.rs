@@ -7,9 +7,12 @@
 //! rounded once per invoice line: each (month, invoice line) is apportioned over the rows it spans by
 //! their exact amounts, carried to the minor unit, so that the rows add up to the line's amount to
 //! the cent: the open months' invoice lines given as [`Invoiced`], else the line's exact total
-//! rounded (a month covered in part, an issued month's hours as they cost now).
+//! rounded (a month covered in part, an issued month's hours as they cost now). The unit cost's
+//! pod-hour costs ([`pod_hour_costs`]) are the same rows' costs, priced by the same apportioning.
+//! The file stays whole: both are one pricing of invoice lines over rows, and must stay one.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
@@ -27,6 +30,7 @@ use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::domain::usage::{ExactSums, ExactWeights, OccupancySums};
+use crate::reports::pod_hours::PodHourSums;
 
 /// Rollup sums of one bucket, invoice line (team, model, kind, profile, rate card) and whatever
 /// else the report groups by.
@@ -105,6 +109,53 @@ impl UsageSums {
                     gpu_instance_id: self.gpu_instance_id,
                 }
                 .value(*l),
+            })
+            .collect()
+    }
+}
+
+impl UsageSums {
+    /// The pod-hour sums as the usage report's sums of (team, namespace, workload, pod) by the hour
+    /// name them, the sums a price does not read zero.
+    pub fn of_pod_hours(p: &PodHourSums) -> Vec<UsageSums> {
+        p.rows
+            .iter()
+            .map(|r| {
+                let class = &p.classes[r.class as usize];
+                let place = &p.places[r.place as usize];
+                let reserved = class.kind.is_reserved();
+                let sums = if reserved {
+                    OccupancySums {
+                        held_compute: r.compute,
+                        held_memory: r.memory,
+                        ..OccupancySums::default()
+                    }
+                } else {
+                    OccupancySums {
+                        active_compute: r.compute,
+                        memory_used: r.memory,
+                        ..OccupancySums::default()
+                    }
+                };
+                UsageSums {
+                    bucket: r.hour,
+                    team: p.teams[r.team as usize].clone(),
+                    model: class.model.clone(),
+                    kind: class.kind,
+                    profile: class.profile.clone(),
+                    rate_card: r.rate_card,
+                    node: None,
+                    namespace: place.namespace.clone(),
+                    workload: place.workload.clone(),
+                    pod: place.pod.clone(),
+                    container: None,
+                    labels: Vec::new(),
+                    gpu_uuid: None,
+                    gpu_instance_id: None,
+                    dra_claim: None,
+                    reserved,
+                    sums,
+                }
             })
             .collect()
     }
@@ -278,9 +329,8 @@ struct Priced {
     cost_note: Option<String>,
 }
 
-/// Prices the rollup sums and apportions each (month, invoice line) over the rows it spans (the
-/// other figures summed too unless `cost_only`).
-#[allow(clippy::too_many_arguments)]
+/// Prices the rollup sums and apportions each (month, invoice line) over the rows it spans, the
+/// other figures summed too.
 fn priced(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -289,7 +339,6 @@ fn priced(
     sums: &[UsageSums],
     cards: &BTreeMap<i64, RateCard>,
     invoiced: &Invoiced,
-    cost_only: bool,
 ) -> Priced {
     // Each row's place in `accs`, by (bucket, key); a row's key is kept once, here.
     let mut index: BTreeMap<(DateTime<Utc>, Key), usize> = BTreeMap::new();
@@ -307,9 +356,7 @@ fn priced(
             accs.push(Acc::default());
         }
         let acc = &mut accs[row];
-        if !cost_only {
-            acc.add_sums(s, weights);
-        }
+        acc.add_sums(s, weights);
         let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
             acc.cost_unknown = true;
             unpriced.get_or_insert(s.bucket);
@@ -337,54 +384,88 @@ fn priced(
     }
     for (line, mut all) in lines {
         all.sort_by_key(|&(row, _)| rank[row]);
-        // A row's pieces of one line (sums that differ only in what the grouping leaves out), one.
-        let mut pieces: Vec<(usize, Exact)> = Vec::with_capacity(all.len());
-        for (row, piece) in all {
-            match pieces.last_mut() {
-                Some((last, sum)) if *last == row => *sum += piece,
-                _ => pieces.push((row, piece)),
-            }
-        }
         let card = &cards[&line.5];
-        let currency = &card.currency;
-        let seconds: Exact = pieces.iter().map(|(_, piece)| piece).sum();
-        // The line's exact amount: billing's price of each row (`pricing::amount`), added up.
-        let exact = &seconds * pricing::second_price(line.2, line.3, card);
-        let month = line.0;
-        let owned: MonthLine = (
-            month,
-            line.1.clone(),
-            line.2.to_owned(),
-            line.3,
-            line.4.map(str::to_owned),
-            line.5,
-        );
-        let target = invoiced
-            .0
-            .get(&owned)
-            .copied()
-            .filter(|_| month.start() >= from && month.end() <= to)
-            .unwrap_or_else(|| currency.round(exact.clone()));
-        // Each row's exact amount scaled so that the pieces add up to the target, whatever it is:
-        // amount x target / exact, which is its seconds x target / the line's seconds.
-        let per_second = (!exact.is_zero()).then(|| Exact::from(target) / &seconds);
-        let mut rounder = CarryRounder::new();
-        let n = pieces.len();
-        for (i, (row, piece)) in pieces.iter().enumerate() {
-            let scaled = per_second.as_ref().map_or_else(Exact::zero, |r| piece * r);
-            let amount = if i + 1 == n {
-                rounder.last(scaled, target)
-            } else {
-                rounder.next(scaled, currency)
-            };
-            accs[*row].cost += amount;
-        }
+        apportion(line, card, all, invoiced, from, to, |row, amount| {
+            accs[row].cost += amount;
+        });
     }
     let rows = index
         .into_iter()
         .map(|(key, row)| (key, std::mem::take(&mut accs[row])))
         .collect();
-    let (currency, cost_note) = match (currencies.len(), unpriced) {
+    let (currency, cost_note) = currency_and_note(currencies, unpriced);
+    Priced {
+        rows,
+        currency,
+        cost_note,
+    }
+}
+
+/// Apportions one month's invoice line over the rows it spans: `pieces`, each row's GPU-equivalent
+/// seconds of the line in the rows' order (a row's pieces, sums that differ only in what the
+/// grouping leaves out, next to each other), gives `add` each row's amount, carried to the minor
+/// unit, so that they add up to the line's amount: the open month's invoice line when `invoiced`
+/// has it and `[from, to)` covers the month whole, else the line's exact amount rounded.
+fn apportion(
+    line: LineOf<'_>,
+    card: &RateCard,
+    pieces: Vec<(usize, Exact)>,
+    invoiced: &Invoiced,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    mut add: impl FnMut(usize, Decimal),
+) {
+    // A row's pieces of the line, one.
+    let mut merged: Vec<(usize, Exact)> = Vec::with_capacity(pieces.len());
+    for (row, piece) in pieces {
+        match merged.last_mut() {
+            Some((last, sum)) if *last == row => *sum += piece,
+            _ => merged.push((row, piece)),
+        }
+    }
+    let pieces = merged;
+    let currency = &card.currency;
+    let seconds: Exact = pieces.iter().map(|(_, piece)| piece).sum();
+    // The line's exact amount: billing's price of each row (`pricing::amount`), added up.
+    let exact = &seconds * pricing::second_price(line.2, line.3, card);
+    let month = line.0;
+    let owned: MonthLine = (
+        month,
+        line.1.clone(),
+        line.2.to_owned(),
+        line.3,
+        line.4.map(str::to_owned),
+        line.5,
+    );
+    let target = invoiced
+        .0
+        .get(&owned)
+        .copied()
+        .filter(|_| month.start() >= from && month.end() <= to)
+        .unwrap_or_else(|| currency.round(exact.clone()));
+    // Each row's exact amount scaled so that the pieces add up to the target, whatever it is:
+    // amount x target / exact, which is its seconds x target / the line's seconds.
+    let per_second = (!exact.is_zero()).then(|| Exact::from(target) / &seconds);
+    let mut rounder = CarryRounder::new();
+    let n = pieces.len();
+    for (i, (row, piece)) in pieces.iter().enumerate() {
+        let scaled = per_second.as_ref().map_or_else(Exact::zero, |r| piece * r);
+        let amount = if i + 1 == n {
+            rounder.last(scaled, target)
+        } else {
+            rounder.next(scaled, currency)
+        };
+        add(*row, amount);
+    }
+}
+
+/// The report's currency and why some costs are null: none when the rate cards priced in several
+/// `currencies`; `unpriced`, the first bucket with an hour no rate card covers.
+fn currency_and_note(
+    currencies: BTreeSet<String>,
+    unpriced: Option<DateTime<Utc>>,
+) -> (Option<Currency>, Option<String>) {
+    match (currencies.len(), unpriced) {
         (n, _) if n > 1 => (
             None,
             Some(format!(
@@ -403,11 +484,6 @@ fn priced(
             currencies.first().and_then(|c| Currency::parse(c).ok()),
             None,
         ),
-    };
-    Priced {
-        rows,
-        currency,
-        cost_note,
     }
 }
 
@@ -428,7 +504,7 @@ pub fn build(
         rows,
         currency,
         cost_note,
-    } = priced(from, to, group_by, &weights, sums, cards, invoiced, false);
+    } = priced(from, to, group_by, &weights, sums, cards, invoiced);
     let names: Vec<String> = group_by.dimensions().iter().map(Dimension::name).collect();
     let named = |key: &Key| -> BTreeMap<String, Option<String>> {
         names.iter().cloned().zip(key.iter().cloned()).collect()
@@ -470,36 +546,130 @@ pub fn build(
 /// A row of the report: its bucket and its values in `group_by`'s order.
 pub type RowKey = (DateTime<Utc>, Vec<Option<String>>);
 
-/// Each row's cost alone, as [`build`] gives it (`None`: some hour of the row has no rate card),
-/// with the report's currency and cost note: for readers that need no other figure (the unit cost).
-pub struct RowCosts {
-    /// Per (bucket, the row's values in `group_by`'s order).
-    pub rows: BTreeMap<RowKey, Option<Decimal>>,
+/// One pod-hour's cost as [`build`] gives the row of that hour and (team, namespace, workload,
+/// pod); `None`: some hour of the row has no rate card, or the rate cards use several currencies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodHourCost {
+    pub hour: DateTime<Utc>,
+    /// Indices into the sums' tables.
+    pub team: u32,
+    pub place: u32,
+    pub cost: Option<Decimal>,
+}
+
+/// Each pod-hour's cost alone, with the report's currency and cost note: for readers that need no
+/// other figure (the unit cost).
+#[derive(Debug, Clone)]
+pub struct PodHourCosts {
+    /// The sums priced: their tables name the rows' teams and places.
+    pub sums: Arc<PodHourSums>,
+    /// In the report's order (hour, team, namespace, workload, pod).
+    pub rows: Vec<PodHourCost>,
     pub currency: Option<Currency>,
     pub cost_note: Option<String>,
 }
 
-/// [`build`]'s costs, none of its other figures.
-pub fn costs(
+impl PodHourCosts {
+    /// The costs by (hour, [team, namespace, workload, pod]): as the report's rows name them.
+    pub fn by_name(&self) -> BTreeMap<RowKey, Option<Decimal>> {
+        self.rows
+            .iter()
+            .map(|r| {
+                let place = &self.sums.places[r.place as usize];
+                let key = vec![
+                    Some(self.sums.teams[r.team as usize].as_str().to_owned()),
+                    place.namespace.clone(),
+                    place.workload.clone(),
+                    place.pod.clone(),
+                ];
+                ((r.hour, key), r.cost)
+            })
+            .collect()
+    }
+}
+
+/// An invoice line of a month by the pod-hour sums' indices: (month, team, class, rate card).
+type LineAt = (Month, u32, u32, i64);
+
+/// [`build`]'s costs of the pod-hour sums (hour by hour, by team, namespace, workload and pod),
+/// none of its other figures: the same invoice lines apportioned over the same rows in the same
+/// order, the rows and lines found by the sums' indices rather than by their names.
+pub fn pod_hour_costs(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-    group_by: &GroupBy,
-    sums: &[UsageSums],
+    sums: Arc<PodHourSums>,
     cards: &BTreeMap<i64, RateCard>,
     invoiced: &Invoiced,
-) -> RowCosts {
-    let weights = ShareWeights::default();
-    let Priced {
+) -> PodHourCosts {
+    let mut rows: Vec<PodHourCost> = Vec::with_capacity(sums.rows.len());
+    // Each (month, team, class, rate card) line's pieces, by row, in the rows' order.
+    let mut lines: HashMap<LineAt, Vec<(usize, Exact)>> = HashMap::new();
+    let mut card_weights: HashMap<i64, ExactWeights> = HashMap::new();
+    let mut unpriced = None;
+    let mut month = None;
+    for s in &sums.rows {
+        let same_row = rows
+            .last()
+            .is_some_and(|r| (r.hour, r.team, r.place) == (s.hour, s.team, s.place));
+        if !same_row {
+            rows.push(PodHourCost {
+                hour: s.hour,
+                team: s.team,
+                place: s.place,
+                cost: Some(Decimal::ZERO),
+            });
+        }
+        let row = rows.len() - 1;
+        let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
+            rows[row].cost = None;
+            unpriced.get_or_insert(s.hour);
+            continue;
+        };
+        let m = match month {
+            Some((hour, m)) if hour == s.hour => m,
+            _ => {
+                let m = Month::of(s.hour);
+                month = Some((s.hour, m));
+                m
+            }
+        };
+        let weights = card_weights
+            .entry(card.id)
+            .or_insert_with(|| ExactWeights::from(&card.weights));
+        let seconds = ExactSums::held_equivalent_of(s.compute, s.memory, weights);
+        lines
+            .entry((m, s.team, s.class, card.id))
+            .or_default()
+            .push((row, seconds));
+    }
+    let mut currencies = BTreeSet::new();
+    for ((m, team, class, card), pieces) in lines {
+        let c = &sums.classes[class as usize];
+        let line = (
+            m,
+            &sums.teams[team as usize],
+            c.model.as_str(),
+            c.kind,
+            c.profile.as_deref(),
+            card,
+        );
+        let card = &cards[&card];
+        currencies.insert(card.currency.code.clone());
+        apportion(line, card, pieces, invoiced, from, to, |row, amount| {
+            if let Some(cost) = &mut rows[row].cost {
+                *cost += amount;
+            }
+        });
+    }
+    let (currency, cost_note) = currency_and_note(currencies, unpriced);
+    if currency.is_none() {
+        for r in &mut rows {
+            r.cost = None;
+        }
+    }
+    PodHourCosts {
+        sums,
         rows,
-        currency,
-        cost_note,
-    } = priced(from, to, group_by, &weights, sums, cards, invoiced, true);
-    let c = currency.as_ref();
-    RowCosts {
-        rows: rows
-            .into_iter()
-            .map(|(k, acc)| (k, c.filter(|_| !acc.cost_unknown).map(|_| acc.cost)))
-            .collect(),
         currency,
         cost_note,
     }

@@ -4,8 +4,11 @@
 //! units. Hours with cost and no units, and units no cost joins (a workload slicemeter never saw),
 //! are kept apart, never dropped. Figures stay exact until they are shown: each cost and unit cost
 //! is rounded once, half to even, to the currency's minor unit.
+//! The file stays whole: the join, the report it groups and the CSV written of it read the same
+//! places, groups and rows.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
@@ -18,6 +21,8 @@ use super::UnitDefinition;
 use super::count::UnitKey;
 use crate::billing::rate_card::Currency;
 use crate::domain::team::TeamId;
+use crate::reports::pod_hours::Place;
+use crate::reports::usage::PodHourCost;
 
 /// What a unit cost is grouped by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,7 +76,7 @@ impl UnitGroupBy {
 
     fn key(
         &self,
-        team: &Option<TeamId>,
+        team: Option<&TeamId>,
         ns: &Option<String>,
         workload: &Option<String>,
         model: Option<&Option<String>>,
@@ -80,10 +85,7 @@ impl UnitGroupBy {
         for d in &self.0 {
             match d {
                 UnitDimension::Team => {
-                    key.insert(
-                        "team".to_owned(),
-                        team.as_ref().map(|t| t.as_str().to_owned()),
-                    );
+                    key.insert("team".to_owned(), team.map(|t| t.as_str().to_owned()));
                 }
                 UnitDimension::Model => {
                     key.insert("model".to_owned(), model.cloned().flatten());
@@ -99,17 +101,6 @@ impl UnitGroupBy {
 }
 
 type Key = BTreeMap<String, Option<String>>;
-
-/// One hour's cost of one pod's slices, as the usage report prices it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CostRow {
-    pub hour: DateTime<Utc>,
-    pub team: Option<TeamId>,
-    pub namespace: Option<String>,
-    pub workload: Option<String>,
-    pub pod: Option<String>,
-    pub cost: Decimal,
-}
 
 /// A group's cost, units and cost per `per_units` units.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -186,87 +177,201 @@ pub struct UnitCostReport {
     pub units_without_cost_total: Decimal,
 }
 
+/// A group's figures, its contributions coming hour by hour.
 #[derive(Default)]
 struct Acc {
     cost: Decimal,
     units: Decimal,
-    hours: BTreeSet<DateTime<Utc>>,
+    hours: Hours,
+}
+
+/// Distinct hours, counted as they come in order.
+#[derive(Default)]
+struct Hours {
+    count: i64,
+    last: Option<DateTime<Utc>>,
+}
+
+impl Hours {
+    fn add(&mut self, hour: DateTime<Utc>) {
+        if self.last != Some(hour) {
+            debug_assert!(self.last < Some(hour), "hours come in order");
+            self.count += 1;
+            self.last = Some(hour);
+        }
+    }
+}
+
+/// A group by indices: team, workload (`Joined::workloads`), model (`Joined::models`); [`NONE`]
+/// where the grouping leaves a dimension out.
+type GroupKey = (u32, u32, u32);
+const NONE: u32 = u32::MAX;
+/// The names of a dimension the grouping leaves out.
+static NO_NAME: Option<String> = None;
+
+/// A consumer's cost at a place and hour: its team, its place (naming its namespace and workload)
+/// and its workload's index.
+struct Consumer {
+    team: u32,
+    workload: u32,
+    cost: Decimal,
 }
 
 /// Each hour's costs and units at each place (hour, namespace, pod or workload), joined once for
-/// every grouping asked for.
-pub struct Joined {
+/// every grouping asked for; teams, places, workloads and models named once, by index.
+pub struct Joined<'a> {
     by_pod: bool,
-    /// (hour, namespace, join) → (team, workload) → cost.
-    cost_at: BTreeMap<Place, ConsumerCosts>,
-    /// (hour, namespace, join) → model → units.
-    units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>>,
+    teams: &'a [TeamId],
+    /// (namespace, workload), in their order.
+    workloads: Vec<(&'a Option<String>, &'a Option<String>)>,
+    models: Vec<&'a Option<String>>,
+    /// The (hour, namespace, join) places with cost, in that order, each with its consumers (a
+    /// range of `consumers`, in (team, workload) order) and its units (a range of `units`).
+    cost_at: Vec<CostPlace>,
+    consumers: Vec<Consumer>,
+    /// (model, units) at each place, in the model's order.
+    units: Vec<(u32, Decimal)>,
     /// Units at places no cost joins, by key and hour.
-    orphans: Vec<(UnitKey, DateTime<Utc>, Decimal)>,
+    orphans: Vec<(&'a UnitKey, DateTime<Utc>, Decimal)>,
 }
 
-type Place = (DateTime<Utc>, Option<String>, Option<String>);
-type ConsumerCosts = BTreeMap<(Option<TeamId>, Option<String>), Decimal>;
+struct CostPlace {
+    hour: DateTime<Utc>,
+    join: u32,
+    consumers: Range<usize>,
+    units: Range<usize>,
+}
 
-/// Places costs and units hour by hour (`by_pod`: series join pods, else workloads).
-pub fn join(
+/// Places costs and units hour by hour (`by_pod`: series join pods, else workloads): `costs` by the
+/// hour, team and place (`PodHourCost`, indices into `teams` and `places`).
+pub fn join<'a>(
     by_pod: bool,
-    costs: Vec<CostRow>,
-    units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
-) -> Joined {
-    let mut cost_at: BTreeMap<Place, ConsumerCosts> = BTreeMap::new();
-    for c in costs {
-        let join = if by_pod { c.pod } else { c.workload.clone() };
-        *cost_at
-            .entry((c.hour, c.namespace, join))
-            .or_default()
-            .entry((c.team, c.workload))
-            .or_default() += c.cost;
+    teams: &'a [TeamId],
+    places: &'a [Place],
+    costs: &[PodHourCost],
+    units: &'a BTreeMap<(DateTime<Utc>, UnitKey), f64>,
+) -> Joined<'a> {
+    // Each place's join (namespace, pod or workload) and workload (namespace, workload), ranked in
+    // their order.
+    let join_name = |p: &'a Place| (&p.namespace, if by_pod { &p.pod } else { &p.workload });
+    let (joins, join_of) = ranked(places.iter().map(join_name));
+    let (workloads, workload_of) = ranked(places.iter().map(|p| (&p.namespace, &p.workload)));
+    // Each place's consumers in (team, workload) order; the costs come in (team, namespace,
+    // workload, pod) order within an hour, and keep it among equals (their sum's order).
+    let mut entries: Vec<(DateTime<Utc>, u32, u32, u32, Decimal)> = costs
+        .iter()
+        .map(|c| {
+            let p = c.place as usize;
+            let cost = c.cost.unwrap_or_default();
+            (c.hour, join_of[p], c.team, workload_of[p], cost)
+        })
+        .collect();
+    entries.sort_by_key(|e| (e.0, e.1, e.2, e.3));
+    let mut cost_at: Vec<CostPlace> = Vec::new();
+    let mut consumers: Vec<Consumer> = Vec::new();
+    for (hour, join, team, workload, cost) in entries {
+        match cost_at.last_mut() {
+            Some(p) if (p.hour, p.join) == (hour, join) => {
+                match consumers.last_mut() {
+                    Some(c) if (c.team, c.workload) == (team, workload) => c.cost += cost,
+                    _ => consumers.push(Consumer {
+                        team,
+                        workload,
+                        cost,
+                    }),
+                }
+                p.consumers.end = consumers.len();
+            }
+            _ => {
+                consumers.push(Consumer {
+                    team,
+                    workload,
+                    cost,
+                });
+                let n = consumers.len();
+                cost_at.push(CostPlace {
+                    hour,
+                    join,
+                    consumers: n - 1..n,
+                    units: 0..0,
+                });
+            }
+        }
     }
-    let mut units_at: BTreeMap<Place, BTreeMap<Option<String>, Decimal>> = BTreeMap::new();
+    // The units, in (hour, namespace, join, model) order: the places' order, each place's models
+    // in theirs.
+    let join_index: HashMap<(Option<&str>, Option<&str>), u32> = joins
+        .iter()
+        .enumerate()
+        .map(|(i, (ns, j))| ((ns.as_deref(), j.as_deref()), i as u32))
+        .collect();
+    let mut models: Vec<&'a Option<String>> = Vec::new();
+    let mut model_index: HashMap<&'a Option<String>, u32> = HashMap::new();
+    let mut at_units: Vec<(u32, Decimal)> = Vec::new();
     let mut orphans = Vec::new();
+    let mut at = 0;
     for ((hour, k), u) in units {
         let u = Decimal::from_f64(*u).unwrap_or_default();
-        let place = (*hour, k.namespace.clone(), k.join.clone());
-        if !cost_at.contains_key(&place) {
+        let place = join_index
+            .get(&(k.namespace.as_deref(), k.join.as_deref()))
+            .and_then(|&join| {
+                while cost_at
+                    .get(at)
+                    .is_some_and(|p| (p.hour, p.join) < (*hour, join))
+                {
+                    at += 1;
+                }
+                cost_at
+                    .get(at)
+                    .is_some_and(|p| (p.hour, p.join) == (*hour, join))
+                    .then_some(at)
+            });
+        let Some(place) = place else {
             if !u.is_zero() {
-                orphans.push((k.clone(), *hour, u));
+                orphans.push((k, *hour, u));
             }
             continue;
+        };
+        let model = *model_index.entry(&k.model).or_insert_with(|| {
+            models.push(&k.model);
+            (models.len() - 1) as u32
+        });
+        at_units.push((model, u));
+        let p = &mut cost_at[place];
+        if p.units.is_empty() {
+            p.units = at_units.len() - 1..at_units.len();
+        } else {
+            p.units.end = at_units.len();
         }
-        *units_at
-            .entry(place)
-            .or_default()
-            .entry(k.model.clone())
-            .or_default() += u;
     }
     Joined {
         by_pod,
+        teams,
+        workloads,
+        models,
         cost_at,
-        units_at,
+        consumers,
+        units: at_units,
         orphans,
     }
 }
 
-/// Joins costs and units hour by hour. `keep_units`: which units without cost the caller may see
-/// (a team lead: those of their team's namespaces).
-#[allow(clippy::too_many_arguments)]
-pub fn build(
-    def: &UnitDefinition,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    group_by: &UnitGroupBy,
-    currency: Option<&Currency>,
-    cost_note: Option<String>,
-    costs: &[CostRow],
-    units: &BTreeMap<(DateTime<Utc>, UnitKey), f64>,
-    keep_units: impl Fn(&UnitKey) -> bool,
-) -> UnitCostReport {
-    join(def.pod_label.is_some(), costs.to_vec(), units)
-        .report(def, from, to, group_by, currency, cost_note, keep_units)
+/// The distinct values in their order, and each value's rank among them.
+fn ranked<T: Ord + Copy>(values: impl Iterator<Item = T> + Clone) -> (Vec<T>, Vec<u32>) {
+    let mut distinct: Vec<T> = values.clone().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let ranks = values
+        .map(|v| {
+            distinct
+                .binary_search(&v)
+                .expect("every value is among the distinct ones") as u32
+        })
+        .collect();
+    (distinct, ranks)
 }
 
-impl Joined {
+impl Joined<'_> {
     /// The report grouped by `group_by`.
     // long: the rows, the cost without units and the units without cost, each from the one join
     #[allow(clippy::too_many_arguments)]
@@ -281,51 +386,76 @@ impl Joined {
         keep_units: impl Fn(&UnitKey) -> bool,
     ) -> UnitCostReport {
         let by_pod = self.by_pod;
-        let (cost_at, units_at) = (&self.cost_at, &self.units_at);
-        let mut rows: BTreeMap<Key, Acc> = BTreeMap::new();
-        let mut idle: BTreeMap<Key, Acc> = BTreeMap::new();
-        for (place, consumers) in cost_at {
-            let counted = units_at
-                .get(place)
-                .filter(|m| m.values().any(|u| *u > Decimal::ZERO));
-            let place_cost: Decimal = consumers.values().sum();
-            for ((team, workload), cost) in consumers {
-                match counted {
-                    Some(models) => {
-                        let total_units: Decimal = models.values().sum();
-                        // A consumer's part of the place's units (one consumer a pod, nearly always).
-                        let part = if place_cost.is_zero() {
-                            Decimal::ONE / Decimal::from(consumers.len())
-                        } else {
-                            *cost / place_cost
-                        };
-                        for (model, u) in models {
-                            let acc = rows
-                                .entry(group_by.key(team, &place.1, workload, Some(model)))
-                                .or_default();
-                            acc.cost += *cost * *u / total_units;
-                            acc.units += *u * part;
-                            acc.hours.insert(place.0);
-                        }
+        let has = |d| group_by.0.contains(&d);
+        let (team_in, workload_in, model_in) = (
+            has(UnitDimension::Team),
+            has(UnitDimension::Workload),
+            has(UnitDimension::Model),
+        );
+        let group = |c: &Consumer, model: u32| -> GroupKey {
+            (
+                if team_in { c.team } else { NONE },
+                if workload_in { c.workload } else { NONE },
+                if model_in { model } else { NONE },
+            )
+        };
+        let mut rows: HashMap<GroupKey, Acc> = HashMap::new();
+        let mut idle: HashMap<GroupKey, Acc> = HashMap::new();
+        let mut row_hours = Hours::default();
+        for place in &self.cost_at {
+            let models = &self.units[place.units.clone()];
+            let counted = models.iter().any(|(_, u)| *u > Decimal::ZERO);
+            let consumers = &self.consumers[place.consumers.clone()];
+            let place_cost: Decimal = consumers.iter().map(|c| c.cost).sum();
+            for c in consumers {
+                if counted {
+                    let total_units: Decimal = models.iter().map(|(_, u)| *u).sum();
+                    // A consumer's part of the place's units (one consumer a pod, nearly always).
+                    let part = if place_cost.is_zero() {
+                        Decimal::ONE / Decimal::from(consumers.len())
+                    } else {
+                        c.cost / place_cost
+                    };
+                    for &(model, u) in models {
+                        let acc = rows.entry(group(c, model)).or_default();
+                        acc.cost += c.cost * u / total_units;
+                        acc.units += u * part;
+                        acc.hours.add(place.hour);
                     }
-                    None => {
-                        let acc = idle
-                            .entry(group_by.key(team, &place.1, workload, None))
-                            .or_default();
-                        acc.cost += *cost;
-                        acc.hours.insert(place.0);
-                    }
+                    row_hours.add(place.hour);
+                } else {
+                    let acc = idle.entry(group(c, NONE)).or_default();
+                    acc.cost += c.cost;
+                    acc.hours.add(place.hour);
                 }
             }
         }
-        let mut orphans: BTreeMap<UnitKey, Acc> = BTreeMap::new();
-        for (k, hour, u) in &self.orphans {
+        // The groups by name, in their order.
+        let named = |groups: HashMap<GroupKey, Acc>| -> BTreeMap<Key, Acc> {
+            groups
+                .into_iter()
+                .map(|((team, workload, model), acc)| {
+                    let team = self.teams.get(team as usize);
+                    let (ns, workload) = self
+                        .workloads
+                        .get(workload as usize)
+                        .copied()
+                        .unwrap_or((&NO_NAME, &NO_NAME));
+                    let model = self.models.get(model as usize).copied();
+                    let key = group_by.key(team, ns, workload, model);
+                    (key, acc)
+                })
+                .collect()
+        };
+        let (rows, idle) = (named(rows), named(idle));
+        let mut orphans: BTreeMap<&UnitKey, Acc> = BTreeMap::new();
+        for &(k, hour, u) in &self.orphans {
             if !keep_units(k) {
                 continue;
             }
-            let acc = orphans.entry(k.clone()).or_default();
-            acc.units += *u;
-            acc.hours.insert(*hour);
+            let acc = orphans.entry(k).or_default();
+            acc.units += u;
+            acc.hours.add(hour);
         }
         let money = |d: Decimal| currency.map_or(d, |c| c.round(d)).normalize();
         let row = |key: Key, acc: &Acc| UnitCostRow {
@@ -334,14 +464,14 @@ impl Joined {
             units: acc.units.normalize(),
             unit_cost: (acc.units > Decimal::ZERO)
                 .then(|| money(acc.cost * Decimal::from(def.per_units) / acc.units)),
-            hours: acc.hours.len() as i64,
+            hours: acc.hours.count,
         };
         let mut total = Acc::default();
         for acc in rows.values() {
             total.cost += acc.cost;
             total.units += acc.units;
-            total.hours.extend(acc.hours.iter().copied());
         }
+        total.hours = row_hours;
         let idle_total: Decimal = idle.values().map(|a| a.cost).sum();
         let orphan_total: Decimal = orphans.values().map(|a| a.units).sum();
         UnitCostReport {
@@ -360,18 +490,18 @@ impl Joined {
                 .map(|(k, a)| CostWithoutUnits {
                     key: k.clone(),
                     cost: money(a.cost),
-                    hours: a.hours.len() as i64,
+                    hours: a.hours.count,
                 })
                 .collect(),
             cost_without_units_total: money(idle_total),
             units_without_cost: orphans
                 .into_iter()
                 .map(|(k, a)| UnitsWithoutCost {
-                    namespace: k.namespace,
-                    join: k.join,
-                    model: k.model,
+                    namespace: k.namespace.clone(),
+                    join: k.join.clone(),
+                    model: k.model.clone(),
                     units: a.units.normalize(),
-                    hours: a.hours.len() as i64,
+                    hours: a.hours.count,
                 })
                 .collect(),
             units_without_cost_total: orphan_total.normalize(),
@@ -467,14 +597,13 @@ mod tests {
         format!("2026-10-02T{h:02}:00:00Z").parse().unwrap()
     }
 
-    fn cost(h: u32, pod: &str, c: &str) -> CostRow {
-        CostRow {
+    /// Pod `p`'s cost in an hour (team nlp, namespace ns, workload chat).
+    fn cost(h: u32, c: &str) -> PodHourCost {
+        PodHourCost {
             hour: at(h),
-            team: Some(TeamId::parse("nlp").unwrap()),
-            namespace: Some("ns".into()),
-            workload: Some("chat".into()),
-            pod: Some(pod.into()),
-            cost: c.parse().unwrap(),
+            team: 0,
+            place: 0,
+            cost: Some(c.parse().unwrap()),
         }
     }
 
@@ -489,7 +618,13 @@ mod tests {
     #[test]
     fn a_pod_serving_two_models_splits_its_hour_by_their_units_and_the_rest_is_kept_apart() {
         let def = super::super::presets().remove(0);
-        let costs = [cost(0, "p", "3.00"), cost(1, "p", "3.00")];
+        let costs = [cost(0, "3.00"), cost(1, "3.00")];
+        let teams = [TeamId::parse("nlp").unwrap()];
+        let places = [Place {
+            namespace: Some("ns".into()),
+            workload: Some("chat".into()),
+            pod: Some("p".into()),
+        }];
         let units = BTreeMap::from([
             ((at(0), key("p", "a")), 1_000_000.0),
             ((at(0), key("p", "b")), 2_000_000.0),
@@ -497,15 +632,13 @@ mod tests {
             ((at(2), key("p", "a")), 500.0),
         ]);
         let usd = Currency::parse("USD").unwrap();
-        let r = build(
+        let r = join(true, &teams, &places, &costs, &units).report(
             &def,
             at(0),
             at(3),
             &"model".parse().unwrap(),
             Some(&usd),
             None,
-            &costs,
-            &units,
             |_| true,
         );
         let figures: Vec<(Option<String>, String, String, Option<String>)> = r
@@ -541,5 +674,99 @@ mod tests {
         assert_eq!(r.cost_without_units_total.to_string(), "3");
         assert_eq!(r.units_without_cost_total.to_string(), "500");
         assert_eq!(r.units_without_cost[0].join.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn series_joined_by_workload_take_every_pod_of_it_and_each_group_is_named_once() {
+        let def = super::super::presets().remove(0);
+        let team = |t: &str| TeamId::parse(t).unwrap();
+        let teams = [team("nlp"), team("vision")];
+        let place = |workload: &str, pod: &str| Place {
+            namespace: Some("ns".into()),
+            workload: Some(workload.into()),
+            pod: Some(pod.into()),
+        };
+        let places = [
+            place("chat", "p1"),
+            place("chat", "p2"),
+            place("embed", "e1"),
+        ];
+        let cost = |h: u32, team: u32, place: u32, c: &str| PodHourCost {
+            hour: at(h),
+            team,
+            place,
+            cost: Some(c.parse().unwrap()),
+        };
+        // Hour 0: chat's two pods (nlp) and embed's (vision); hour 1: chat's first pod only.
+        let costs = [
+            cost(0, 0, 0, "2.00"),
+            cost(0, 0, 1, "1.00"),
+            cost(0, 1, 2, "4.00"),
+            cost(1, 0, 0, "0.50"),
+        ];
+        let by_workload = |h: u32, workload: &str, model: &str| {
+            let key = UnitKey {
+                namespace: Some("ns".into()),
+                join: Some(workload.into()),
+                model: Some(model.into()),
+            };
+            (at(h), key)
+        };
+        let units = BTreeMap::from([
+            (by_workload(0, "chat", "a"), 2_000_000.0),
+            (by_workload(0, "chat", "b"), 1_000_000.0),
+            (by_workload(1, "chat", "a"), 500_000.0),
+            // Counted where nothing was held.
+            (by_workload(2, "chat", "a"), 700.0),
+        ]);
+        let usd = Currency::parse("USD").unwrap();
+        let joined = join(false, &teams, &places, &costs, &units);
+        let report = |group_by: &str| {
+            joined.report(
+                &def,
+                at(0),
+                at(3),
+                &group_by.parse().unwrap(),
+                Some(&usd),
+                None,
+                |_| true,
+            )
+        };
+        let figures = |r: &UnitCostReport| -> Vec<(Vec<Option<String>>, String, String, i64)> {
+            r.rows
+                .iter()
+                .map(|row| {
+                    (
+                        row.key.values().cloned().collect(),
+                        row.cost.to_string(),
+                        row.units.to_string(),
+                        row.hours,
+                    )
+                })
+                .collect()
+        };
+        let s = |v: &str| Some(v.to_owned());
+        let r = report("workload");
+        // chat: 3.00 for 3M units in hour 0, 0.50 for 0.5M in hour 1.
+        assert_eq!(
+            figures(&r),
+            vec![(vec![s("ns"), s("chat")], "3.5".into(), "3500000".into(), 2)]
+        );
+        assert_eq!(r.rows[0].unit_cost.unwrap().to_string(), "1");
+        assert_eq!(r.cost_without_units.len(), 1);
+        assert_eq!(r.cost_without_units[0].key["workload"], s("embed"));
+        assert_eq!(r.cost_without_units[0].cost.to_string(), "4");
+        assert_eq!(r.units_without_cost_total.to_string(), "700");
+        assert_eq!(r.total.hours, 2);
+        // By team and model: hour 0's 3.00 split 2:1 by the models' units.
+        let r = report("team,model");
+        assert_eq!(
+            figures(&r),
+            vec![
+                (vec![s("a"), s("nlp")], "2.5".into(), "2500000".into(), 2),
+                (vec![s("b"), s("nlp")], "1".into(), "1000000".into(), 1),
+            ]
+        );
+        assert_eq!(r.cost_without_units[0].key["team"], s("vision"));
     }
 }

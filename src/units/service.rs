@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::UnitDefinition;
-use super::cost::{self, CostRow, UnitCostReport, UnitGroupBy};
+use super::cost::{self, UnitCostReport, UnitGroupBy};
 use super::count::{Increases, Labels, SeriesId};
 use super::hourly::Start;
 use crate::billing::service::Error as BooksError;
@@ -215,34 +215,17 @@ pub async fn unit_costs(
             .await
             .map_err(UnitCostError::from)
     })?;
-    let mut costs = Vec::with_capacity(usage.rows.len());
-    let mut namespaces = BTreeSet::new();
-    let currency = usage.currency.clone();
-    // The row's values: team, namespace, workload, pod.
-    for ((hour, key), cost) in usage.rows {
-        let mut values = key.into_iter();
-        let mut next = || values.next().flatten();
-        // The books' team, back in its type: one that is not a team id is a bad row, never a
-        // default.
-        let team = next()
-            .map(TeamId::try_from)
-            .transpose()
-            .map_err(|e| BooksError::Db(sqlx::Error::Decode(e.into())))?;
-        let namespace = next();
-        if !namespaces.contains(&namespace) {
-            namespaces.insert(namespace.clone());
-        }
-        costs.push(CostRow {
-            hour,
-            team,
-            namespace,
-            workload: next(),
-            pod: next(),
-            cost: cost.unwrap_or_default(),
-        });
-    }
+    // A team lead sees units without cost only in namespaces their team's slices were held in.
+    let namespaces: BTreeSet<&Option<String>> =
+        usage.sums.places.iter().map(|p| &p.namespace).collect();
     tracing::debug!(unit = %def.name, resets = inc.resets, "Counted a unit's increases.");
-    let joined = cost::join(def.pod_label.is_some(), costs, &inc.hours);
+    let joined = cost::join(
+        def.pod_label.is_some(),
+        &usage.sums.teams,
+        &usage.sums.places,
+        &usage.rows,
+        &inc.hours,
+    );
     Ok(group_bys
         .iter()
         .map(|group_by| {
@@ -251,10 +234,8 @@ pub async fn unit_costs(
                 from,
                 to,
                 group_by,
-                currency.as_ref(),
+                usage.currency.as_ref(),
                 usage.cost_note.clone(),
-                // A team lead sees units without cost only in namespaces their team's slices were
-                // held in.
                 |k| team.is_none() || namespaces.contains(&k.namespace),
             )
         })

@@ -959,7 +959,7 @@ async fn the_unit_costs_pod_hour_costs_are_the_usage_reports_row_by_row() {
         )
         .await
         .unwrap();
-        assert_eq!(got.rows, want, "{from} to {to}, {own:?}");
+        assert_eq!(got.by_name(), want, "{from} to {to}, {own:?}");
         assert_eq!(got.currency.map(|c| c.code), Some("USD".to_owned()));
     }
 }

@@ -365,9 +365,8 @@ async fn pod_hour_sums_summed_in_rust_are_the_usage_reports_to_the_digit() {
                 .iter()
                 .map(|s| (key(s), read(s)))
                 .collect();
-        let got: BTreeMap<_, _> = pod_hours::sums(&app.pool, from, to, team)
-            .await
-            .unwrap()
+        let pod_hours = pod_hours::sums(&app.pool, from, to, team).await.unwrap();
+        let got: BTreeMap<_, _> = UsageSums::of_pod_hours(&pod_hours)
             .iter()
             .map(|s| (key(s), read(s)))
             .collect();

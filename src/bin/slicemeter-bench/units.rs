@@ -14,7 +14,7 @@ use chrono::Utc;
 use slicemeter::collector::import::prometheus::Auth;
 use slicemeter::domain::time::Month;
 use slicemeter::reports::service::{self as reports, ReportCache};
-use slicemeter::reports::usage::{GroupBy, RowCosts, Step, UsageReport};
+use slicemeter::reports::usage::{GroupBy, PodHourCosts, Step, UsageReport};
 use slicemeter::sim::SimFleet;
 use slicemeter::sim::prometheus::{LocalPrometheus, binary};
 use slicemeter::sim::vllm::{self, GENERATION_TOKENS};
@@ -226,7 +226,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         costs_time.as_secs_f64(),
         row_costs.rows.len(),
         cost_sql_time.as_secs_f64(),
-        cost_sums.len(),
+        cost_sums.rows.len(),
         bill_time.as_secs_f64()
     );
     // The month's hours counted and kept as the server's step keeps them an hour after its end,
@@ -309,14 +309,14 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
             reports::pod_hour_costs(&pool, &ReportCache::new(Duration::ZERO), from, to, None)
                 .await?;
         let all = t.elapsed();
-        let total: rust_decimal::Decimal = costs.rows.values().flatten().sum();
+        let total: rust_decimal::Decimal = costs.rows.iter().filter_map(|r| r.cost).sum();
         println!(
             "round {round}: pod-hour costs {:.2} s ({} rows, {} {total}); their sums alone {:.2} s ({} rows of sums)",
             all.as_secs_f64(),
             costs.rows.len(),
             costs.currency.as_ref().map_or("?", |c| c.code.as_str()),
             sql.as_secs_f64(),
-            sums.len()
+            sums.rows.len()
         );
         let Some(def) = slicemeter::units::store::get(&pool, "generated_tokens").await? else {
             continue;
@@ -344,10 +344,11 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
             None,
         )
         .await?;
+        let took = t.elapsed();
         if let (Some(path), true) = (&args.write_answers, round == args.rounds) {
             let costs: Vec<_> = costs
-                .rows
-                .iter()
+                .by_name()
+                .into_iter()
                 .map(|((hour, key), cost)| (hour, key, cost))
                 .collect();
             let answers = serde_json::json!({"pod_hour_costs": costs, "unit_costs": &reports});
@@ -355,7 +356,7 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
         }
         println!(
             "round {round}: unit cost from the kept counts {:.2} s ({} team rows; {} {} per 1M tokens)",
-            t.elapsed().as_secs_f64(),
+            took.as_secs_f64(),
             reports[0].rows.len(),
             reports[0].currency.as_deref().unwrap_or("?"),
             reports[0]
@@ -369,7 +370,7 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
 
 /// Fails unless every pod-hour's cost the unit cost reads is the usage report's row for that hour
 /// and pod.
-fn same_costs(usage: &UsageReport, row_costs: &RowCosts) -> anyhow::Result<()> {
+fn same_costs(usage: &UsageReport, row_costs: &PodHourCosts) -> anyhow::Result<()> {
     let names = ["team", "namespace", "workload", "pod"];
     let report_costs: BTreeMap<_, _> = usage
         .rows
@@ -383,7 +384,7 @@ fn same_costs(usage: &UsageReport, row_costs: &RowCosts) -> anyhow::Result<()> {
         })
         .collect();
     anyhow::ensure!(
-        report_costs == row_costs.rows,
+        report_costs == row_costs.by_name(),
         "the pod-hour costs ({} rows) differ from the usage report's ({} rows)",
         row_costs.rows.len(),
         report_costs.len()

@@ -191,3 +191,43 @@ fn shares_cut_to_28_places_come_back_the_same_either_way() {
         }
     }
 }
+
+#[test]
+fn the_greatest_common_divisor_is_euclids_whatever_the_operands_widths() {
+    fn euclid(mut a: u128, mut b: u128) -> u128 {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    }
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let ten28 = 10u128.pow(28);
+    let mut pairs = vec![
+        (0, 0),
+        (0, 7),
+        (7, 0),
+        (3600, ten28),
+        (ten28, 3600),
+        (ten28, ten28 / 8),
+        (u128::MAX, u128::from(u64::MAX)),
+        (u128::from(u64::MAX) + 1, 1 << 70),
+    ];
+    for _ in 0..20_000 {
+        let wide = |x: u64, y: u64, shift: u32| (u128::from(x) << shift) | u128::from(y);
+        let (a, b) = (next(), next());
+        let shift = (next() % 65) as u32;
+        // A common factor, so that the answer is seldom 1.
+        let f = u128::from(next() % 10_000 + 1);
+        pairs.push((u128::from(a) * f, wide(b, a, shift).wrapping_mul(f)));
+        pairs.push((u128::from(a >> (next() % 64)), u128::from(b)));
+    }
+    for (a, b) in pairs {
+        assert_eq!(gcd(a, b), euclid(a, b), "gcd({a}, {b})");
+    }
+}

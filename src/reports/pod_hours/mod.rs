@@ -1,7 +1,8 @@
 //! The pod-hour sums a price reads, what the unit cost prices: [`super::store::usage_sums`] by the
 //! hour and (team, namespace, workload, pod), summed here from the hourly rows as they are rather
 //! than grouped twice in SQL (two million groups a 1,000-GPU month, which PostgreSQL sorted or
-//! spilled to disk: most of the unit cost's time).
+//! spilled to disk: most of the unit cost's time), and kept compact: each team, slice class and
+//! place named once in a table, the rows holding their indices.
 //!
 //! The figures are the report's, digit for digit: each slice's rows of a pod and hour (its
 //! containers) summed first, the shares applied after, the products and their sums exact, each sum
@@ -9,41 +10,80 @@
 //! used is a quotient PostgreSQL rounds at its own scale: it is PostgreSQL's, of the row when the
 //! slice's group is one row (nearly always), else asked for the group's sum.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use sqlx::PgPool;
 
-use super::usage::UsageSums;
 use crate::domain::exact::Exact;
+use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
-use crate::domain::usage::OccupancySums;
-use store::{ConsumerPlace, HourRow, SliceClass};
+use store::{ConsumerPlace, HourRows, SliceClass};
 
 mod store;
 
 /// The places SQL rounds each sum to.
 const PLACES: u32 = 9;
 
-/// The pod-hour sums of `[from, to)` (`team`'s only, if given), one per hour, team, invoice line
-/// and pod, in the usage report's order (hour, team, namespace, workload, pod), with only the sums
-/// a price reads (a reserved slice's held compute and memory, a time-sliced one's active compute
-/// and used memory; the others zero).
+/// A pod's place in the usage report's rows.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Place {
+    pub namespace: Option<String>,
+    pub workload: Option<String>,
+    pub pod: Option<String>,
+}
+
+/// The slice fields of an invoice line (a slice's kind says whether it is reserved).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LineClass {
+    pub model: String,
+    pub kind: SliceKind,
+    pub profile: Option<String>,
+}
+
+/// A pod's sums of one hour and invoice line: the two a price reads (a reserved slice's held
+/// compute and memory, a time-sliced one's active compute and memory used), as SQL rounds them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodHourSum {
+    pub hour: DateTime<Utc>,
+    /// Indices into [`PodHourSums`]' tables.
+    pub team: u32,
+    pub place: u32,
+    pub class: u32,
+    /// The rate card version in force; none for hours no card covers.
+    pub rate_card: Option<i64>,
+    pub compute: Decimal,
+    pub memory: Decimal,
+}
+
+/// The pod-hour sums of a range: the teams, classes and places, each in its order, and the rows
+/// by their indices in the usage report's order (hour, team, namespace, workload, pod), then class.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodHourSums {
+    pub teams: Vec<TeamId>,
+    pub classes: Vec<LineClass>,
+    pub places: Vec<Place>,
+    pub rows: Vec<PodHourSum>,
+}
+
+/// The pod-hour sums of `[from, to)` (`team`'s only, if given).
 pub async fn sums(
     pool: &PgPool,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     team: Option<&TeamId>,
-) -> Result<Vec<UsageSums>, sqlx::Error> {
+) -> Result<PodHourSums, sqlx::Error> {
     // One snapshot: a batch written between two reads cannot bring a row whose consumer or
     // slice the other read did not see.
     let mut tx = crate::db::read_snapshot(pool).await?;
     let rows = store::pod_hour_rows(&mut tx, from, to, team).await?;
-    let consumers = store::pod_hour_consumers(&mut tx, from, to, team).await?;
+    let mut ids: Vec<i64> = rows.iter().map(|r| r.consumer_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let consumers = store::consumer_places(&mut tx, &ids).await?;
     let slices = store::slice_classes(&mut tx).await?;
-    let summed = sum(&rows, &consumers, &slices)?;
+    let summed = sum(&rows, consumers, slices)?;
     // The groups whose memory used must be PostgreSQL's quotient of their sum.
     let quotients = if summed.asked.is_empty() {
         Vec::new()
@@ -51,134 +91,222 @@ pub async fn sums(
         store::memory_used_of_groups(&mut tx, &summed.asked).await?
     };
     tx.commit().await?;
-    summed.finish(&consumers, &slices, &quotients)
+    summed.finish(&quotients)
 }
-
-/// A slice's rows of one pod and hour (and team, and so rate card).
-struct SliceGroup {
-    held: Decimal,
-    active: Decimal,
-    /// The group's first row (an index into the rows), and the others (nearly always none).
-    first: usize,
-    more: Vec<usize>,
-}
-
-/// A pod-hour of one invoice line (team, slice class, rate card), its exact sums.
-#[derive(Default)]
-struct PodHour {
-    held_compute: Exact,
-    held_memory: Exact,
-    active_compute: Exact,
-    memory_used: Exact,
-    /// Groups whose memory used is asked for (indices into `asked`).
-    pending: Vec<usize>,
-}
-
-/// (hour, team, slice class, place): a class and a place are the index of the first slice and
-/// consumer that has it.
-type PodHourKey<'r> = (DateTime<Utc>, &'r TeamId, usize, usize);
 
 /// The rows summed, but for the memory used PostgreSQL is asked for.
-struct Summed<'r> {
-    /// Each pod-hour's rate card (its hour's) and sums.
-    pod_hours: HashMap<PodHourKey<'r>, (Option<i64>, PodHour)>,
+struct Summed {
+    sums: PodHourSums,
+    /// Rows whose memory used waits for PostgreSQL's quotients: the row, its exact part so far
+    /// and its groups (indices into `asked`).
+    pending: Vec<(usize, Exact, Vec<usize>)>,
     /// (hour, slice, consumers) of the groups of several rows of a time-sliced slice.
     asked: Vec<(DateTime<Utc>, i32, Vec<i64>)>,
 }
 
-/// Index of each slice's class (model, kind, profile, reserved) and of each consumer's place.
-fn classes_and_places(
-    consumers: &[ConsumerPlace],
-    slices: &[SliceClass],
-) -> (HashMap<i32, (usize, usize)>, HashMap<i64, usize>) {
-    let mut class_of = HashMap::new();
-    let mut first = HashMap::new();
-    for (i, s) in slices.iter().enumerate() {
-        let class = *first
-            .entry((&s.model, s.kind, &s.profile, s.reserved))
-            .or_insert(i);
-        class_of.insert(s.slice_id, (i, class));
-    }
-    let mut place_of = HashMap::new();
-    let mut first = HashMap::new();
-    for (i, c) in consumers.iter().enumerate() {
-        let place = *first
-            .entry((&c.namespace, &c.workload, &c.pod))
-            .or_insert(i);
-        place_of.insert(c.consumer_id, place);
-    }
-    (class_of, place_of)
+/// Where each row goes: (hour, team, place, class, slice), the ranks of the tables.
+type RowKey = (i64, u32, u32, u32, i32);
+
+/// The tables, each in its order, and each slice's class and each consumer's place in them.
+struct Tables {
+    sums: PodHourSums,
+    /// Slice id → (index into the slices, class).
+    class_of: HashMap<i32, (usize, u32)>,
+    place_of: HashMap<i64, u32>,
 }
 
-fn sum<'r>(
-    rows: &'r [HourRow],
-    consumers: &[ConsumerPlace],
-    slices: &[SliceClass],
-) -> Result<Summed<'r>, sqlx::Error> {
-    let (class_of, place_of) = classes_and_places(consumers, slices);
+impl Tables {
+    fn of(
+        rows: &HourRows,
+        consumers: Vec<ConsumerPlace>,
+        slices: &[SliceClass],
+    ) -> Result<Tables, sqlx::Error> {
+        let mut classes: Vec<LineClass> = slices.iter().map(line_class).collect();
+        classes.sort_unstable();
+        classes.dedup();
+        let mut class_of = HashMap::with_capacity(slices.len());
+        for (i, s) in slices.iter().enumerate() {
+            let class = classes
+                .binary_search(&line_class(s))
+                .expect("every slice's class is in the table");
+            class_of.insert(s.slice_id, (i, index(class)?));
+        }
+        let mut by_place: Vec<(Place, i64)> = consumers
+            .into_iter()
+            .map(|c| {
+                let place = Place {
+                    namespace: c.namespace,
+                    workload: c.workload,
+                    pod: c.pod,
+                };
+                (place, c.consumer_id)
+            })
+            .collect();
+        by_place.sort_unstable();
+        let mut places: Vec<Place> = Vec::new();
+        let mut place_of = HashMap::with_capacity(by_place.len());
+        for (place, consumer) in by_place {
+            if places.last() != Some(&place) {
+                places.push(place);
+            }
+            place_of.insert(consumer, index(places.len() - 1)?);
+        }
+        let seen: HashSet<&TeamId> = rows.iter().map(|r| &r.team).collect();
+        let mut teams: Vec<TeamId> = seen.into_iter().cloned().collect();
+        teams.sort_unstable();
+        Ok(Tables {
+            sums: PodHourSums {
+                teams,
+                classes,
+                places,
+                rows: Vec::new(),
+            },
+            class_of,
+            place_of,
+        })
+    }
+
+    /// Each row's key, and the rows in their keys' order.
+    fn order(&self, rows: &HourRows) -> Result<Vec<(RowKey, u32)>, sqlx::Error> {
+        let team_of: HashMap<&TeamId, u32> = self
+            .sums
+            .teams
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Ok((t, index(i)?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        let mut keys = Vec::with_capacity(rows.len());
+        for (i, r) in rows.iter().enumerate() {
+            let place = *self
+                .place_of
+                .get(&r.consumer_id)
+                .ok_or_else(|| unseen("consumer", r.consumer_id))?;
+            let &(_, class) = self
+                .class_of
+                .get(&r.slice_id)
+                .ok_or_else(|| unseen("slice", r.slice_id.into()))?;
+            let key = (
+                r.hour.timestamp(),
+                team_of[&r.team],
+                place,
+                class,
+                r.slice_id,
+            );
+            keys.push((key, index(i)?));
+        }
+        keys.sort_unstable();
+        Ok(keys)
+    }
+}
+
+/// A row key's pod-hour of one invoice line: all but the slice.
+fn of_pod_hour(k: &RowKey) -> (i64, u32, u32, u32) {
+    (k.0, k.1, k.2, k.3)
+}
+
+fn line_class(s: &SliceClass) -> LineClass {
+    LineClass {
+        model: s.model.clone(),
+        kind: s.kind,
+        profile: s.profile.clone(),
+    }
+}
+
+/// A table's index as a row holds it.
+fn index(i: usize) -> Result<u32, sqlx::Error> {
+    u32::try_from(i).map_err(|_| sqlx::Error::Protocol("over 2^32 pod-hour rows".to_owned()))
+}
+
+/// A pod-hour's exact sums.
+#[derive(Default)]
+struct Acc {
+    compute: Exact,
+    memory: Exact,
+    /// Groups whose memory used is asked for (indices into `asked`).
+    pending: Vec<usize>,
+}
+
+fn sum(
+    rows: &HourRows,
+    consumers: Vec<ConsumerPlace>,
+    slices: Vec<SliceClass>,
+) -> Result<Summed, sqlx::Error> {
+    let tables = Tables::of(rows, consumers, &slices)?;
+    let order = tables.order(rows)?;
+    let Tables {
+        mut sums, class_of, ..
+    } = tables;
     // Each slice's compute and memory shares, exact, converted once.
     let shares: Vec<(Exact, Exact)> = slices
         .iter()
         .map(|s| (s.compute_share.into(), s.memory_share.into()))
         .collect();
-    // Each slice's rows of a pod and hour first, as SQL sums them before the shares.
-    let mut groups: HashMap<(DateTime<Utc>, i32, &TeamId, usize), SliceGroup> =
-        HashMap::with_capacity(rows.len());
-    for (i, r) in rows.iter().enumerate() {
-        let place = *place_of
-            .get(&r.consumer_id)
-            .ok_or_else(|| unseen("consumer", r.consumer_id))?;
-        match groups.entry((r.hour, r.slice_id, &r.team, place)) {
-            Entry::Vacant(v) => {
-                v.insert(SliceGroup {
-                    held: r.held,
-                    active: r.active,
-                    first: i,
-                    more: Vec::new(),
-                });
-            }
-            Entry::Occupied(mut o) => {
-                let g = o.get_mut();
-                let too_large = || sqlx::Error::Protocol("an hour's seconds overflow".to_owned());
-                g.held = g.held.checked_add(r.held).ok_or_else(too_large)?;
-                g.active = g.active.checked_add(r.active).ok_or_else(too_large)?;
-                g.more.push(i);
-            }
-        }
-    }
-    let mut pod_hours: HashMap<_, (Option<i64>, PodHour)> = HashMap::with_capacity(groups.len());
+    let too_large = || sqlx::Error::Protocol("an hour's seconds overflow".to_owned());
+    sums.rows.reserve_exact(order.len());
+    let mut pending = Vec::new();
     let mut asked = Vec::new();
-    for ((hour, slice_id, team, place), g) in groups {
-        let &(slice, class) = class_of
-            .get(&slice_id)
-            .ok_or_else(|| unseen("slice", slice_id.into()))?;
-        let s = &slices[slice];
-        let first = &rows[g.first];
-        let (_, p) = pod_hours
-            .entry((hour, team, class, place))
-            .or_insert_with(|| (first.rate_card, PodHour::default()));
-        let (compute_share, memory_share) = &shares[slice];
-        if s.reserved {
-            let held = Exact::from(g.held);
-            p.held_compute += &held * compute_share;
-            p.held_memory += held * memory_share;
-        } else {
-            p.active_compute += Exact::from(g.active) * compute_share;
-            match (&first.memory_used, g.more.is_empty()) {
-                (Some(q), true) => p.memory_used += exact(q)?,
-                _ => {
-                    p.pending.push(asked.len());
-                    let members = std::iter::once(g.first).chain(g.more.iter().copied());
-                    asked.push((
-                        hour,
-                        slice_id,
-                        members.map(|i| rows[i].consumer_id).collect(),
-                    ));
+    let mut i = 0;
+    while i < order.len() {
+        // A pod-hour of one invoice line: (hour, team, place, class).
+        let (pod_hour, first) = order[i];
+        let first = &rows[first as usize];
+        let mut acc = Acc::default();
+        while i < order.len() && of_pod_hour(&order[i].0) == of_pod_hour(&pod_hour) {
+            // One slice's rows of the pod-hour (its containers), summed before its shares.
+            let slice_id = order[i].0.4;
+            let start = i;
+            let (mut held, mut active) = (Decimal::ZERO, Decimal::ZERO);
+            while i < order.len() && order[i].0 == order[start].0 {
+                let r = &rows[order[i].1 as usize];
+                held = held.checked_add(r.held).ok_or_else(too_large)?;
+                active = active.checked_add(r.active).ok_or_else(too_large)?;
+                i += 1;
+            }
+            let slice = class_of[&slice_id].0;
+            let (compute_share, memory_share) = &shares[slice];
+            if slices[slice].reserved {
+                let held = Exact::from(held);
+                acc.compute += &held * compute_share;
+                acc.memory += held * memory_share;
+            } else {
+                acc.compute += Exact::from(active) * compute_share;
+                let group = &order[start..i];
+                match (&rows[group[0].1 as usize].memory_used, group.len()) {
+                    (Some(q), 1) => acc.memory += exact(q)?,
+                    _ => {
+                        acc.pending.push(asked.len());
+                        let hour = rows[group[0].1 as usize].hour;
+                        asked.push((
+                            hour,
+                            slice_id,
+                            group
+                                .iter()
+                                .map(|&(_, r)| rows[r as usize].consumer_id)
+                                .collect(),
+                        ));
+                    }
                 }
             }
         }
+        let round = |x: &Exact| x.round_half_away(PLACES);
+        if !acc.pending.is_empty() {
+            pending.push((sums.rows.len(), acc.memory.clone(), acc.pending));
+        }
+        sums.rows.push(PodHourSum {
+            hour: first.hour,
+            team: pod_hour.1,
+            place: pod_hour.2,
+            class: pod_hour.3,
+            rate_card: first.rate_card,
+            compute: round(&acc.compute),
+            memory: round(&acc.memory),
+        });
     }
-    Ok(Summed { pod_hours, asked })
+    Ok(Summed {
+        sums,
+        pending,
+        asked,
+    })
 }
 
 /// A row whose consumer or slice the snapshot does not hold: the books are broken, never a row
@@ -189,13 +317,8 @@ fn unseen(what: &str, id: i64) -> sqlx::Error {
     ))
 }
 
-impl Summed<'_> {
-    fn finish(
-        self,
-        consumers: &[ConsumerPlace],
-        slices: &[SliceClass],
-        quotients: &[String],
-    ) -> Result<Vec<UsageSums>, sqlx::Error> {
+impl Summed {
+    fn finish(self, quotients: &[String]) -> Result<PodHourSums, sqlx::Error> {
         if quotients.len() != self.asked.len() {
             return Err(sqlx::Error::Protocol(format!(
                 "asked for {} groups' memory used, got {}",
@@ -203,64 +326,14 @@ impl Summed<'_> {
                 quotients.len()
             )));
         }
-        let round = |x: &Exact| x.round_half_away(PLACES);
-        // In the usage report's order (hour, team, namespace, workload, pod), by ranks: the
-        // pricing that reads them keeps its rows in that order, and inserts faster in it.
-        let mut teams: Vec<&TeamId> = self.pod_hours.keys().map(|k| k.1).collect();
-        teams.sort_unstable();
-        teams.dedup();
-        let mut places: Vec<usize> = (0..consumers.len()).collect();
-        places.sort_by(|&a, &b| {
-            let (a, b) = (&consumers[a], &consumers[b]);
-            (&a.namespace, &a.workload, &a.pod).cmp(&(&b.namespace, &b.workload, &b.pod))
-        });
-        let mut place_rank = vec![0; consumers.len()];
-        for (rank, &i) in places.iter().enumerate() {
-            place_rank[i] = rank;
+        let mut sums = self.sums;
+        for (row, mut memory, groups) in self.pending {
+            for i in groups {
+                memory += exact(&quotients[i])?;
+            }
+            sums.rows[row].memory = memory.round_half_away(PLACES);
         }
-        let team_rank: HashMap<&TeamId, usize> =
-            teams.iter().enumerate().map(|(i, t)| (*t, i)).collect();
-        let mut pod_hours: Vec<_> = self
-            .pod_hours
-            .into_iter()
-            .map(|(k, v)| ((k.0, team_rank[k.1], place_rank[k.3], k.2), k, v))
-            .collect();
-        pod_hours.sort_unstable_by_key(|(rank, _, _)| *rank);
-        pod_hours
-            .into_iter()
-            .map(|(_, (hour, team, class, place), (rate_card, mut p))| {
-                for &i in &p.pending {
-                    p.memory_used += exact(&quotients[i])?;
-                }
-                let s = &slices[class];
-                let c = &consumers[place];
-                Ok(UsageSums {
-                    bucket: hour,
-                    team: team.clone(),
-                    model: s.model.clone(),
-                    kind: s.kind,
-                    profile: s.profile.clone(),
-                    rate_card,
-                    node: None,
-                    namespace: c.namespace.clone(),
-                    workload: c.workload.clone(),
-                    pod: c.pod.clone(),
-                    container: None,
-                    labels: Vec::new(),
-                    gpu_uuid: None,
-                    gpu_instance_id: None,
-                    dra_claim: None,
-                    reserved: s.reserved,
-                    sums: OccupancySums {
-                        held_compute: round(&p.held_compute),
-                        held_memory: round(&p.held_memory),
-                        active_compute: round(&p.active_compute),
-                        memory_used: round(&p.memory_used),
-                        ..OccupancySums::default()
-                    },
-                })
-            })
-            .collect()
+        Ok(sums)
     }
 }
 

@@ -3,6 +3,7 @@
 //! divides as one.
 
 use chrono::{DateTime, Utc};
+use futures_util::TryStreamExt;
 use rust_decimal::Decimal;
 use sqlx::PgConnection;
 
@@ -19,8 +20,8 @@ pub async fn pod_hour_rows(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
     team: Option<&TeamId>,
-) -> Result<Vec<HourRow>, sqlx::Error> {
-    sqlx::query_as!(
+) -> Result<HourRows, sqlx::Error> {
+    let mut read = sqlx::query_as!(
         HourRow,
         r#"with cards as (
                select t.at, r.rate_card_id
@@ -42,29 +43,27 @@ pub async fn pod_hour_rows(
         to,
         team.map(TeamId::as_str),
     )
-    .fetch_all(conn)
-    .await
+    .fetch(conn);
+    let mut rows = HourRows::default();
+    while let Some(row) = read.try_next().await? {
+        rows.push(row);
+    }
+    Ok(rows)
 }
 
-/// The consumers of `[from, to)`'s hourly rows (`team`'s only, if given), each with the place the
-/// usage report names it by: namespace, workload and pod.
-pub async fn pod_hour_consumers(
+/// The consumers `ids` name (those of the hourly rows read), each with the place the usage report
+/// names it by: namespace, workload and pod.
+pub async fn consumer_places(
     conn: &mut PgConnection,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-    team: Option<&TeamId>,
+    ids: &[i64],
 ) -> Result<Vec<ConsumerPlace>, sqlx::Error> {
     sqlx::query_as!(
         ConsumerPlace,
         r#"select c.consumer_id, c.namespace, c.pod,
                   (workload_of(c.pod, c.labels, c.job_id, c.unix_user))[2] as workload
            from consumer c
-           where c.consumer_id in (
-               select h.consumer_id from usage_hourly h
-               where h.hour >= $1 and h.hour < $2 and ($3::text is null or h.team_id = $3))"#,
-        from,
-        to,
-        team.map(TeamId::as_str),
+           where c.consumer_id = any($1)"#,
+        ids,
     )
     .fetch_all(conn)
     .await
@@ -114,6 +113,45 @@ pub async fn memory_used_of_groups(
     )
     .fetch_all(conn)
     .await
+}
+
+/// The rows [`pod_hour_rows`] reads, in chunks of [`CHUNK`] rows: two million rows are not moved
+/// again each time a vector of them grows (the pages of each move fresh memory to zero).
+#[derive(Debug, Default)]
+pub struct HourRows {
+    chunks: Vec<Vec<HourRow>>,
+    len: usize,
+}
+
+const CHUNK: usize = 1 << 16;
+
+impl HourRows {
+    fn push(&mut self, row: HourRow) {
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < CHUNK => c.push(row),
+            _ => {
+                let mut c = Vec::with_capacity(CHUNK);
+                c.push(row);
+                self.chunks.push(c);
+            }
+        }
+        self.len += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &HourRow> {
+        self.chunks.iter().flatten()
+    }
+}
+
+impl std::ops::Index<usize> for HourRows {
+    type Output = HourRow;
+    fn index(&self, i: usize) -> &HourRow {
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
 }
 
 /// One hourly row, as [`pod_hour_rows`] reads it.
