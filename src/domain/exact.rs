@@ -52,35 +52,25 @@ fn ten_pow_small(k: u32) -> i128 {
     10i128.pow(k)
 }
 
-/// The greatest common divisor, `gcd(0, b) = b`: binary, in 64 bits once both operands fit them.
-/// Most operands here are a count or a decimal's digits against a power of ten or another such
-/// figure: one remainder brings the larger down below the smaller, after which the rest is done
-/// in one machine word rather than two.
+/// The greatest common divisor, `gcd(0, b) = b`. Most operands here are a count or a decimal's
+/// digits against a power of ten or another such figure: one remainder (Euclid's step) brings the
+/// larger below the smaller, and the rest is done in one machine word rather than two.
 fn gcd(a: u128, b: u128) -> u128 {
-    let (small, large) = if a <= b { (a, b) } else { (b, a) };
+    let (mut small, mut large) = if a <= b { (a, b) } else { (b, a) };
+    // Euclid's steps while both are wide (seldom more than one).
+    while u64::try_from(small).is_err() {
+        (small, large) = (large % small, small);
+    }
     if small == 0 {
         return large;
     }
-    if let Ok(s) = u64::try_from(small) {
-        let r = match u64::try_from(large) {
-            Ok(l) => l % s,
-            // Below `s`, so it fits.
-            Err(_) => (large % small) as u64,
-        };
-        return u128::from(gcd64(s, r));
-    }
-    let shift = (a | b).trailing_zeros();
-    let (mut a, mut b) = (a >> a.trailing_zeros(), b);
-    loop {
-        b >>= b.trailing_zeros();
-        if a > b {
-            std::mem::swap(&mut a, &mut b);
-        }
-        b -= a;
-        if b == 0 {
-            return a << shift;
-        }
-    }
+    let s = small as u64;
+    let r = match u64::try_from(large) {
+        Ok(l) => l % s,
+        // Below `small`, so it fits.
+        Err(_) => (large % small) as u64,
+    };
+    u128::from(gcd64(s, r))
 }
 
 /// [`gcd`] of two machine words (binary).
