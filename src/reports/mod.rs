@@ -11,6 +11,7 @@ pub mod gauges;
 pub mod ledger;
 pub mod month_rollup;
 pub mod monthly;
+pub mod parallel;
 pub mod pod_hours;
 pub mod service;
 pub mod slices;

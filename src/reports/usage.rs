@@ -30,6 +30,7 @@ use crate::domain::slice::{ShareWeights, SliceKind};
 use crate::domain::team::TeamId;
 use crate::domain::time::Month;
 use crate::domain::usage::{ExactSums, ExactWeights, OccupancySums};
+use crate::reports::parallel;
 use crate::reports::pod_hours::PodHourSums;
 
 /// Rollup sums of one bucket, invoice line (team, model, kind, profile, rate card) and whatever
@@ -593,7 +594,8 @@ type LineAt = (Month, u32, u32, i64);
 
 /// [`build`]'s costs of the pod-hour sums (hour by hour, by team, namespace, workload and pod),
 /// none of its other figures: the same invoice lines apportioned over the same rows in the same
-/// order, the rows and lines found by the sums' indices rather than by their names.
+/// order, the rows and lines found by the sums' indices rather than by their names, the lines
+/// priced on every core (`parallel`), each line on one.
 pub fn pod_hour_costs(
     from: DateTime<Utc>,
     to: DateTime<Utc>,
@@ -602,12 +604,11 @@ pub fn pod_hour_costs(
     invoiced: &Invoiced,
 ) -> PodHourCosts {
     let mut rows: Vec<PodHourCost> = Vec::with_capacity(sums.rows.len());
-    // Each (month, team, class, rate card) line's pieces, by row, in the rows' order.
-    let mut lines: HashMap<LineAt, Vec<(usize, Exact)>> = HashMap::new();
-    let mut card_weights: HashMap<i64, ExactWeights> = HashMap::new();
+    // Each (month, team, class, rate card) line's rows and sums, in the rows' order.
+    let mut lines: HashMap<LineAt, Vec<(usize, usize)>> = HashMap::new();
     let mut unpriced = None;
     let mut month = None;
-    for s in &sums.rows {
+    for (i, s) in sums.rows.iter().enumerate() {
         let same_row = rows
             .last()
             .is_some_and(|r| (r.hour, r.team, r.place) == (s.hour, s.team, s.place));
@@ -620,7 +621,7 @@ pub fn pod_hour_costs(
             });
         }
         let row = rows.len() - 1;
-        let Some(card) = s.rate_card.and_then(|id| cards.get(&id)) else {
+        let Some(card) = s.rate_card.filter(|id| cards.contains_key(id)) else {
             rows[row].cost = None;
             unpriced.get_or_insert(s.hour);
             continue;
@@ -633,33 +634,55 @@ pub fn pod_hour_costs(
                 m
             }
         };
-        let weights = card_weights
-            .entry(card.id)
-            .or_insert_with(|| ExactWeights::from(&card.weights));
-        let seconds = ExactSums::held_equivalent_of(s.compute, s.memory, weights);
         lines
-            .entry((m, s.team, s.class, card.id))
+            .entry((m, s.team, s.class, card))
             .or_default()
-            .push((row, seconds));
+            .push((row, i));
     }
-    let mut currencies = BTreeSet::new();
-    for ((m, team, class, card), pieces) in lines {
-        let c = &sums.classes[class as usize];
-        let line = (
-            m,
-            &sums.teams[team as usize],
-            c.model.as_str(),
-            c.kind,
-            c.profile.as_deref(),
-            card,
-        );
-        let card = &cards[&card];
-        currencies.insert(card.currency.code.clone());
-        apportion(line, card, pieces, invoiced, from, to, |row, amount| {
-            if let Some(cost) = &mut rows[row].cost {
-                *cost += amount;
-            }
-        });
+    let currencies: BTreeSet<String> = lines
+        .keys()
+        .map(|&(.., card)| cards[&card].currency.code.clone())
+        .collect();
+    let parts = parallel::balanced(
+        lines.into_iter().collect(),
+        parallel::parts_of(sums.rows.len()),
+        |(_, pieces)| pieces.len(),
+    );
+    // Each line's pieces (its sums' GPU-equivalent seconds), apportioned: each row's amounts.
+    let amounts = parallel::each(parts, |part| {
+        let mut amounts: Vec<(usize, Decimal)> = Vec::new();
+        for ((m, team, class, card), pieces) in part {
+            let c = &sums.classes[class as usize];
+            let line = (
+                m,
+                &sums.teams[team as usize],
+                c.model.as_str(),
+                c.kind,
+                c.profile.as_deref(),
+                card,
+            );
+            let card = &cards[&card];
+            let weights = ExactWeights::from(&card.weights);
+            let pieces = pieces
+                .into_iter()
+                .map(|(row, i)| {
+                    let s = &sums.rows[i];
+                    (
+                        row,
+                        ExactSums::held_equivalent_of(s.compute, s.memory, &weights),
+                    )
+                })
+                .collect();
+            apportion(line, card, pieces, invoiced, from, to, |row, amount| {
+                amounts.push((row, amount));
+            });
+        }
+        amounts
+    });
+    for (row, amount) in amounts.into_iter().flatten() {
+        if let Some(cost) = &mut rows[row].cost {
+            *cost += amount;
+        }
     }
     let (currency, cost_note) = currency_and_note(currencies, unpriced);
     if currency.is_none() {

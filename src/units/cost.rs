@@ -21,6 +21,7 @@ use super::UnitDefinition;
 use super::count::UnitKey;
 use crate::billing::rate_card::Currency;
 use crate::domain::team::TeamId;
+use crate::reports::parallel;
 use crate::reports::pod_hours::Place;
 use crate::reports::usage::PodHourCost;
 
@@ -256,8 +257,8 @@ pub fn join<'a>(
     let join_name = |p: &'a Place| (&p.namespace, if by_pod { &p.pod } else { &p.workload });
     let (joins, join_of) = ranked(places.iter().map(join_name));
     let (workloads, workload_of) = ranked(places.iter().map(|p| (&p.namespace, &p.workload)));
-    // Each place's consumers in (team, workload) order; the costs come in (team, namespace,
-    // workload, pod) order within an hour, and keep it among equals (their sum's order).
+    // Each place's consumers in (team, workload) order (a consumer's costs, in the minor unit,
+    // add up exactly in any order), sorted on every core.
     let mut entries: Vec<(DateTime<Utc>, u32, u32, u32, Decimal)> = costs
         .iter()
         .map(|c| {
@@ -266,7 +267,7 @@ pub fn join<'a>(
             (c.hour, join_of[p], c.team, workload_of[p], cost)
         })
         .collect();
-    entries.sort_by_key(|e| (e.0, e.1, e.2, e.3));
+    parallel::sort(&mut entries, parallel::threads());
     let mut cost_at: Vec<CostPlace> = Vec::new();
     let mut consumers: Vec<Consumer> = Vec::new();
     for (hour, join, team, workload, cost) in entries {

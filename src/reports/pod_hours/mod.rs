@@ -10,7 +10,7 @@
 //! used is a quotient PostgreSQL rounds at its own scale: it is PostgreSQL's, of the row when the
 //! slice's group is one row (nearly always), else asked for the group's sum.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
@@ -19,6 +19,7 @@ use sqlx::PgPool;
 use crate::domain::exact::Exact;
 use crate::domain::slice::SliceKind;
 use crate::domain::team::TeamId;
+use crate::reports::parallel;
 use store::{ConsumerPlace, HourRows, SliceClass};
 
 mod store;
@@ -79,11 +80,12 @@ pub async fn sums(
     let mut tx = crate::db::read_snapshot(pool).await?;
     let rows = store::pod_hour_rows(&mut tx, from, to, team).await?;
     let mut ids: Vec<i64> = rows.iter().map(|r| r.consumer_id).collect();
-    ids.sort_unstable();
+    parallel::sort(&mut ids, parallel::threads());
     ids.dedup();
     let consumers = store::consumer_places(&mut tx, &ids).await?;
     let slices = store::slice_classes(&mut tx).await?;
-    let summed = sum(&rows, consumers, slices)?;
+    let parts = parallel::parts_of(rows.len());
+    let summed = sum(&rows, consumers, slices, parts)?;
     // The groups whose memory used must be PostgreSQL's quotient of their sum.
     let quotients = if summed.asked.is_empty() {
         Vec::new()
@@ -107,12 +109,15 @@ struct Summed {
 /// Where each row goes: (hour, team, place, class, slice), the ranks of the tables.
 type RowKey = (i64, u32, u32, u32, i32);
 
-/// The tables, each in its order, and each slice's class and each consumer's place in them.
+/// The tables, each in its order, and each slice's class, each consumer's place and each of the
+/// rows' teams in them.
 struct Tables {
     sums: PodHourSums,
     /// Slice id → (index into the slices, class).
     class_of: HashMap<i32, (usize, u32)>,
     place_of: HashMap<i64, u32>,
+    /// A row's team index → the team's in `sums.teams`.
+    team_of: Vec<u32>,
 }
 
 impl Tables {
@@ -151,50 +156,73 @@ impl Tables {
             }
             place_of.insert(consumer, index(places.len() - 1)?);
         }
-        let seen: HashSet<&TeamId> = rows.iter().map(|r| &r.team).collect();
-        let mut teams: Vec<TeamId> = seen.into_iter().cloned().collect();
+        // The teams the rows name, in order.
+        let mut seen = vec![false; rows.teams.len()];
+        for r in rows.iter() {
+            seen[r.team as usize] = true;
+        }
+        let mut teams: Vec<(&TeamId, usize)> = rows
+            .teams
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| seen[i])
+            .map(|(i, t)| (t, i))
+            .collect();
         teams.sort_unstable();
+        let mut team_of = vec![u32::MAX; rows.teams.len()];
+        for (rank, &(_, i)) in teams.iter().enumerate() {
+            team_of[i] = index(rank)?;
+        }
         Ok(Tables {
             sums: PodHourSums {
-                teams,
+                teams: teams.into_iter().map(|(t, _)| t.clone()).collect(),
                 classes,
                 places,
                 rows: Vec::new(),
             },
             class_of,
             place_of,
+            team_of,
         })
     }
 
-    /// Each row's key, and the rows in their keys' order.
-    fn order(&self, rows: &HourRows) -> Result<Vec<(RowKey, u32)>, sqlx::Error> {
-        let team_of: HashMap<&TeamId, u32> = self
-            .sums
-            .teams
-            .iter()
+    /// Each row's key, and the rows in their keys' order: the keys made in `parts` parts, each on
+    /// a thread, and sorted on every core.
+    fn order(&self, rows: &HourRows, parts: usize) -> Result<Vec<(RowKey, u32)>, sqlx::Error> {
+        let n = rows.len();
+        index(n)?;
+        let mut keys = vec![((0, 0, 0, 0, 0), 0); n];
+        let size = n.div_ceil(parts.max(1)).max(1);
+        let parts: Vec<(usize, &mut [(RowKey, u32)])> = keys
+            .chunks_mut(size)
             .enumerate()
-            .map(|(i, t)| Ok((t, index(i)?)))
-            .collect::<Result<_, sqlx::Error>>()?;
-        let mut keys = Vec::with_capacity(rows.len());
-        for (i, r) in rows.iter().enumerate() {
-            let place = *self
-                .place_of
-                .get(&r.consumer_id)
-                .ok_or_else(|| unseen("consumer", r.consumer_id))?;
-            let &(_, class) = self
-                .class_of
-                .get(&r.slice_id)
-                .ok_or_else(|| unseen("slice", r.slice_id.into()))?;
-            let key = (
-                r.hour.timestamp(),
-                team_of[&r.team],
-                place,
-                class,
-                r.slice_id,
-            );
-            keys.push((key, index(i)?));
-        }
-        keys.sort_unstable();
+            .map(|(p, part)| (p * size, part))
+            .collect();
+        parallel::each(parts, |(first, part)| {
+            for (k, (i, r)) in part
+                .iter_mut()
+                .zip(rows.range(first..first + size).enumerate())
+            {
+                let place = *self
+                    .place_of
+                    .get(&r.consumer_id)
+                    .ok_or_else(|| unseen("consumer", r.consumer_id))?;
+                let &(_, class) = self
+                    .class_of
+                    .get(&r.slice_id)
+                    .ok_or_else(|| unseen("slice", r.slice_id.into()))?;
+                let team = self.team_of[r.team as usize];
+                // Below 2^32: checked above.
+                *k = (
+                    (r.hour.timestamp(), team, place, class, r.slice_id),
+                    (first + i) as u32,
+                );
+            }
+            Ok(())
+        })
+        .into_iter()
+        .collect::<Result<(), sqlx::Error>>()?;
+        parallel::sort(&mut keys, parallel::threads());
         Ok(keys)
     }
 }
@@ -226,25 +254,117 @@ struct Acc {
     pending: Vec<usize>,
 }
 
+/// The slices' classes and shares, as each part of the sums reads them.
+struct Shares<'a> {
+    slices: &'a [SliceClass],
+    class_of: &'a HashMap<i32, (usize, u32)>,
+    /// Each slice's compute and memory shares, exact, converted once.
+    exact: Vec<(Exact, Exact)>,
+}
+
+/// The rows summed by pod-hour in `parts` parts, each on a thread.
 fn sum(
     rows: &HourRows,
     consumers: Vec<ConsumerPlace>,
     slices: Vec<SliceClass>,
+    parts: usize,
 ) -> Result<Summed, sqlx::Error> {
     let tables = Tables::of(rows, consumers, &slices)?;
-    let order = tables.order(rows)?;
+    let order = tables.order(rows, parts)?;
     let Tables {
         mut sums, class_of, ..
     } = tables;
-    // Each slice's compute and memory shares, exact, converted once.
-    let shares: Vec<(Exact, Exact)> = slices
+    let shares = Shares {
+        slices: &slices,
+        class_of: &class_of,
+        exact: slices
+            .iter()
+            .map(|s| (s.compute_share.into(), s.memory_share.into()))
+            .collect(),
+    };
+    // The pod-hours, in order, cut into parts (at a pod-hour's first row) that are summed each on
+    // a thread of its own, into their own stretch of the sums' rows.
+    let mut starts = vec![0];
+    for p in 1..parts {
+        let mut cut = (order.len() * p / parts).max(1);
+        while cut < order.len() && of_pod_hour(&order[cut - 1].0) == of_pod_hour(&order[cut].0) {
+            cut += 1;
+        }
+        if cut > *starts.last().expect("a first part") && cut < order.len() {
+            starts.push(cut);
+        }
+    }
+    let placeholder = PodHourSum {
+        hour: DateTime::<Utc>::MIN_UTC,
+        team: 0,
+        place: 0,
+        class: 0,
+        rate_card: None,
+        compute: Decimal::ZERO,
+        memory: Decimal::ZERO,
+    };
+    // Each part's pod-hours: its rows of the sums.
+    let groups: Vec<&[(RowKey, u32)]> = starts
         .iter()
-        .map(|s| (s.compute_share.into(), s.memory_share.into()))
+        .enumerate()
+        .map(|(p, &start)| &order[start..starts.get(p + 1).copied().unwrap_or(order.len())])
         .collect();
-    let too_large = || sqlx::Error::Protocol("an hour's seconds overflow".to_owned());
-    sums.rows.reserve_exact(order.len());
+    let counts: Vec<usize> = groups
+        .iter()
+        .map(|g| {
+            (0..g.len())
+                .filter(|&i| i == 0 || of_pod_hour(&g[i - 1].0) != of_pod_hour(&g[i].0))
+                .count()
+        })
+        .collect();
+    sums.rows = vec![placeholder; counts.iter().sum()];
+    let mut out: &mut [PodHourSum] = &mut sums.rows;
+    let mut work = Vec::with_capacity(groups.len());
+    for (group, n) in groups.into_iter().zip(counts) {
+        let (mine, rest) = std::mem::take(&mut out).split_at_mut(n);
+        out = rest;
+        work.push((group, mine));
+    }
+    let done = parallel::each(work, |(group, out)| sum_part(rows, group, &shares, out));
+    // The parts' pending rows and asked groups, their indices made the whole's.
     let mut pending = Vec::new();
     let mut asked = Vec::new();
+    let mut first_row = 0;
+    for part in done {
+        let part = part?;
+        let first_asked = asked.len();
+        for (row, memory, groups) in part.pending {
+            let groups = groups.into_iter().map(|g| g + first_asked).collect();
+            pending.push((first_row + row, memory, groups));
+        }
+        asked.extend(part.asked);
+        first_row += part.rows;
+    }
+    Ok(Summed {
+        sums,
+        pending,
+        asked,
+    })
+}
+
+/// One part's pending rows and asked groups, by its own indices, and how many rows it wrote.
+struct Part {
+    rows: usize,
+    pending: Vec<(usize, Exact, Vec<usize>)>,
+    asked: Vec<(DateTime<Utc>, i32, Vec<i64>)>,
+}
+
+/// Sums the pod-hours of `order` (whole ones) into `out`, one row each, in order.
+fn sum_part(
+    rows: &HourRows,
+    order: &[(RowKey, u32)],
+    shares: &Shares<'_>,
+    out: &mut [PodHourSum],
+) -> Result<Part, sqlx::Error> {
+    let too_large = || sqlx::Error::Protocol("an hour's seconds overflow".to_owned());
+    let mut pending = Vec::new();
+    let mut asked = Vec::new();
+    let mut written = 0;
     let mut i = 0;
     while i < order.len() {
         // A pod-hour of one invoice line: (hour, team, place, class).
@@ -262,22 +382,22 @@ fn sum(
                 active = active.checked_add(r.active).ok_or_else(too_large)?;
                 i += 1;
             }
-            let slice = class_of[&slice_id].0;
-            let (compute_share, memory_share) = &shares[slice];
-            if slices[slice].reserved {
+            let slice = shares.class_of[&slice_id].0;
+            let (compute_share, memory_share) = &shares.exact[slice];
+            if shares.slices[slice].reserved {
                 let held = Exact::from(held);
                 acc.compute += &held * compute_share;
                 acc.memory += held * memory_share;
             } else {
                 acc.compute += Exact::from(active) * compute_share;
                 let group = &order[start..i];
-                match (&rows[group[0].1 as usize].memory_used, group.len()) {
+                let one = &rows[group[0].1 as usize];
+                match (rows.memory_used(one), group.len()) {
                     (Some(q), 1) => acc.memory += exact(q)?,
                     _ => {
                         acc.pending.push(asked.len());
-                        let hour = rows[group[0].1 as usize].hour;
                         asked.push((
-                            hour,
+                            one.hour,
                             slice_id,
                             group
                                 .iter()
@@ -290,9 +410,9 @@ fn sum(
         }
         let round = |x: &Exact| x.round_half_away(PLACES);
         if !acc.pending.is_empty() {
-            pending.push((sums.rows.len(), acc.memory.clone(), acc.pending));
+            pending.push((written, acc.memory.clone(), acc.pending));
         }
-        sums.rows.push(PodHourSum {
+        out[written] = PodHourSum {
             hour: first.hour,
             team: pod_hour.1,
             place: pod_hour.2,
@@ -300,10 +420,11 @@ fn sum(
             rate_card: first.rate_card,
             compute: round(&acc.compute),
             memory: round(&acc.memory),
-        });
+        };
+        written += 1;
     }
-    Ok(Summed {
-        sums,
+    Ok(Part {
+        rows: written,
         pending,
         asked,
     })
@@ -345,3 +466,6 @@ fn exact(text: &str) -> Result<Exact, sqlx::Error> {
         .or_else(|| Exact::parse(text))
         .ok_or_else(|| sqlx::Error::Protocol(format!("{text:?} is not a decimal")))
 }
+
+#[cfg(test)]
+mod tests;
