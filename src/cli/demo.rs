@@ -347,6 +347,8 @@ async fn units_source(pool: &PgPool, fleet: &SimFleet) -> anyhow::Result<UnitSou
         auth: Auth::None,
         timeout: Duration::from_secs(30),
         max_answer_bytes: 256 << 20,
+        // The demo's Prometheus answers the query API only: remote read finds nothing there.
+        remote_read: true,
     })
 }
 

@@ -47,6 +47,17 @@ impl LocalPrometheus {
         targets: &[ScrapeTarget],
         interval: Duration,
     ) -> Result<LocalPrometheus, String> {
+        LocalPrometheus::start_labelled(storage, targets, interval, &[])
+    }
+
+    /// [`LocalPrometheus::start`] with `external_labels` in its configuration (what remote read
+    /// adds to every series and the query API does not).
+    pub fn start_labelled(
+        storage: &Path,
+        targets: &[ScrapeTarget],
+        interval: Duration,
+        external_labels: &[(&str, &str)],
+    ) -> Result<LocalPrometheus, String> {
         let bin = binary("prometheus")?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -58,6 +69,20 @@ impl LocalPrometheus {
             interval.as_millis(),
             interval.as_millis()
         );
+        if !external_labels.is_empty() {
+            let labels: Vec<String> = external_labels
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", serde_json::Value::String((*v).to_owned())))
+                .collect();
+            config = config.replacen(
+                "scrape_configs:\n",
+                &format!(
+                    "  external_labels: {{{}}}\nscrape_configs:\n",
+                    labels.join(", ")
+                ),
+                1,
+            );
+        }
         if targets.is_empty() {
             config.push_str("  []\n");
         }

@@ -120,10 +120,28 @@ impl Increases {
                     .remove(&id)
                     .or_else(|| self.before.remove(&(String::new(), s.labels.clone())))
             });
+            // A series' samples come in time order: each hour's increases are added up here and
+            // into the map once an hour, not once a sample.
             let hours = &mut self.hours;
-            let last = count_samples(&s.samples, prev, from_ms, &mut self.resets, |at, d| {
-                *hours.entry((at, key.clone())).or_default() += d;
-            });
+            let mut hour: Option<(DateTime<Utc>, f64)> = None;
+            let last =
+                count_samples(
+                    &s.samples,
+                    prev,
+                    from_ms,
+                    &mut self.resets,
+                    |at, d| match &mut hour {
+                        Some((h, sum)) if *h == at => *sum += d,
+                        _ => {
+                            if let Some((h, sum)) = hour.replace((at, d)) {
+                                *hours.entry((h, key.clone())).or_default() += sum;
+                            }
+                        }
+                    },
+                );
+            if let Some((h, sum)) = hour {
+                *hours.entry((h, key.clone())).or_default() += sum;
+            }
             if let Some(p) = last {
                 self.last.insert((s.name, s.labels), p);
             }

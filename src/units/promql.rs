@@ -2,7 +2,10 @@
 //! [`MAX_EXPRESSION`], its strings closed and brackets balanced, naming a series, and no range or
 //! subquery reaching over [`MAX_RANGE_DAYS`] days (`rate(x[32d])`, `x[32d:5m]`): the expression is
 //! sent only to the configured Prometheus, whose cost this keeps bounded. Not a full PromQL parser:
-//! Prometheus itself refuses what is wrong in other ways, and its message names the query.
+//! Prometheus itself refuses what is wrong in other ways, and its message names the query. A bare
+//! selector's matchers are read here too ([`matchers`]): remote read takes them, not PromQL.
+
+use crate::collector::import::prometheus::remote_read::{MatchKind, Matcher};
 
 /// The longest expression stored, in characters.
 pub const MAX_EXPRESSION: usize = 2000;
@@ -212,6 +215,87 @@ pub fn is_selector(expr: &str) -> bool {
     depth == 0 && in_string.is_none()
 }
 
+/// The matchers of a bare selector (`name{label="v", other=~"re"}`; the name as `__name__="name"`),
+/// as the remote read API takes them; `None` for anything else, or a selector whose strings use
+/// escapes other than `\\`, `\"`, `\'`, `\n`, `\t` and `\r`, or whose label names are quoted: those
+/// are read through the query API, which parses them itself.
+pub fn matchers(expr: &str) -> Option<Vec<Matcher>> {
+    if !is_selector(expr) {
+        return None;
+    }
+    let e = expr.trim();
+    let name_len = e
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(e.len());
+    let mut out = Vec::new();
+    if name_len > 0 {
+        out.push(Matcher {
+            kind: MatchKind::Equal,
+            name: "__name__".into(),
+            value: e[..name_len].into(),
+        });
+    }
+    let Some(inner) = e[name_len..]
+        .strip_prefix('{')
+        .and_then(|r| r.strip_suffix('}'))
+    else {
+        return Some(out);
+    };
+    let mut rest = inner.trim_start();
+    while !rest.is_empty() {
+        let label_len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+        if label_len == 0 || rest.starts_with(|c: char| c.is_ascii_digit()) {
+            return None;
+        }
+        let name = &rest[..label_len];
+        rest = rest[label_len..].trim_start();
+        let (kind, after) = [
+            ("=~", MatchKind::Regex),
+            ("!~", MatchKind::NotRegex),
+            ("!=", MatchKind::NotEqual),
+            ("=", MatchKind::Equal),
+        ]
+        .into_iter()
+        .find_map(|(op, kind)| rest.strip_prefix(op).map(|after| (kind, after)))?;
+        let (value, after) = string(after.trim_start())?;
+        out.push(Matcher {
+            kind,
+            name: name.into(),
+            value,
+        });
+        rest = after.trim_start();
+        rest = match rest.strip_prefix(',') {
+            Some(r) => r.trim_start(),
+            None if rest.is_empty() => rest,
+            None => return None,
+        };
+    }
+    Some(out)
+}
+
+/// A PromQL string at the start of `s` (double, single or back quotes) and what follows it.
+fn string(s: &str) -> Option<(String, &str)> {
+    let quote = s.chars().next().filter(|c| matches!(c, '"' | '\'' | '`'))?;
+    let mut out = String::new();
+    let mut chars = s[1..].char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            c if c == quote => return Some((out, &s[1 + i + 1..])),
+            '\\' if quote != '`' => out.push(match chars.next()?.1 {
+                '\\' => '\\',
+                '"' => '"',
+                '\'' => '\'',
+                'n' => '\n',
+                't' => '\t',
+                'r' => '\r',
+                _ => return None,
+            }),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +362,47 @@ mod tests {
         assert!(!is_selector("sum(x)"));
         assert!(!is_selector("x + y"));
         assert!(!is_selector("x[5m]"));
+    }
+
+    #[test]
+    fn a_selectors_matchers_are_read_as_prometheus_reads_them() {
+        let m = |kind, name: &str, value: &str| Matcher {
+            kind,
+            name: name.into(),
+            value: value.into(),
+        };
+        assert_eq!(
+            matchers("vllm:generation_tokens_total").unwrap(),
+            [m(
+                MatchKind::Equal,
+                "__name__",
+                "vllm:generation_tokens_total"
+            )]
+        );
+        assert_eq!(
+            matchers(r#" tgi_x{ job = "a(b)\"c", model_name=~'llama.*' ,pod!~`x\y`, ns!="" } "#)
+                .unwrap(),
+            [
+                m(MatchKind::Equal, "__name__", "tgi_x"),
+                m(MatchKind::Equal, "job", "a(b)\"c"),
+                m(MatchKind::Regex, "model_name", "llama.*"),
+                m(MatchKind::NotRegex, "pod", "x\\y"),
+                m(MatchKind::NotEqual, "ns", ""),
+            ]
+        );
+        assert_eq!(
+            matchers(r#"{__name__="x",}"#).unwrap(),
+            [m(MatchKind::Equal, "__name__", "x")]
+        );
+        // Not a selector, an escape left to Prometheus, a quoted label name, a missing comma.
+        for e in [
+            "sum(x)",
+            r#"x{a="\u00e9"}"#,
+            r#"{"a"="b"}"#,
+            r#"x{a="b" c="d"}"#,
+            r#"x{a}"#,
+        ] {
+            assert_eq!(matchers(e), None, "{e}");
+        }
     }
 }

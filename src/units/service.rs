@@ -1,10 +1,12 @@
 //! The unit cost of a period: the definition's counters, each hour's increase as `counts` kept it
-//! (read back by [`counted`]) or read from the configured Prometheus (an hour a point server-side,
-//! `hourly`, the hours that are not a steady rise from raw samples; an expression that is not a
-//! selector through a subquery at [`SUBQUERY_STEP_MS`]) and counted (`count`), and the hour's cost
-//! of each pod's slices as the usage report prices it (`reports::service::pod_hour_costs`: the rate
-//! cards in force, each open month adding up to its invoice lines, an issued month to its issued
-//! lines plus the corrections its late data brings), both read at once and joined (`cost`).
+//! (read back by [`counted`]) or read from the configured Prometheus (a selector's stored samples
+//! through remote read where it answers it; else through the query API an hour a point
+//! server-side, `hourly`, the hours that are not a steady rise from raw samples; an expression
+//! that is not a selector through a subquery at [`SUBQUERY_STEP_MS`]) and counted (`count`), and
+//! the hour's cost of each pod's slices as the usage report prices it
+//! (`reports::service::pod_hour_costs`: the rate cards in force, each open month adding up to its
+//! invoice lines, an issued month to its issued lines plus the corrections its late data brings),
+//! both read at once and joined (`cost`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -17,6 +19,7 @@ use super::cost::{self, UnitCostReport, UnitGroupBy};
 use super::count::{Increases, Labels, SeriesId};
 use super::hourly::Start;
 use crate::billing::service::Error as BooksError;
+use crate::collector::import::prometheus::remote_read::Matcher;
 use crate::collector::import::prometheus::{Auth, Prometheus, QueryError};
 use crate::domain::team::TeamId;
 use crate::reports::service::{self as reports, ReportCache};
@@ -27,6 +30,8 @@ pub const SUBQUERY_STEP_MS: i64 = 30_000;
 const LOOK_BACK_MS: i64 = 10 * 60_000;
 /// Each query reads this much time.
 const CHUNK_MS: i64 = 6 * HOUR_MS;
+/// Each remote read reads this much time (its chunks of two hours cut at the ends).
+const REMOTE_READ_MS: i64 = 24 * HOUR_MS;
 const HOUR_MS: i64 = 3_600_000;
 
 /// The Prometheus unit definitions are read from (`serve --units-prometheus-url`).
@@ -36,6 +41,9 @@ pub struct UnitSource {
     pub auth: Auth,
     pub timeout: Duration,
     pub max_answer_bytes: usize,
+    /// Read a selector's samples through remote read where the server answers it
+    /// ([`remote_increases`]); off: the query API only.
+    pub remote_read: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +70,12 @@ pub async fn increases(
 ) -> Result<Increases, UnitCostError> {
     let client = client(source)?;
     let labels = labels(def);
+    if source.remote_read
+        && let Some(matchers) = super::promql::matchers(&def.expression)
+        && let Some(inc) = remote_increases(&client, &matchers, &labels, from, to, stood).await?
+    {
+        return Ok(inc);
+    }
     let (from_ms, to_ms) = (from.timestamp_millis(), to.timestamp_millis());
     if from_ms.rem_euclid(HOUR_MS) == 0 && to_ms.rem_euclid(HOUR_MS) == 0 && to_ms > from_ms {
         let read = super::hourly::increases(
@@ -80,6 +94,64 @@ pub async fn increases(
         }
     }
     raw_increases(source, def, from, to, stood).await
+}
+
+/// Every hour's increase of the series `matchers` match in `[from, to)`, counted from every stored
+/// sample as [`raw_increases`] counts, read through remote read's streamed chunks a day at a time
+/// (a month of 1,000 GPUs' counters is 36 MB of chunks against 570 MB of the query API's JSON);
+/// `None` where the server does not answer remote read, or does not say its external labels.
+async fn remote_increases(
+    client: &Prometheus,
+    matchers: &[Matcher],
+    labels: &Labels<'_>,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+    stood: Option<&HashMap<SeriesId, f64>>,
+) -> Result<Option<Increases>, UnitCostError> {
+    let started = std::time::Instant::now();
+    let Some(external) = client.external_labels().await? else {
+        return Ok(None);
+    };
+    let from_ms = from.timestamp_millis();
+    // A sample exactly at `to` closes the period's last hour.
+    let end_ms = to.timestamp_millis() + 1;
+    let mut inc = stood.map_or_else(Increases::default, |s| Increases::starting_from(s.clone()));
+    // Pieces in time order; one too large for an answer is read in halves.
+    let mut todo = vec![(from_ms - LOOK_BACK_MS, end_ms)];
+    let (mut reads, mut samples) = (0, 0);
+    while let Some((a, b)) = todo.pop() {
+        if b - a > REMOTE_READ_MS {
+            todo.push((a + REMOTE_READ_MS, b));
+            todo.push((a, a + REMOTE_READ_MS));
+            continue;
+        }
+        let series = match client.read_chunks(matchers, &external, a, b).await {
+            Ok(Some(series)) => series,
+            Ok(None) if reads == 0 => return Ok(None),
+            Ok(None) => {
+                return Err(UnitCostError::Client(
+                    "the units' Prometheus stopped answering remote read".into(),
+                ));
+            }
+            Err(e) if e.too_large() && b - a > HOUR_MS => {
+                let mid = a + (b - a) / 2;
+                todo.push((mid, b));
+                todo.push((a, mid));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        reads += 1;
+        samples += series.iter().map(|s| s.samples.len()).sum::<usize>();
+        inc.add(series, from_ms, labels);
+    }
+    tracing::debug!(
+        reads,
+        samples,
+        seconds = started.elapsed().as_secs_f64(),
+        "Read a counter's samples through remote read."
+    );
+    Ok(Some(inc))
 }
 
 /// Every hour's increase of `def`'s counters in `[from, to)`: the kept hours from PostgreSQL, the

@@ -72,6 +72,15 @@ pub(crate) fn counters() -> String {
 
 /// Debian's `prometheus` serving `counters` (OpenMetrics), written into blocks with `promtool`.
 pub(crate) async fn start_prometheus(dir: &std::path::Path, counters: &str) -> LocalPrometheus {
+    start_labelled_prometheus(dir, counters, &[]).await
+}
+
+/// [`start_prometheus`] with `external_labels` in its configuration.
+pub(crate) async fn start_labelled_prometheus(
+    dir: &std::path::Path,
+    counters: &str,
+    external_labels: &'static [(&'static str, &'static str)],
+) -> LocalPrometheus {
     let storage = dir.join("prometheus");
     std::fs::create_dir_all(&storage).unwrap();
     let file = dir.join("units.om");
@@ -89,7 +98,7 @@ pub(crate) async fn start_prometheus(dir: &std::path::Path, counters: &str) -> L
         String::from_utf8_lossy(&out.stderr)
     );
     tokio::task::spawn_blocking(move || {
-        LocalPrometheus::start(&storage, &[], Duration::from_secs(60))
+        LocalPrometheus::start_labelled(&storage, &[], Duration::from_secs(60), external_labels)
     })
     .await
     .unwrap()
@@ -133,6 +142,7 @@ pub(crate) fn source(url: &str) -> UnitSource {
         auth: slicemeter::collector::import::prometheus::Auth::None,
         timeout: Duration::from_secs(20),
         max_answer_bytes: 1 << 30,
+        remote_read: true,
     }
 }
 

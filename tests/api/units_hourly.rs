@@ -5,7 +5,8 @@
 //! equal to the last, a NaN hiding a reset, and the look-back before the period; for a selector
 //! and for an expression read through a subquery. Counted an hour at a time, each hour from where
 //! the one before left each series (as `units::counts` keeps them a day at a time), both reads give
-//! what one read of the whole period gives.
+//! what one read of the whole period gives. Read through remote read's chunks (a Prometheus with
+//! an external label), every sample is the query API's, and so is every increase.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use slicemeter::collector::import::prometheus::{Auth, Prometheus};
 use slicemeter::units::count::Labels;
 use slicemeter::units::service::{self, UnitSource};
 
-use crate::units::start_prometheus;
+use crate::units::{start_labelled_prometheus, start_prometheus};
 
 /// 2026-10-02T00:00:00Z in Unix seconds.
 const T0: i64 = 1_790_899_200;
@@ -106,6 +107,7 @@ async fn the_server_side_read_gives_the_raw_reads_increases_hour_by_hour() {
         auth: Auth::None,
         timeout: Duration::from_secs(20),
         max_answer_bytes: 1 << 30,
+        remote_read: false,
     };
     let client = Prometheus::new(&source.url, Auth::None, source.timeout, 1 << 30).unwrap();
     let labels = Labels {
@@ -197,4 +199,154 @@ async fn the_server_side_read_gives_the_raw_reads_increases_hour_by_hour() {
         // 02:00-03:00: +10 to 02:09 (90), the NaN passed over, 31 (a reset) at 02:11, then +1.
         assert_eq!(pods["nan"][1], (2, 90.0 + 31.0 + 49.0));
     }
+}
+
+/// A series as compared: its name, labels and samples (values by their bits).
+type Compared = (String, Vec<(String, String)>, Vec<(i64, u64)>);
+
+/// Both reads' series, the same names and labels, each with the same samples (values by their
+/// bits, any NaN as one); a difference is named by its series and first sample.
+fn assert_same(
+    chunks: Vec<slicemeter::collector::import::prometheus::RawSeries>,
+    json: Vec<slicemeter::collector::import::prometheus::RawSeries>,
+    what: &str,
+) {
+    let (chunks, json) = (sorted(chunks), sorted(json));
+    let names =
+        |s: &[Compared]| -> Vec<_> { s.iter().map(|(n, l, _)| (n.clone(), l.clone())).collect() };
+    assert_eq!(names(&chunks), names(&json), "{what}");
+    for ((_, labels, a), (_, _, b)) in chunks.iter().zip(&json) {
+        let first = a.iter().zip(b).position(|(x, y)| x != y);
+        assert!(
+            a.len() == b.len() && first.is_none(),
+            "{what}, {labels:?}: {} samples read by remote read, {} by the query API; first apart: {:?}",
+            a.len(),
+            b.len(),
+            first.map(|i| (a[i], b[i])).or_else(|| {
+                let n = a.len().min(b.len());
+                Some((*a.get(n).or(a.last())?, *b.get(n).or(b.last())?))
+            })
+        );
+    }
+}
+
+/// `series` with samples by their labels, each sample's value by its bits (any NaN as one). The
+/// query API names a series whose samples all fell outside the range (cut here); remote read does
+/// not.
+fn sorted(mut series: Vec<slicemeter::collector::import::prometheus::RawSeries>) -> Vec<Compared> {
+    series.retain(|s| !s.samples.is_empty());
+    series.sort_by(|a, b| a.labels.cmp(&b.labels));
+    series
+        .into_iter()
+        .map(|s| {
+            // Any NaN as one (Prometheus stores its own NaN's bits; its JSON says "NaN").
+            let bits = |v: f64| if v.is_nan() { f64::NAN } else { v }.to_bits();
+            let samples = s.samples.iter().map(|(t, v)| (*t, bits(*v))).collect();
+            (s.name, s.labels, samples)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn remote_read_gives_the_query_apis_samples_and_increases() {
+    let dir = tempfile::tempdir().unwrap();
+    let prometheus = start_labelled_prometheus(dir.path(), &counters(), &[("replica", "a")]).await;
+    let client = Prometheus::new(
+        &prometheus.url,
+        Auth::None,
+        Duration::from_secs(20),
+        1 << 30,
+    )
+    .unwrap();
+    let external = client.external_labels().await.unwrap().expect("its config");
+    assert_eq!(external, [("replica".to_owned(), "a".to_owned())]);
+    let (a, b) = (
+        at(0).timestamp_millis() - 600_000,
+        at(7).timestamp_millis() + 1,
+    );
+    for selector in [
+        "vllm:generation_tokens_total",
+        r#"vllm:generation_tokens_total{pod=~"re.*|nan", namespace!="other"}"#,
+    ] {
+        let matchers = slicemeter::units::promql::matchers(selector).unwrap();
+        let chunks = client
+            .read_chunks(&matchers, &external, a, b)
+            .await
+            .unwrap()
+            .expect("Prometheus answers remote read");
+        let json = client.raw(selector, a, b).await.unwrap();
+        assert!(!json.is_empty() && json.iter().all(|s| !s.samples.is_empty()));
+        assert_same(chunks, json, selector);
+    }
+    // The samples cut to the range as the query API cuts them: the ends inside a chunk.
+    let matchers = slicemeter::units::promql::matchers("vllm:generation_tokens_total").unwrap();
+    let (a, b) = (
+        at(2).timestamp_millis() + 1,
+        at(2).timestamp_millis() + 3_600_000,
+    );
+    let chunks = client
+        .read_chunks(&matchers, &external, a, b)
+        .await
+        .unwrap()
+        .unwrap();
+    let json = client
+        .raw("vllm:generation_tokens_total", a, b)
+        .await
+        .unwrap();
+    assert_same(chunks, json, "02:00:00.001 to 03:00");
+
+    // The unit cost's increases through remote read are the query API's raw read's, in one read
+    // and an hour at a time.
+    let query_api = UnitSource {
+        url: prometheus.url.clone(),
+        auth: Auth::None,
+        timeout: Duration::from_secs(20),
+        max_answer_bytes: 1 << 30,
+        remote_read: false,
+    };
+    let remote = UnitSource {
+        remote_read: true,
+        ..query_api.clone()
+    };
+    let def = slicemeter::units::presets().remove(0);
+    assert_eq!(def.expression, "vllm:generation_tokens_total");
+    let (from, to) = (at(1), at(7));
+    let raw = service::raw_increases(&query_api, &def, from, to, None)
+        .await
+        .unwrap();
+    let read = service::increases(&remote, &def, from, to, None)
+        .await
+        .unwrap();
+    assert_eq!(read.hours, raw.hours);
+    assert_eq!(read.resets, raw.resets);
+    assert_eq!(read.last, raw.last);
+    let mut hours = BTreeMap::new();
+    let mut stood: Option<std::collections::HashMap<_, _>> = None;
+    for h in 1..7 {
+        let inc = service::increases(&remote, &def, at(h), at(h + 1), stood.as_ref())
+            .await
+            .unwrap();
+        hours.extend(inc.hours);
+        stood.get_or_insert_default().extend(inc.last);
+    }
+    assert_eq!(hours, raw.hours);
+    assert_eq!(by_pod(&raw.hours)["reset"][1], (2, 450.0));
+
+    // A server that does not answer remote read (nor says its labels) is read through the query
+    // API: the same increases.
+    let elsewhere = Prometheus::new(
+        &format!("{}/nothing", prometheus.url),
+        Auth::None,
+        Duration::from_secs(20),
+        1 << 30,
+    )
+    .unwrap();
+    assert_eq!(elsewhere.external_labels().await.unwrap(), None);
+    assert!(
+        elsewhere
+            .read_chunks(&matchers, &[], a, b)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }

@@ -1,14 +1,18 @@
 //! A client of Prometheus' HTTP query API (Prometheus, Thanos, Mimir, VictoriaMetrics answer it
 //! alike), for what `import prometheus` reads: raw samples, through a range selector at
 //! `/api/v1/query` (`m[1h]` at a time gives every stored sample of the hour, unlike `query_range`,
-//! whose steps carry a sample forward for the 5-minute look-back), and label names. Every failure
-//! names the query: an error status with Prometheus' own message, a timeout, an answer that is not
-//! whole JSON (a truncated one), or one larger than the limit.
+//! whose steps carry a sample forward for the 5-minute look-back), and label names; and of its remote
+//! read API (`remote_read`: a selector's stored samples as chunks, what the unit cost reads where
+//! the server answers it). Every failure names the query: an error status with Prometheus' own
+//! message, a timeout, an answer that is not whole JSON (a truncated one), or one larger than the
+//! limit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub mod remote_read;
 
 /// How to sign in to the query API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,41 +240,12 @@ impl Prometheus {
     }
 
     async fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Vec<u8>, (String, bool)> {
-        let mut request = self.client.get(format!("{}{path}", self.base)).query(query);
-        request = match &self.auth {
-            Auth::None => request,
-            Auth::Bearer(token) => request.bearer_auth(token),
-            Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
-        };
-        let mut response = request.send().await.map_err(|e| {
-            if e.is_timeout() {
-                ("no answer in time".to_owned(), true)
-            } else {
-                (format!("the request failed: {e}"), true)
-            }
-        })?;
+        let request = self
+            .authorised(self.client.get(format!("{}{path}", self.base)))
+            .query(query);
+        let response = request.send().await.map_err(Prometheus::failed)?;
         let status = response.status();
-        let mut body = Vec::new();
-        loop {
-            let chunk = response.chunk().await.map_err(|e| {
-                if e.is_timeout() {
-                    ("the answer did not arrive whole in time".to_owned(), true)
-                } else {
-                    (format!("the answer was cut off: {e}"), true)
-                }
-            })?;
-            let Some(chunk) = chunk else { break };
-            if body.len() + chunk.len() > self.max_answer_bytes {
-                return Err((
-                    format!(
-                        "{TOO_LARGE}{} bytes; import in shorter chunks (--chunk)",
-                        self.max_answer_bytes
-                    ),
-                    false,
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body = self.body(response).await?;
         if status.is_success() {
             return Ok(body);
         }
@@ -293,6 +268,49 @@ impl Prometheus {
             format!("HTTP {status}: {said}"),
             status.is_server_error() || status.as_u16() == 429,
         ))
+    }
+
+    fn authorised(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.auth {
+            Auth::None => request,
+            Auth::Bearer(token) => request.bearer_auth(token),
+            Auth::Basic { user, password } => request.basic_auth(user, Some(password)),
+        }
+    }
+
+    /// Why a request brought no answer, and that asking again may help.
+    fn failed(e: reqwest::Error) -> (String, bool) {
+        if e.is_timeout() {
+            ("no answer in time".to_owned(), true)
+        } else {
+            (format!("the request failed: {e}"), true)
+        }
+    }
+
+    /// The whole body of `response`, at most `max_answer_bytes`.
+    async fn body(&self, mut response: reqwest::Response) -> Result<Vec<u8>, (String, bool)> {
+        let mut body = Vec::new();
+        loop {
+            let chunk = response.chunk().await.map_err(|e| {
+                if e.is_timeout() {
+                    ("the answer did not arrive whole in time".to_owned(), true)
+                } else {
+                    (format!("the answer was cut off: {e}"), true)
+                }
+            })?;
+            let Some(chunk) = chunk else { break };
+            if body.len() + chunk.len() > self.max_answer_bytes {
+                return Err((
+                    format!(
+                        "{TOO_LARGE}{} bytes; import in shorter chunks (--chunk)",
+                        self.max_answer_bytes
+                    ),
+                    false,
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
 }
 

@@ -1,0 +1,565 @@
+//! Prometheus' remote read API (`POST /api/v1/read`) with streamed XOR chunks: the samples of the
+//! series a selector matches as the TSDB stores them (about 1.4 bytes a sample), instead of the
+//! query API's JSON (about 25 bytes a sample, each formatted and parsed as text). The request is a
+//! snappy-framed protobuf; the answer is a stream of frames (a varint length, a big-endian CRC-32C
+//! of the frame, a `ChunkedReadResponse`), each one series' chunks, a series' chunks possibly
+//! over several frames. Every length, checksum and chunk is checked: a broken answer is an error
+//! naming where it broke, never a panic. Staleness markers are left out, as the query API leaves
+//! them out; the server's external labels, which remote read adds to every series and the query
+//! API does not, are taken off ([`Prometheus::external_labels`]), so that a series has one name
+//! whichever API read it.
+
+use prost::Message;
+
+use super::{Prometheus, QueryError, RawSeries};
+
+/// One label matcher of a selector (`name="v"`, `!=`, `=~`, `!~`; the metric name is `__name__`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matcher {
+    pub kind: MatchKind,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchKind {
+    Equal = 0,
+    NotEqual = 1,
+    Regex = 2,
+    NotRegex = 3,
+}
+
+// The messages of prompb/remote.proto and types.proto that a read needs, written out with prost
+// (field numbers as in the proto).
+#[derive(Clone, PartialEq, prost::Message)]
+struct ReadRequest {
+    #[prost(message, repeated, tag = "1")]
+    queries: Vec<Query>,
+    /// `STREAMED_XOR_CHUNKS` is 1.
+    #[prost(int32, repeated, tag = "2")]
+    accepted_response_types: Vec<i32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Query {
+    #[prost(int64, tag = "1")]
+    start_timestamp_ms: i64,
+    #[prost(int64, tag = "2")]
+    end_timestamp_ms: i64,
+    #[prost(message, repeated, tag = "3")]
+    matchers: Vec<LabelMatcher>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct LabelMatcher {
+    #[prost(int32, tag = "1")]
+    kind: i32,
+    #[prost(string, tag = "2")]
+    name: String,
+    #[prost(string, tag = "3")]
+    value: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ChunkedReadResponse {
+    #[prost(message, repeated, tag = "1")]
+    chunked_series: Vec<ChunkedSeries>,
+    #[prost(int64, tag = "2")]
+    query_index: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ChunkedSeries {
+    #[prost(message, repeated, tag = "1")]
+    labels: Vec<Label>,
+    #[prost(message, repeated, tag = "2")]
+    chunks: Vec<Chunk>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Label {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(string, tag = "2")]
+    value: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Chunk {
+    #[prost(int64, tag = "1")]
+    min_time_ms: i64,
+    #[prost(int64, tag = "2")]
+    max_time_ms: i64,
+    /// `XOR` is 1: float samples, what a counter is.
+    #[prost(int32, tag = "3")]
+    encoding: i32,
+    #[prost(bytes = "vec", tag = "4")]
+    data: Vec<u8>,
+}
+
+const STREAMED_XOR_CHUNKS: i32 = 1;
+const XOR: i32 = 1;
+/// The value Prometheus writes when a series goes stale (`value.StaleNaN`).
+const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+impl Prometheus {
+    /// Every stored sample with a timestamp in `[from_ms, to_ms)` of the series `matchers` match,
+    /// without the server's `external` labels, read by remote read's streamed chunks; `None` where
+    /// the server does not answer that API so (an error status, an answer of another type: read
+    /// through the query API then).
+    pub async fn read_chunks(
+        &self,
+        matchers: &[Matcher],
+        external: &[(String, String)],
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Option<Vec<RawSeries>>, QueryError> {
+        let shown = |ms: i64| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .map_or_else(|| ms.to_string(), |t| t.to_rfc3339())
+        };
+        let err = |reason: String, transient: bool| QueryError {
+            query: format!("remote read of {}", selector_of(matchers)),
+            time: format!("{} to {}", shown(from_ms), shown(to_ms)),
+            reason,
+            transient,
+        };
+        let request = ReadRequest {
+            queries: vec![Query {
+                // Both ends are inclusive.
+                start_timestamp_ms: from_ms,
+                end_timestamp_ms: to_ms - 1,
+                matchers: matchers
+                    .iter()
+                    .map(|m| LabelMatcher {
+                        kind: m.kind as i32,
+                        name: m.name.clone(),
+                        value: m.value.clone(),
+                    })
+                    .collect(),
+            }],
+            accepted_response_types: vec![STREAMED_XOR_CHUNKS],
+        };
+        let request = self
+            .authorised(self.client.post(format!("{}/api/v1/read", self.base)))
+            .header("Content-Type", "application/x-protobuf")
+            .header("Content-Encoding", "snappy")
+            .header("X-Prometheus-Remote-Read-Version", "0.1.0")
+            .body(snappy_literals(&request.encode_to_vec()));
+        let response = request.send().await.map_err(|e| {
+            let (reason, transient) = Prometheus::failed(e);
+            err(reason, transient)
+        })?;
+        let streamed = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-streamed-protobuf"));
+        if !response.status().is_success() || !streamed {
+            return Ok(None);
+        }
+        let body = self
+            .body(response)
+            .await
+            .map_err(|(reason, transient)| err(reason, transient))?;
+        series_of_frames(&body, external, from_ms, to_ms)
+            .map(Some)
+            .map_err(|reason| err(reason, false))
+    }
+
+    /// The server's external labels (`global.external_labels` of the configuration it serves at
+    /// `/api/v1/status/config`), which remote read adds to every series; `None` where it does not
+    /// say (a server without that endpoint).
+    pub async fn external_labels(&self) -> Result<Option<Vec<(String, String)>>, QueryError> {
+        let Ok(body) = self.get("/api/v1/status/config", &[]).await else {
+            return Ok(None);
+        };
+        #[derive(serde::Deserialize)]
+        struct Config {
+            data: ConfigData,
+        }
+        #[derive(serde::Deserialize)]
+        struct ConfigData {
+            yaml: String,
+        }
+        let Ok(config) = serde_json::from_slice::<Config>(&body) else {
+            return Ok(None);
+        };
+        let Ok(docs) = yaml_rust2::YamlLoader::load_from_str(&config.data.yaml) else {
+            return Ok(None);
+        };
+        let Some(doc) = docs.first() else {
+            return Ok(None);
+        };
+        let labels = &doc["global"]["external_labels"];
+        if labels.is_badvalue() || labels.is_null() {
+            return Ok(Some(Vec::new()));
+        }
+        let Some(hash) = labels.as_hash() else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(hash.len());
+        for (k, v) in hash {
+            let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else {
+                return Ok(None);
+            };
+            out.push((k.to_owned(), v.to_owned()));
+        }
+        Ok(Some(out))
+    }
+}
+
+/// The matchers as a selector, for messages.
+fn selector_of(matchers: &[Matcher]) -> String {
+    let ops = ["=", "!=", "=~", "!~"];
+    let inner: Vec<String> = matchers
+        .iter()
+        .map(|m| {
+            format!(
+                "{}{}{}",
+                m.name,
+                ops[m.kind as usize],
+                serde_json::Value::String(m.value.clone())
+            )
+        })
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// `data` as a snappy block of literals only: what remote read's request must be (snappy) without
+/// a compressor (a request is a few hundred bytes).
+fn snappy_literals(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 16);
+    let mut n = data.len() as u64;
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+    for piece in data.chunks(1 << 16) {
+        let len = piece.len() - 1;
+        if len < 60 {
+            out.push((len as u8) << 2);
+        } else if len < 256 {
+            out.push(60 << 2);
+            out.push(len as u8);
+        } else {
+            out.push(61 << 2);
+            out.extend_from_slice(&(len as u16).to_le_bytes());
+        }
+        out.extend_from_slice(piece);
+    }
+    out
+}
+
+/// CRC-32C (Castagnoli), reflected, as Go's `crc32.MakeTable(crc32.Castagnoli)`.
+fn crc32c(data: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 {
+                    0x82F6_3B78 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[i] = c;
+            i += 1;
+        }
+        t
+    };
+    let mut c = !0u32;
+    for b in data {
+        c = TABLE[((c ^ u32::from(*b)) & 0xff) as usize] ^ (c >> 8);
+    }
+    !c
+}
+
+/// The series of a streamed answer, samples in `[from_ms, to_ms)` in time order, without the
+/// `external` labels.
+fn series_of_frames(
+    body: &[u8],
+    external: &[(String, String)],
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<RawSeries>, String> {
+    let mut out: Vec<RawSeries> = Vec::new();
+    // The labels of the series last read, as the answer gives them: a series over several frames
+    // comes in consecutive frames under the same labels.
+    let mut last: Option<Vec<Label>> = None;
+    let mut at = 0;
+    while at < body.len() {
+        let broken = |what: &str| format!("the remote read's answer breaks at byte {at}: {what}");
+        let mut bytes = Bits::new(&body[at..]);
+        let len = bytes
+            .uvarint()
+            .ok_or_else(|| broken("a frame's length is cut off"))?;
+        let start = at + bytes.pos / 8;
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| (start + 4).checked_add(len))
+            .filter(|end| *end <= body.len())
+            .ok_or_else(|| broken("a frame longer than the answer"))?;
+        let crc = u32::from_be_bytes(body[start..start + 4].try_into().expect("4 bytes"));
+        let frame = &body[start + 4..end];
+        if crc32c(frame) != crc {
+            return Err(broken("a frame whose checksum does not match"));
+        }
+        let message = ChunkedReadResponse::decode(frame)
+            .map_err(|e| broken(&format!("a frame that is no ChunkedReadResponse ({e})")))?;
+        for s in message.chunked_series {
+            if last.as_ref() != Some(&s.labels) {
+                out.push(raw_series(&s.labels, external));
+                last = Some(s.labels);
+            }
+            let samples = &mut out.last_mut().expect("a series pushed").samples;
+            for chunk in &s.chunks {
+                if chunk.encoding != XOR {
+                    return Err(broken(&format!(
+                        "a chunk of encoding {} (not floats: no counter)",
+                        chunk.encoding
+                    )));
+                }
+                if chunk.max_time_ms < from_ms || chunk.min_time_ms >= to_ms {
+                    continue;
+                }
+                xor_samples(&chunk.data, from_ms, to_ms, samples)
+                    .map_err(|what| broken(&format!("a chunk {what}")))?;
+            }
+        }
+        at = end;
+    }
+    for s in &mut out {
+        // Chunks of overlapping blocks, if a server sends them unmerged: one sample a time.
+        if s.samples.windows(2).any(|w| w[0].0 >= w[1].0) {
+            s.samples.sort_by_key(|(t, _)| *t);
+            s.samples.dedup_by_key(|(t, _)| *t);
+        }
+    }
+    Ok(out)
+}
+
+/// A series named as the query API names it: the metric name apart, the other labels in order,
+/// without the server's external labels.
+fn raw_series(labels: &[Label], external: &[(String, String)]) -> RawSeries {
+    let mut name = String::new();
+    let mut rest = Vec::with_capacity(labels.len());
+    for l in labels {
+        if l.name == "__name__" {
+            name = l.value.clone();
+        } else if !external.iter().any(|(k, v)| *k == l.name && *v == l.value) {
+            rest.push((l.name.clone(), l.value.clone()));
+        }
+    }
+    rest.sort();
+    RawSeries {
+        name,
+        labels: rest,
+        samples: Vec::new(),
+    }
+}
+
+/// A big-endian bit stream (Prometheus' `bstream`).
+struct Bits<'a> {
+    data: &'a [u8],
+    /// Bits read.
+    pos: usize,
+}
+
+impl<'a> Bits<'a> {
+    fn new(data: &'a [u8]) -> Bits<'a> {
+        Bits { data, pos: 0 }
+    }
+
+    fn bit(&mut self) -> Option<bool> {
+        let byte = *self.data.get(self.pos / 8)?;
+        let bit = (byte >> (7 - self.pos % 8)) & 1;
+        self.pos += 1;
+        Some(bit == 1)
+    }
+
+    /// The next `n` bits (at most 64) as a number.
+    fn bits(&mut self, mut n: u32) -> Option<u64> {
+        if self.pos + n as usize > self.data.len() * 8 {
+            return None;
+        }
+        let mut v: u64 = 0;
+        while n > 0 {
+            let byte = self.data[self.pos / 8];
+            let avail = 8 - (self.pos % 8) as u32;
+            let take = avail.min(n);
+            let piece = (u64::from(byte) >> (avail - take)) & ((1u64 << take) - 1);
+            v = if take == 64 {
+                piece
+            } else {
+                (v << take) | piece
+            };
+            self.pos += take as usize;
+            n -= take;
+        }
+        Some(v)
+    }
+
+    /// Go's `binary.ReadUvarint`, a byte at a time.
+    fn uvarint(&mut self) -> Option<u64> {
+        let mut x: u64 = 0;
+        for i in 0..10 {
+            let b = self.bits(8)?;
+            if b < 0x80 {
+                if i == 9 && b > 1 {
+                    return None;
+                }
+                return Some(x | (b << (7 * i)));
+            }
+            x |= (b & 0x7f) << (7 * i);
+        }
+        None
+    }
+
+    /// Go's `binary.ReadVarint` (zig-zag).
+    fn varint(&mut self) -> Option<i64> {
+        let u = self.uvarint()?;
+        let x = (u >> 1) as i64;
+        Some(if u & 1 != 0 { !x } else { x })
+    }
+}
+
+/// The samples of an XOR chunk (`tsdb/chunkenc/xor.go`) with a timestamp in `[from_ms, to_ms)`,
+/// staleness markers left out, added to `out`.
+fn xor_samples(
+    data: &[u8],
+    from_ms: i64,
+    to_ms: i64,
+    out: &mut Vec<(i64, f64)>,
+) -> Result<(), &'static str> {
+    let cut = "cut off";
+    let Some((count, stream)) = data.split_first_chunk::<2>() else {
+        return Err("without its sample count");
+    };
+    let count = u16::from_be_bytes(*count);
+    let mut r = Bits::new(stream);
+    let mut push = |t: i64, v: u64| {
+        if t >= from_ms && t < to_ms && v != STALE_NAN {
+            out.push((t, f64::from_bits(v)));
+        }
+    };
+    if count == 0 {
+        return Ok(());
+    }
+    let mut t = r.varint().ok_or(cut)?;
+    let mut v = r.bits(64).ok_or(cut)?;
+    push(t, v);
+    let (mut leading, mut trailing) = (0xffu32, 0u32);
+    let mut delta: i64 = 0;
+    for i in 1..count {
+        if i == 1 {
+            delta = r.uvarint().ok_or(cut)? as i64;
+        } else {
+            let mut d = 0u8;
+            for _ in 0..4 {
+                d <<= 1;
+                if !r.bit().ok_or(cut)? {
+                    break;
+                }
+                d |= 1;
+            }
+            let signed = |bits: u64, size: u32| -> i64 {
+                if bits > 1 << (size - 1) {
+                    bits as i64 - (1i64 << size)
+                } else {
+                    bits as i64
+                }
+            };
+            let dod = match d {
+                0 => 0,
+                0b10 => signed(r.bits(14).ok_or(cut)?, 14),
+                0b110 => signed(r.bits(17).ok_or(cut)?, 17),
+                0b1110 => signed(r.bits(20).ok_or(cut)?, 20),
+                _ => r.bits(64).ok_or(cut)? as i64,
+            };
+            delta = delta.wrapping_add(dod);
+        }
+        t = t.wrapping_add(delta);
+        // The value: unchanged (0), its XOR with the last leading and trailing zeros (10), or with
+        // new ones (11: 5 bits of leading zeros, 6 of significant bits, 0 meaning 64).
+        if r.bit().ok_or(cut)? {
+            if r.bit().ok_or(cut)? {
+                let lead = r.bits(5).ok_or(cut)? as u32;
+                let mut significant = r.bits(6).ok_or(cut)? as u32;
+                if significant == 0 {
+                    significant = 64;
+                }
+                if lead + significant > 64 {
+                    return Err("with more than 64 bits in a value");
+                }
+                leading = lead;
+                trailing = 64 - lead - significant;
+            } else if leading == 0xff {
+                return Err("reusing leading zeros before any were given");
+            }
+            let bits = r.bits(64 - leading - trailing).ok_or(cut)?;
+            v ^= bits << trailing;
+        }
+        push(t, v);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32c_is_castagnolis() {
+        // The check value of CRC-32C.
+        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(crc32c(b""), 0);
+    }
+
+    #[test]
+    fn snappy_literals_frame_the_bytes_as_they_are() {
+        assert_eq!(snappy_literals(b"abc"), [3, 2 << 2, b'a', b'b', b'c']);
+        let long = vec![7u8; 300];
+        let framed = snappy_literals(&long);
+        // 300 as a varint, a literal of 300 (61: two bytes of length - 1, little-endian).
+        assert_eq!(framed[..5], [0xac, 0x02, 61 << 2, 0x2b, 0x01]);
+        assert_eq!(framed.len(), 5 + 300);
+    }
+
+    #[test]
+    fn a_broken_answer_is_named_where_it_breaks() {
+        let frame = ChunkedReadResponse {
+            chunked_series: vec![],
+            query_index: 0,
+        }
+        .encode_to_vec();
+        let mut body = vec![frame.len() as u8];
+        body.extend(crc32c(&frame).to_be_bytes());
+        body.extend(&frame);
+        assert!(series_of_frames(&body, &[], 0, 1).unwrap().is_empty());
+        let mut bad = body.clone();
+        bad[1] ^= 1;
+        assert_eq!(
+            series_of_frames(&bad, &[], 0, 1).unwrap_err(),
+            "the remote read's answer breaks at byte 0: a frame whose checksum does not match"
+        );
+        assert_eq!(
+            series_of_frames(&[200], &[], 0, 1).unwrap_err(),
+            "the remote read's answer breaks at byte 0: a frame's length is cut off"
+        );
+        assert_eq!(
+            series_of_frames(&[9, 0, 0, 0, 0, 1], &[], 0, 1).unwrap_err(),
+            "the remote read's answer breaks at byte 0: a frame longer than the answer"
+        );
+        // A chunk whose samples stop short.
+        assert_eq!(
+            xor_samples(&[0, 3, 2], 0, 10, &mut Vec::new()),
+            Err("cut off")
+        );
+    }
+}
