@@ -78,6 +78,9 @@ pub fn count_samples(
     resets: &mut u64,
     mut add: impl FnMut(DateTime<Utc>, f64),
 ) -> Option<f64> {
+    // The hour of the sample before (its start in milliseconds, and as a time): a series' samples
+    // are a minute or so apart, so the hour is worked out again only when it changes.
+    let mut hour: Option<(i64, DateTime<Utc>)> = None;
     for (t, v) in samples {
         if !v.is_finite() || *v < 0.0 {
             continue;
@@ -91,7 +94,16 @@ pub fn count_samples(
                 *resets += 1;
                 *v
             };
-            add(hour_of(*t), delta);
+            let start = (*t - 1).div_euclid(HOUR_MS) * HOUR_MS;
+            let at = match hour {
+                Some((ms, at)) if ms == start => at,
+                _ => {
+                    let at = hour_of(*t);
+                    hour = Some((start, at));
+                    at
+                }
+            };
+            add(at, delta);
         }
         prev = Some(*v);
     }

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::{StreamExt, TryStreamExt, stream};
 use sqlx::PgPool;
 
 use super::UnitDefinition;
@@ -20,7 +21,7 @@ use super::count::{Increases, Labels, SeriesId};
 use super::hourly::Start;
 use crate::billing::service::Error as BooksError;
 use crate::collector::import::prometheus::remote_read::Matcher;
-use crate::collector::import::prometheus::{Auth, Prometheus, QueryError};
+use crate::collector::import::prometheus::{Auth, Prometheus, QueryError, RawSeries};
 use crate::domain::team::TeamId;
 use crate::reports::service::{self as reports, ReportCache};
 
@@ -97,7 +98,7 @@ pub async fn increases(
 }
 
 /// Every hour's increase of the series `matchers` match in `[from, to)`, counted from every stored
-/// sample as [`raw_increases`] counts, read through remote read's streamed chunks a day at a time
+/// sample as [`raw_increases`] counts, read through remote read's streamed chunks a day a request
 /// (a month of 1,000 GPUs' counters is 36 MB of chunks against 570 MB of the query API's JSON);
 /// `None` where the server does not answer remote read, or does not say its external labels.
 async fn remote_increases(
@@ -116,34 +117,30 @@ async fn remote_increases(
     // A sample exactly at `to` closes the period's last hour.
     let end_ms = to.timestamp_millis() + 1;
     let mut inc = stood.map_or_else(Increases::default, |s| Increases::starting_from(s.clone()));
-    // Pieces in time order; one too large for an answer is read in halves.
-    let mut todo = vec![(from_ms - LOOK_BACK_MS, end_ms)];
+    // Days in time order, two asked at once: Prometheus reads the next while one is counted.
+    let days: Vec<(i64, i64)> = (0..)
+        .map(|d| from_ms - LOOK_BACK_MS + d * REMOTE_READ_MS)
+        .take_while(|a| *a < end_ms)
+        .map(|a| (a, (a + REMOTE_READ_MS).min(end_ms)))
+        .collect();
+    let mut answers = stream::iter(days)
+        .map(|(a, b)| read_span(client, matchers, &external, a, b))
+        .buffered(2);
     let (mut reads, mut samples) = (0, 0);
-    while let Some((a, b)) = todo.pop() {
-        if b - a > REMOTE_READ_MS {
-            todo.push((a + REMOTE_READ_MS, b));
-            todo.push((a, a + REMOTE_READ_MS));
-            continue;
-        }
-        let series = match client.read_chunks(matchers, &external, a, b).await {
-            Ok(Some(series)) => series,
-            Ok(None) if reads == 0 => return Ok(None),
-            Ok(None) => {
-                return Err(UnitCostError::Client(
-                    "the units' Prometheus stopped answering remote read".into(),
-                ));
+    while let Some(pieces) = answers.try_next().await? {
+        let Some(pieces) = pieces else {
+            if reads == 0 {
+                return Ok(None);
             }
-            Err(e) if e.too_large() && b - a > HOUR_MS => {
-                let mid = a + (b - a) / 2;
-                todo.push((mid, b));
-                todo.push((a, mid));
-                continue;
-            }
-            Err(e) => return Err(e.into()),
+            return Err(UnitCostError::Client(
+                "the units' Prometheus stopped answering remote read".into(),
+            ));
         };
-        reads += 1;
-        samples += series.iter().map(|s| s.samples.len()).sum::<usize>();
-        inc.add(series, from_ms, labels);
+        for series in pieces {
+            reads += 1;
+            samples += series.iter().map(|s| s.samples.len()).sum::<usize>();
+            inc.add(series, from_ms, labels);
+        }
     }
     tracing::debug!(
         reads,
@@ -152,6 +149,32 @@ async fn remote_increases(
         "Read a counter's samples through remote read."
     );
     Ok(Some(inc))
+}
+
+/// The series of `[a, b)` read through remote read, in pieces in time order: the span whole, or in
+/// halves where an answer would be too large; `None` where the server does not answer it.
+async fn read_span(
+    client: &Prometheus,
+    matchers: &[Matcher],
+    external: &[(String, String)],
+    a: i64,
+    b: i64,
+) -> Result<Option<Vec<Vec<RawSeries>>>, QueryError> {
+    let mut pieces = Vec::new();
+    let mut todo = vec![(a, b)];
+    while let Some((a, b)) = todo.pop() {
+        match client.read_chunks(matchers, external, a, b).await {
+            Ok(Some(series)) => pieces.push(series),
+            Ok(None) => return Ok(None),
+            Err(e) if e.too_large() && b - a > HOUR_MS => {
+                let mid = a + (b - a) / 2;
+                todo.push((mid, b));
+                todo.push((a, mid));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(pieces))
 }
 
 /// Every hour's increase of `def`'s counters in `[from, to)`: the kept hours from PostgreSQL, the

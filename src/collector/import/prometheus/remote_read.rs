@@ -299,7 +299,7 @@ fn series_of_frames(
         let len = bytes
             .uvarint()
             .ok_or_else(|| broken("a frame's length is cut off"))?;
-        let start = at + bytes.pos / 8;
+        let start = at + bytes.read() / 8;
         let end = usize::try_from(len)
             .ok()
             .and_then(|len| (start + 4).checked_add(len))
@@ -364,45 +364,68 @@ fn raw_series(labels: &[Label], external: &[(String, String)]) -> RawSeries {
     }
 }
 
-/// A big-endian bit stream (Prometheus' `bstream`).
+/// A big-endian bit stream (Prometheus' `bstream`), read through a 64-bit window.
 struct Bits<'a> {
     data: &'a [u8],
-    /// Bits read.
-    pos: usize,
+    /// The next byte of `data` to load into the window.
+    next: usize,
+    /// The window: its low `valid` bits are the next to read, the highest of them first.
+    window: u64,
+    valid: u32,
 }
 
 impl<'a> Bits<'a> {
     fn new(data: &'a [u8]) -> Bits<'a> {
-        Bits { data, pos: 0 }
+        Bits {
+            data,
+            next: 0,
+            window: 0,
+            valid: 0,
+        }
+    }
+
+    /// Bits read so far.
+    fn read(&self) -> usize {
+        self.next * 8 - self.valid as usize
+    }
+
+    /// Loads whole bytes into the window while they fit.
+    fn fill(&mut self) {
+        while self.valid <= 56 {
+            let Some(b) = self.data.get(self.next) else {
+                return;
+            };
+            self.window = (self.window << 8) | u64::from(*b);
+            self.valid += 8;
+            self.next += 1;
+        }
     }
 
     fn bit(&mut self) -> Option<bool> {
-        let byte = *self.data.get(self.pos / 8)?;
-        let bit = (byte >> (7 - self.pos % 8)) & 1;
-        self.pos += 1;
-        Some(bit == 1)
+        Some(self.bits(1)? == 1)
     }
 
     /// The next `n` bits (at most 64) as a number.
-    fn bits(&mut self, mut n: u32) -> Option<u64> {
-        if self.pos + n as usize > self.data.len() * 8 {
-            return None;
+    fn bits(&mut self, n: u32) -> Option<u64> {
+        if n > self.valid {
+            self.fill();
         }
-        let mut v: u64 = 0;
-        while n > 0 {
-            let byte = self.data[self.pos / 8];
-            let avail = 8 - (self.pos % 8) as u32;
-            let take = avail.min(n);
-            let piece = (u64::from(byte) >> (avail - take)) & ((1u64 << take) - 1);
-            v = if take == 64 {
-                piece
+        if n <= self.valid {
+            self.valid -= n;
+            let v = if n == 64 {
+                self.window
             } else {
-                (v << take) | piece
+                (self.window >> self.valid) & ((1u64 << n) - 1)
             };
-            self.pos += take as usize;
-            n -= take;
+            return Some(v);
         }
-        Some(v)
+        // More than the window holds after a fill (n > 56 with bits pending): in two reads.
+        if n > 32 && self.read() + n as usize <= self.data.len() * 8 {
+            let high = self.bits(n - 32)?;
+            let low = self.bits(32)?;
+            return Some((high << 32) | low);
+        }
+        None
     }
 
     /// Go's `binary.ReadUvarint`, a byte at a time.
@@ -519,6 +542,25 @@ mod tests {
         // The check value of CRC-32C.
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(b""), 0);
+    }
+
+    #[test]
+    fn bits_read_through_the_window_are_the_bits_read_one_by_one() {
+        let data: Vec<u8> = (0..40u32).map(|i| (i * 37 + 11) as u8).collect();
+        // The reference: bit i of the stream is bit 7 - i % 8 of byte i / 8.
+        let bit = |i: usize| u64::from((data[i / 8] >> (7 - i % 8)) & 1);
+        let mut r = Bits::new(&data);
+        let mut at = 0;
+        for n in [1, 3, 12, 64, 5, 6, 64, 17, 20, 8, 64, 2, 14, 33] {
+            let want = (at..at + n).fold(0u64, |v, i| (v << 1) | bit(i));
+            assert_eq!(r.bits(n as u32), Some(want), "{n} bits at {at}");
+            at += n;
+            assert_eq!(r.read(), at);
+        }
+        // 320 bits in all, 7 left: 8 are refused without reading any, then the 7 read.
+        assert_eq!(at, 313);
+        assert_eq!(r.bits(8), None);
+        assert_eq!(r.bits(7).map(|v| v & 1), Some(bit(319)));
     }
 
     #[test]
