@@ -105,8 +105,8 @@ const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 impl Prometheus {
     /// Every stored sample with a timestamp in `[from_ms, to_ms)` of the series `matchers` match,
     /// without the server's `external` labels, read by remote read's streamed chunks; `None` where
-    /// the server does not answer that API so (an error status, an answer of another type: read
-    /// through the query API then).
+    /// the server does not answer that API so (an error status, an answer of another type, a chunk
+    /// of another encoding than XOR: read through the query API then).
     pub async fn read_chunks(
         &self,
         matchers: &[Matcher],
@@ -162,18 +162,14 @@ impl Prometheus {
             .body(response)
             .await
             .map_err(|(reason, transient)| err(reason, transient))?;
-        series_of_frames(&body, external, from_ms, to_ms)
-            .map(Some)
-            .map_err(|reason| err(reason, false))
+        series_of_frames(&body, external, from_ms, to_ms).map_err(|reason| err(reason, false))
     }
 
     /// The server's external labels (`global.external_labels` of the configuration it serves at
     /// `/api/v1/status/config`), which remote read adds to every series; `None` where it does not
-    /// say (a server without that endpoint).
-    pub async fn external_labels(&self) -> Result<Option<Vec<(String, String)>>, QueryError> {
-        let Ok(body) = self.get("/api/v1/status/config", &[]).await else {
-            return Ok(None);
-        };
+    /// say (a server without that endpoint, or one that did not answer).
+    pub async fn external_labels(&self) -> Option<Vec<(String, String)>> {
+        let body = self.get("/api/v1/status/config", &[]).await.ok()?;
         #[derive(serde::Deserialize)]
         struct Config {
             data: ConfigData,
@@ -182,30 +178,19 @@ impl Prometheus {
         struct ConfigData {
             yaml: String,
         }
-        let Ok(config) = serde_json::from_slice::<Config>(&body) else {
-            return Ok(None);
-        };
-        let Ok(docs) = yaml_rust2::YamlLoader::load_from_str(&config.data.yaml) else {
-            return Ok(None);
-        };
-        let Some(doc) = docs.first() else {
-            return Ok(None);
-        };
+        let config = serde_json::from_slice::<Config>(&body).ok()?;
+        let docs = yaml_rust2::YamlLoader::load_from_str(&config.data.yaml).ok()?;
+        let doc = docs.first()?;
         let labels = &doc["global"]["external_labels"];
         if labels.is_badvalue() || labels.is_null() {
-            return Ok(Some(Vec::new()));
+            return Some(Vec::new());
         }
-        let Some(hash) = labels.as_hash() else {
-            return Ok(None);
-        };
+        let hash = labels.as_hash()?;
         let mut out = Vec::with_capacity(hash.len());
         for (k, v) in hash {
-            let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else {
-                return Ok(None);
-            };
-            out.push((k.to_owned(), v.to_owned()));
+            out.push((k.as_str()?.to_owned(), v.as_str()?.to_owned()));
         }
-        Ok(Some(out))
+        Some(out)
     }
 }
 
@@ -281,13 +266,13 @@ fn crc32c(data: &[u8]) -> u32 {
 }
 
 /// The series of a streamed answer, samples in `[from_ms, to_ms)` in time order, without the
-/// `external` labels.
+/// `external` labels; `None` if a chunk is not of float samples in the XOR encoding.
 fn series_of_frames(
     body: &[u8],
     external: &[(String, String)],
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<RawSeries>, String> {
+) -> Result<Option<Vec<RawSeries>>, String> {
     let mut out: Vec<RawSeries> = Vec::new();
     // The labels of the series last read, as the answer gives them: a series over several frames
     // comes in consecutive frames under the same labels.
@@ -319,11 +304,10 @@ fn series_of_frames(
             }
             let samples = &mut out.last_mut().expect("a series pushed").samples;
             for chunk in &s.chunks {
+                // Another encoding (a histogram, a float encoding newer than this client): the
+                // query API reads it, or names what is wrong with it.
                 if chunk.encoding != XOR {
-                    return Err(broken(&format!(
-                        "a chunk of encoding {} (not floats: no counter)",
-                        chunk.encoding
-                    )));
+                    return Ok(None);
                 }
                 if chunk.max_time_ms < from_ms || chunk.min_time_ms >= to_ms {
                     continue;
@@ -341,7 +325,7 @@ fn series_of_frames(
             s.samples.dedup_by_key(|(t, _)| *t);
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// A series named as the query API names it: the metric name apart, the other labels in order,
@@ -583,7 +567,7 @@ mod tests {
         let mut body = vec![frame.len() as u8];
         body.extend(crc32c(&frame).to_be_bytes());
         body.extend(&frame);
-        assert!(series_of_frames(&body, &[], 0, 1).unwrap().is_empty());
+        assert_eq!(series_of_frames(&body, &[], 0, 1).unwrap(), Some(vec![]));
         let mut bad = body.clone();
         bad[1] ^= 1;
         assert_eq!(
@@ -598,6 +582,27 @@ mod tests {
             series_of_frames(&[9, 0, 0, 0, 0, 1], &[], 0, 1).unwrap_err(),
             "the remote read's answer breaks at byte 0: a frame longer than the answer"
         );
+        // A histogram's chunk: not read here (the query API is asked instead).
+        let frame = ChunkedReadResponse {
+            chunked_series: vec![ChunkedSeries {
+                labels: vec![Label {
+                    name: "__name__".into(),
+                    value: "x".into(),
+                }],
+                chunks: vec![Chunk {
+                    min_time_ms: 0,
+                    max_time_ms: 0,
+                    encoding: 2,
+                    data: vec![0, 0],
+                }],
+            }],
+            query_index: 0,
+        }
+        .encode_to_vec();
+        let mut body = vec![frame.len() as u8];
+        body.extend(crc32c(&frame).to_be_bytes());
+        body.extend(&frame);
+        assert_eq!(series_of_frames(&body, &[], 0, 1), Ok(None));
         // A chunk whose samples stop short.
         assert_eq!(
             xor_samples(&[0, 3, 2], 0, 10, &mut Vec::new()),
