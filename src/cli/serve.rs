@@ -109,10 +109,10 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub units_prometheus_token: Option<String>,
-    /// Read the counters through its query API only, never through remote read
-    /// (`/api/v1/read`, 15 times less to send for a selector): for a proxy that lets only the
-    /// query API through. Without it, a server that does not answer remote read is read through
-    /// the query API anyway.
+    /// Read the counters through its query API only, never through remote read (`/api/v1/read`: a
+    /// selector's stored chunks, not every sample as JSON): for a proxy that lets only the query
+    /// API through. Without it, a server that does not answer remote read is read through the
+    /// query API anyway.
     #[arg(long, env = "SLICEMETER_UNITS_QUERY_API_ONLY")]
     pub units_query_api_only: bool,
     /// How long one query of it may take.

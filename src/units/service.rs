@@ -99,7 +99,7 @@ pub async fn increases(
 
 /// Every hour's increase of the series `matchers` match in `[from, to)`, counted from every stored
 /// sample as [`raw_increases`] counts, read through remote read's streamed chunks a day a request
-/// (a month of 1,000 GPUs' counters is 36 MB of chunks against 570 MB of the query API's JSON);
+/// (compressed chunks, not every sample as JSON text);
 /// `None` where the server does not answer remote read (or not all of it in float chunks), or does
 /// not say its external labels.
 async fn remote_increases(

@@ -1,6 +1,6 @@
 //! Prometheus' remote read API (`POST /api/v1/read`) with streamed XOR chunks: the samples of the
-//! series a selector matches as the TSDB stores them (about 1.4 bytes a sample), instead of the
-//! query API's JSON (about 25 bytes a sample, each formatted and parsed as text). The request is a
+//! series a selector matches as the TSDB stores them (compressed chunks), instead of the query
+//! API's JSON (every sample's time and value written and parsed as text). The request is a
 //! snappy-framed protobuf; the answer is a stream of frames (a varint length, a big-endian CRC-32C
 //! of the frame, a `ChunkedReadResponse`), each one series' chunks, a series' chunks possibly
 //! over several frames. Every length, checksum and chunk is checked: a broken answer is an error
