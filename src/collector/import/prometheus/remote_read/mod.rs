@@ -12,6 +12,9 @@
 use prost::Message;
 
 use super::{Prometheus, QueryError, RawSeries};
+use xor::{Bits, xor_samples};
+
+mod xor;
 
 /// One label matcher of a selector (`name="v"`, `!=`, `=~`, `!~`; the metric name is `__name__`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,8 +102,6 @@ struct Chunk {
 
 const STREAMED_XOR_CHUNKS: i32 = 1;
 const XOR: i32 = 1;
-/// The value Prometheus writes when a series goes stale (`value.StaleNaN`).
-const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
 impl Prometheus {
     /// Every stored sample with a timestamp in `[from_ms, to_ms)` of the series `matchers` match,
@@ -348,175 +349,6 @@ fn raw_series(labels: &[Label], external: &[(String, String)]) -> RawSeries {
     }
 }
 
-/// A big-endian bit stream (Prometheus' `bstream`), read through a 64-bit window.
-struct Bits<'a> {
-    data: &'a [u8],
-    /// The next byte of `data` to load into the window.
-    next: usize,
-    /// The window: its low `valid` bits are the next to read, the highest of them first.
-    window: u64,
-    valid: u32,
-}
-
-impl<'a> Bits<'a> {
-    fn new(data: &'a [u8]) -> Bits<'a> {
-        Bits {
-            data,
-            next: 0,
-            window: 0,
-            valid: 0,
-        }
-    }
-
-    /// Bits read so far.
-    fn read(&self) -> usize {
-        self.next * 8 - self.valid as usize
-    }
-
-    /// Loads whole bytes into the window while they fit.
-    fn fill(&mut self) {
-        while self.valid <= 56 {
-            let Some(b) = self.data.get(self.next) else {
-                return;
-            };
-            self.window = (self.window << 8) | u64::from(*b);
-            self.valid += 8;
-            self.next += 1;
-        }
-    }
-
-    fn bit(&mut self) -> Option<bool> {
-        Some(self.bits(1)? == 1)
-    }
-
-    /// The next `n` bits (at most 64) as a number.
-    fn bits(&mut self, n: u32) -> Option<u64> {
-        if n > self.valid {
-            self.fill();
-        }
-        if n <= self.valid {
-            self.valid -= n;
-            let v = if n == 64 {
-                self.window
-            } else {
-                (self.window >> self.valid) & ((1u64 << n) - 1)
-            };
-            return Some(v);
-        }
-        // More than the window holds after a fill (n > 56 with bits pending): in two reads.
-        if n > 32 && self.read() + n as usize <= self.data.len() * 8 {
-            let high = self.bits(n - 32)?;
-            let low = self.bits(32)?;
-            return Some((high << 32) | low);
-        }
-        None
-    }
-
-    /// Go's `binary.ReadUvarint`, a byte at a time.
-    fn uvarint(&mut self) -> Option<u64> {
-        let mut x: u64 = 0;
-        for i in 0..10 {
-            let b = self.bits(8)?;
-            if b < 0x80 {
-                if i == 9 && b > 1 {
-                    return None;
-                }
-                return Some(x | (b << (7 * i)));
-            }
-            x |= (b & 0x7f) << (7 * i);
-        }
-        None
-    }
-
-    /// Go's `binary.ReadVarint` (zig-zag).
-    fn varint(&mut self) -> Option<i64> {
-        let u = self.uvarint()?;
-        let x = (u >> 1) as i64;
-        Some(if u & 1 != 0 { !x } else { x })
-    }
-}
-
-/// The samples of an XOR chunk (`tsdb/chunkenc/xor.go`) with a timestamp in `[from_ms, to_ms)`,
-/// staleness markers left out, added to `out`.
-fn xor_samples(
-    data: &[u8],
-    from_ms: i64,
-    to_ms: i64,
-    out: &mut Vec<(i64, f64)>,
-) -> Result<(), &'static str> {
-    let cut = "cut off";
-    let Some((count, stream)) = data.split_first_chunk::<2>() else {
-        return Err("without its sample count");
-    };
-    let count = u16::from_be_bytes(*count);
-    let mut r = Bits::new(stream);
-    let mut push = |t: i64, v: u64| {
-        if t >= from_ms && t < to_ms && v != STALE_NAN {
-            out.push((t, f64::from_bits(v)));
-        }
-    };
-    if count == 0 {
-        return Ok(());
-    }
-    let mut t = r.varint().ok_or(cut)?;
-    let mut v = r.bits(64).ok_or(cut)?;
-    push(t, v);
-    let (mut leading, mut trailing) = (0xffu32, 0u32);
-    let mut delta: i64 = 0;
-    for i in 1..count {
-        if i == 1 {
-            delta = r.uvarint().ok_or(cut)? as i64;
-        } else {
-            let mut d = 0u8;
-            for _ in 0..4 {
-                d <<= 1;
-                if !r.bit().ok_or(cut)? {
-                    break;
-                }
-                d |= 1;
-            }
-            let signed = |bits: u64, size: u32| -> i64 {
-                if bits > 1 << (size - 1) {
-                    bits as i64 - (1i64 << size)
-                } else {
-                    bits as i64
-                }
-            };
-            let dod = match d {
-                0 => 0,
-                0b10 => signed(r.bits(14).ok_or(cut)?, 14),
-                0b110 => signed(r.bits(17).ok_or(cut)?, 17),
-                0b1110 => signed(r.bits(20).ok_or(cut)?, 20),
-                _ => r.bits(64).ok_or(cut)? as i64,
-            };
-            delta = delta.wrapping_add(dod);
-        }
-        t = t.wrapping_add(delta);
-        // The value: unchanged (0), its XOR with the last leading and trailing zeros (10), or with
-        // new ones (11: 5 bits of leading zeros, 6 of significant bits, 0 meaning 64).
-        if r.bit().ok_or(cut)? {
-            if r.bit().ok_or(cut)? {
-                let lead = r.bits(5).ok_or(cut)? as u32;
-                let mut significant = r.bits(6).ok_or(cut)? as u32;
-                if significant == 0 {
-                    significant = 64;
-                }
-                if lead + significant > 64 {
-                    return Err("with more than 64 bits in a value");
-                }
-                leading = lead;
-                trailing = 64 - lead - significant;
-            } else if leading == 0xff {
-                return Err("reusing leading zeros before any were given");
-            }
-            let bits = r.bits(64 - leading - trailing).ok_or(cut)?;
-            v ^= bits << trailing;
-        }
-        push(t, v);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,25 +358,6 @@ mod tests {
         // The check value of CRC-32C.
         assert_eq!(crc32c(b"123456789"), 0xE306_9283);
         assert_eq!(crc32c(b""), 0);
-    }
-
-    #[test]
-    fn bits_read_through_the_window_are_the_bits_read_one_by_one() {
-        let data: Vec<u8> = (0..40u32).map(|i| (i * 37 + 11) as u8).collect();
-        // The reference: bit i of the stream is bit 7 - i % 8 of byte i / 8.
-        let bit = |i: usize| u64::from((data[i / 8] >> (7 - i % 8)) & 1);
-        let mut r = Bits::new(&data);
-        let mut at = 0;
-        for n in [1, 3, 12, 64, 5, 6, 64, 17, 20, 8, 64, 2, 14, 33] {
-            let want = (at..at + n).fold(0u64, |v, i| (v << 1) | bit(i));
-            assert_eq!(r.bits(n as u32), Some(want), "{n} bits at {at}");
-            at += n;
-            assert_eq!(r.read(), at);
-        }
-        // 320 bits in all, 7 left: 8 are refused without reading any, then the 7 read.
-        assert_eq!(at, 313);
-        assert_eq!(r.bits(8), None);
-        assert_eq!(r.bits(7).map(|v| v & 1), Some(bit(319)));
     }
 
     #[test]
@@ -603,10 +416,5 @@ mod tests {
         body.extend(crc32c(&frame).to_be_bytes());
         body.extend(&frame);
         assert_eq!(series_of_frames(&body, &[], 0, 1), Ok(None));
-        // A chunk whose samples stop short.
-        assert_eq!(
-            xor_samples(&[0, 3, 2], 0, 10, &mut Vec::new()),
-            Err("cut off")
-        );
     }
 }
