@@ -12,7 +12,7 @@
 use prost::Message;
 
 use super::{Prometheus, QueryError, RawSeries};
-use xor::{Bits, xor_samples};
+use xor::xor_samples;
 
 mod xor;
 
@@ -216,12 +216,7 @@ fn selector_of(matchers: &[Matcher]) -> String {
 /// a compressor (a request is a few hundred bytes).
 fn snappy_literals(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + 16);
-    let mut n = data.len() as u64;
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
+    prost::encoding::encode_varint(data.len() as u64, &mut out);
     for piece in data.chunks(1 << 16) {
         let len = piece.len() - 1;
         if len < 60 {
@@ -238,32 +233,11 @@ fn snappy_literals(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// CRC-32C (Castagnoli), reflected, as Go's `crc32.MakeTable(crc32.Castagnoli)`.
+/// CRC-32C (Castagnoli), as Go's `crc32.MakeTable(crc32.Castagnoli)`: the `crc` crate's iSCSI
+/// polynomial (the crate sqlx already builds).
 fn crc32c(data: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut t = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0x82F6_3B78 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            t[i] = c;
-            i += 1;
-        }
-        t
-    };
-    let mut c = !0u32;
-    for b in data {
-        c = TABLE[((c ^ u32::from(*b)) & 0xff) as usize] ^ (c >> 8);
-    }
-    !c
+    const CASTAGNOLI: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+    CASTAGNOLI.checksum(data)
 }
 
 /// The series of a streamed answer, samples in `[from_ms, to_ms)` in time order, without the
@@ -281,11 +255,10 @@ fn series_of_frames(
     let mut at = 0;
     while at < body.len() {
         let broken = |what: &str| format!("the remote read's answer breaks at byte {at}: {what}");
-        let mut bytes = Bits::new(&body[at..]);
-        let len = bytes
-            .uvarint()
-            .ok_or_else(|| broken("a frame's length is cut off"))?;
-        let start = at + bytes.read() / 8;
+        let mut rest = &body[at..];
+        let len = prost::encoding::decode_varint(&mut rest)
+            .map_err(|_| broken("a frame's length is cut off"))?;
+        let start = body.len() - rest.len();
         let end = usize::try_from(len)
             .ok()
             .and_then(|len| (start + 4).checked_add(len))

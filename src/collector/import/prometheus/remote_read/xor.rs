@@ -6,7 +6,7 @@
 const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
 /// A big-endian bit stream (Prometheus' `bstream`), read through a 64-bit window.
-pub(super) struct Bits<'a> {
+struct Bits<'a> {
     data: &'a [u8],
     /// The next byte of `data` to load into the window.
     next: usize,
@@ -16,7 +16,7 @@ pub(super) struct Bits<'a> {
 }
 
 impl<'a> Bits<'a> {
-    pub(super) fn new(data: &'a [u8]) -> Bits<'a> {
+    fn new(data: &'a [u8]) -> Bits<'a> {
         Bits {
             data,
             next: 0,
@@ -26,7 +26,7 @@ impl<'a> Bits<'a> {
     }
 
     /// Bits read so far.
-    pub(super) fn read(&self) -> usize {
+    fn read(&self) -> usize {
         self.next * 8 - self.valid as usize
     }
 
@@ -70,7 +70,7 @@ impl<'a> Bits<'a> {
     }
 
     /// Go's `binary.ReadUvarint`, a byte at a time.
-    pub(super) fn uvarint(&mut self) -> Option<u64> {
+    fn uvarint(&mut self) -> Option<u64> {
         let mut x: u64 = 0;
         for i in 0..10 {
             let b = self.bits(8)?;
