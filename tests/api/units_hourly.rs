@@ -6,7 +6,9 @@
 //! and for an expression read through a subquery. Counted an hour at a time, each hour from where
 //! the one before left each series (as `units::counts` keeps them a day at a time), both reads give
 //! what one read of the whole period gives. Read through remote read's chunks (a Prometheus with
-//! an external label), every sample is the query API's, and so is every increase.
+//! an external label), every sample is the query API's, and so is every increase; so too for
+//! counters Prometheus scraped live (its head block, with the staleness markers of a pod that left
+//! a page and came back).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -349,4 +351,165 @@ async fn remote_read_gives_the_query_apis_samples_and_increases() {
             .unwrap()
             .is_none()
     );
+}
+
+/// The page a live vLLM serves at its `n`th scrape (from 0): pod `stays` restarts at the 8th; pod
+/// `goes` is on the first 6 pages only, then back from the 11th, from 0 (a new pod of that name).
+fn live_page(n: u64) -> String {
+    let mut page = String::from("# TYPE vllm:generation_tokens_total counter\n");
+    let stays = if n < 8 { 100 * n } else { 7 * (n - 7) };
+    let mut line = |pod: &str, v: u64| {
+        page.push_str(&format!(
+            "vllm:generation_tokens_total{{model_name=\"A\",namespace=\"ns\",pod=\"{pod}\"}} {v}\n"
+        ))
+    };
+    line("stays", stays);
+    if n < 6 {
+        line("goes", 50 * n);
+    } else if n >= 11 {
+        line("goes", 3 * (n - 11));
+    }
+    page
+}
+
+/// Live-scraped counters, as a fleet's Prometheus holds them: in its head block (the chunk still
+/// being written among them), with the staleness markers it writes when a series leaves a page.
+/// Remote read gives the query API's samples (the markers left out, as the query API hides them),
+/// and the same increases, a reset and a series that left and came back counted as the query API's
+/// raw read counts them.
+#[tokio::test(flavor = "multi_thread")]
+async fn remote_read_of_live_scrapes_leaves_out_the_staleness_markers_as_the_query_api_does() {
+    let scrapes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let page =
+        axum::Router::new().route(
+            "/metrics",
+            axum::routing::get({
+                let scrapes = scrapes.clone();
+                move || async move {
+                    live_page(scrapes.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, page).await });
+    let started = Utc::now();
+    let dir = tempfile::tempdir().unwrap();
+    let prometheus = tokio::task::spawn_blocking({
+        let dir = dir.path().to_owned();
+        let target = slicemeter::sim::prometheus::ScrapeTarget {
+            job: "vllm".into(),
+            address,
+            path: "/metrics".into(),
+        };
+        move || {
+            slicemeter::sim::prometheus::LocalPrometheus::start(
+                &dir,
+                &[target],
+                Duration::from_secs(1),
+            )
+        }
+    })
+    .await
+    .unwrap()
+    .expect("Debian's prometheus package (the tests need it; .ci/run installs it)");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while scrapes.load(std::sync::atomic::Ordering::SeqCst) < 16 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Prometheus scraped the page {} times in a minute",
+            scrapes.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Written to the head once the next scrape is appended.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let client = Prometheus::new(
+        &prometheus.url,
+        Auth::None,
+        Duration::from_secs(20),
+        1 << 30,
+    )
+    .unwrap();
+    let external = client.external_labels().await.expect("its config");
+    let (a, b) = (
+        started.timestamp_millis() - 600_000,
+        Utc::now().timestamp_millis() + 1,
+    );
+    let selector = "vllm:generation_tokens_total";
+    let matchers = slicemeter::units::promql::matchers(selector).unwrap();
+    let chunks = client
+        .read_chunks(&matchers, &external, a, b)
+        .await
+        .unwrap()
+        .expect("Prometheus answers remote read of its head");
+    assert!(
+        chunks
+            .iter()
+            .flat_map(|s| &s.samples)
+            .all(|(_, v)| v.is_finite()),
+        "remote read gave a staleness marker as a sample"
+    );
+    let json = client.raw(selector, a, b).await.unwrap();
+    // Pod `goes` left the page and came back: a gap of over a scrape between its 6th and its
+    // 11th page, over which Prometheus wrote a staleness marker (an instant query inside the gap,
+    // whose 5-minute look-back would otherwise find its last sample, finds nothing).
+    let goes = json
+        .iter()
+        .find(|s| s.labels.iter().any(|(k, v)| k == "pod" && v == "goes"))
+        .expect("pod goes");
+    let gap = goes
+        .samples
+        .windows(2)
+        .find(|w| w[1].0 - w[0].0 > 2_500)
+        .expect("pod goes' gap");
+    let inside = gap[0].0 + 1_500;
+    let instant = client
+        .query_range(
+            r#"vllm:generation_tokens_total{pod="goes"}"#,
+            inside,
+            inside,
+            1_000,
+        )
+        .await
+        .unwrap();
+    assert!(instant.is_empty(), "no staleness marker: {instant:?}");
+    assert_same(chunks, json, "live scrapes");
+
+    let query_api = UnitSource {
+        url: prometheus.url.clone(),
+        auth: Auth::None,
+        timeout: Duration::from_secs(20),
+        max_answer_bytes: 1 << 30,
+        remote_read: false,
+    };
+    let remote = UnitSource {
+        remote_read: true,
+        ..query_api.clone()
+    };
+    let def = slicemeter::units::presets().remove(0);
+    let to = DateTime::from_timestamp_millis(b - 1).unwrap();
+    let raw = service::raw_increases(&query_api, &def, started, to, None)
+        .await
+        .unwrap();
+    let read = service::increases(&remote, &def, started, to, None)
+        .await
+        .unwrap();
+    assert_eq!(read.hours, raw.hours);
+    assert_eq!(read.last, raw.last);
+    // The restart (pod stays) and pod goes' return from 0, each a reset counted once.
+    assert_eq!(raw.resets, 2);
+    assert_eq!(read.resets, 2);
+    // What the pages add up to: stays 0 → 700, restart, 7 a page after; goes 0 → 250, back from
+    // 0, 3 a page after.
+    let total = |pod: &str| -> f64 {
+        raw.hours
+            .iter()
+            .filter(|((_, k), _)| k.join.as_deref() == Some(pod))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let n = scrapes.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(total("stays") >= 700.0 + 7.0 * 8.0 && total("stays") <= 700.0 + 7.0 * (n - 7) as f64);
+    assert!(total("goes") >= 250.0 + 3.0 * 4.0 && total("goes") <= 250.0 + 3.0 * (n - 11) as f64);
 }

@@ -50,6 +50,11 @@ pub struct UnitsBenchArgs {
     /// this file (JSON), so that two builds' answers on the same rows can be compared byte by byte.
     #[arg(long)]
     pub write_answers: Option<std::path::PathBuf>,
+    /// Only the counters' side: the month's counters read and counted from this Prometheus
+    /// (one holding a month a run wrote, e.g. started on a copy of its storage), `--rounds`
+    /// times, through remote read and, the baseline, through the query API only.
+    #[arg(long)]
+    pub counters_of: Option<String>,
 }
 
 /// Writes the chat pods' counters over `month`, a day an OpenMetrics file, into blocks under
@@ -308,6 +313,9 @@ pub async fn units(args: UnitsBenchArgs) -> anyhow::Result<()> {
     if let Some(schema) = &args.costs_of_schema {
         return costs_of_schema(&args, schema).await;
     }
+    if let Some(url) = &args.counters_of {
+        return counters_of(&args, url).await;
+    }
     in_scratch_schema(args.database_url.as_deref(), 8, |pool, _| run(&args, pool)).await
 }
 
@@ -355,19 +363,30 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
             "team".parse().map_err(anyhow::Error::msg)?,
             "team,model".parse().map_err(anyhow::Error::msg)?,
         ];
+        let cache = ReportCache::new(Duration::ZERO);
+        let unit_costs = async || {
+            service::unit_costs(
+                &pool,
+                &cache,
+                &nowhere,
+                &def.definition,
+                from,
+                to,
+                &by,
+                None,
+            )
+            .await
+        };
         let t = Instant::now();
-        let reports = service::unit_costs(
-            &pool,
-            &ReportCache::new(Duration::ZERO),
-            &nowhere,
-            &def.definition,
-            from,
-            to,
-            &by,
-            None,
-        )
-        .await?;
+        let reports = unit_costs().await?;
         let took = t.elapsed();
+        // Again on the same cache, the database unchanged: the sums and the month's bill are held,
+        // what is left is the pricing, the join and the kept counts' read (what the unit cost
+        // would take were the sums kept, not read and summed).
+        let t = Instant::now();
+        let again = unit_costs().await?;
+        let held = t.elapsed();
+        anyhow::ensure!(again == reports, "the unit cost on held sums differs");
         if let (Some(path), true) = (&args.write_answers, round == args.rounds) {
             let costs: Vec<_> = costs
                 .by_name()
@@ -378,14 +397,55 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
             std::fs::write(path, serde_json::to_vec(&answers)?)?;
         }
         println!(
-            "round {round}: unit cost from the kept counts {:.2} s ({} team rows; {} {} per 1M tokens)",
+            "round {round}: unit cost from the kept counts {:.2} s ({} team rows; {} {} per 1M tokens); again with the sums and bill held {:.2} s",
             took.as_secs_f64(),
             reports[0].rows.len(),
             reports[0].currency.as_deref().unwrap_or("?"),
             reports[0]
                 .total
                 .unit_cost
-                .map_or("none".to_owned(), |c| c.to_string())
+                .map_or("none".to_owned(), |c| c.to_string()),
+            held.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// `--counters-of`: the counters read and counted alone, round after round, both ways.
+async fn counters_of(args: &UnitsBenchArgs, url: &str) -> anyhow::Result<()> {
+    let month = Month::of(Utc::now()).minus(1);
+    let (from, to) = (month.start(), month.end());
+    let def = slicemeter::units::presets()
+        .into_iter()
+        .find(|p| p.name == "generated_tokens")
+        .context("the ready-made generated_tokens unit")?;
+    let source = UnitSource {
+        url: url.to_owned(),
+        auth: Auth::None,
+        timeout: Duration::from_secs(120),
+        max_answer_bytes: 1 << 30,
+        remote_read: true,
+    };
+    let query_api = UnitSource {
+        remote_read: false,
+        ..source.clone()
+    };
+    for round in 1..=args.rounds {
+        let t = Instant::now();
+        let inc = service::increases(&source, &def, from, to, None).await?;
+        let remote = t.elapsed();
+        let t = Instant::now();
+        let baseline = service::increases(&query_api, &def, from, to, None).await?;
+        let query = t.elapsed();
+        anyhow::ensure!(
+            baseline.hours == inc.hours,
+            "the increases read through remote read differ from the query API's"
+        );
+        println!(
+            "round {round}: counters read and counted {:.2} s through remote read, {:.2} s through the query API ({} hour x pod increases, the same both ways)",
+            remote.as_secs_f64(),
+            query.as_secs_f64(),
+            inc.hours.len()
         );
     }
     Ok(())
