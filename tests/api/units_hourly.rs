@@ -203,6 +203,25 @@ async fn the_server_side_read_gives_the_raw_reads_increases_hour_by_hour() {
     }
 }
 
+/// How long a read of the test's Prometheus may take.
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A Prometheus read through its query API only, and through remote read.
+fn both_ways(url: &str) -> (UnitSource, UnitSource) {
+    let query_api = UnitSource {
+        url: url.to_owned(),
+        auth: Auth::None,
+        timeout: TIMEOUT,
+        max_answer_bytes: 1 << 30,
+        remote_read: false,
+    };
+    let remote = UnitSource {
+        remote_read: true,
+        ..query_api.clone()
+    };
+    (query_api, remote)
+}
+
 /// A series as compared: its name, labels and samples (values by their bits).
 type Compared = (String, Vec<(String, String)>, Vec<(i64, u64)>);
 
@@ -253,13 +272,7 @@ fn sorted(mut series: Vec<slicemeter::collector::import::prometheus::RawSeries>)
 async fn remote_read_gives_the_query_apis_samples_and_increases() {
     let dir = tempfile::tempdir().unwrap();
     let prometheus = start_labelled_prometheus(dir.path(), &counters(), &[("replica", "a")]).await;
-    let client = Prometheus::new(
-        &prometheus.url,
-        Auth::None,
-        Duration::from_secs(20),
-        1 << 30,
-    )
-    .unwrap();
+    let client = Prometheus::new(&prometheus.url, Auth::None, TIMEOUT, 1 << 30).unwrap();
     let external = client.external_labels().await.expect("its config");
     assert_eq!(external, [("replica".to_owned(), "a".to_owned())]);
     let (a, b) = (
@@ -299,17 +312,7 @@ async fn remote_read_gives_the_query_apis_samples_and_increases() {
 
     // The unit cost's increases through remote read are the query API's raw read's, in one read
     // and an hour at a time.
-    let query_api = UnitSource {
-        url: prometheus.url.clone(),
-        auth: Auth::None,
-        timeout: Duration::from_secs(20),
-        max_answer_bytes: 1 << 30,
-        remote_read: false,
-    };
-    let remote = UnitSource {
-        remote_read: true,
-        ..query_api.clone()
-    };
+    let (query_api, remote) = both_ways(&prometheus.url);
     let def = slicemeter::units::presets().remove(0);
     assert_eq!(def.expression, "vllm:generation_tokens_total");
     let (from, to) = (at(1), at(7));
@@ -424,13 +427,7 @@ async fn remote_read_of_live_scrapes_leaves_out_the_staleness_markers_as_the_que
     }
     // Written to the head once the next scrape is appended.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let client = Prometheus::new(
-        &prometheus.url,
-        Auth::None,
-        Duration::from_secs(20),
-        1 << 30,
-    )
-    .unwrap();
+    let client = Prometheus::new(&prometheus.url, Auth::None, TIMEOUT, 1 << 30).unwrap();
     let external = client.external_labels().await.expect("its config");
     let (a, b) = (
         started.timestamp_millis() - 600_000,
@@ -476,17 +473,7 @@ async fn remote_read_of_live_scrapes_leaves_out_the_staleness_markers_as_the_que
     assert!(instant.is_empty(), "no staleness marker: {instant:?}");
     assert_same(chunks, json, "live scrapes");
 
-    let query_api = UnitSource {
-        url: prometheus.url.clone(),
-        auth: Auth::None,
-        timeout: Duration::from_secs(20),
-        max_answer_bytes: 1 << 30,
-        remote_read: false,
-    };
-    let remote = UnitSource {
-        remote_read: true,
-        ..query_api.clone()
-    };
+    let (query_api, remote) = both_ways(&prometheus.url);
     let def = slicemeter::units::presets().remove(0);
     let to = DateTime::from_timestamp_millis(b - 1).unwrap();
     let raw = service::raw_increases(&query_api, &def, started, to, None)

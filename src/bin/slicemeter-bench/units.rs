@@ -18,6 +18,7 @@ use slicemeter::reports::usage::{GroupBy, PodHourCosts, Step, UsageReport};
 use slicemeter::sim::SimFleet;
 use slicemeter::sim::prometheus::{LocalPrometheus, binary};
 use slicemeter::sim::vllm::{self, GENERATION_TOKENS};
+use slicemeter::units::UnitDefinition;
 use slicemeter::units::cost::UnitGroupBy;
 use slicemeter::units::counts;
 use slicemeter::units::service::{self, UnitSource};
@@ -136,22 +137,7 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         .await?
         .map_err(anyhow::Error::msg)?
     };
-    let source = UnitSource {
-        url: prometheus.url.clone(),
-        auth: Auth::None,
-        timeout: Duration::from_secs(120),
-        max_answer_bytes: 1 << 30,
-        remote_read: true,
-    };
-    // The same Prometheus through its query API only: the same-run baseline.
-    let query_api = UnitSource {
-        remote_read: false,
-        ..source.clone()
-    };
-    let def = slicemeter::units::presets()
-        .into_iter()
-        .find(|p| p.name == "generated_tokens")
-        .context("the ready-made generated_tokens unit")?;
+    let (source, query_api, def) = both_ways(&prometheus.url)?;
     slicemeter::units::store::put(&pool, &def, &slicemeter::domain::access::Actor::CLI).await?;
     let (from, to) = (month.start(), month.end());
     let by: [UnitGroupBy; 2] = [
@@ -411,14 +397,9 @@ async fn costs_of_schema(args: &UnitsBenchArgs, schema: &str) -> anyhow::Result<
     Ok(())
 }
 
-/// `--counters-of`: the counters read and counted alone, round after round, both ways.
-async fn counters_of(args: &UnitsBenchArgs, url: &str) -> anyhow::Result<()> {
-    let month = Month::of(Utc::now()).minus(1);
-    let (from, to) = (month.start(), month.end());
-    let def = slicemeter::units::presets()
-        .into_iter()
-        .find(|p| p.name == "generated_tokens")
-        .context("the ready-made generated_tokens unit")?;
+/// The Prometheus at `url` read through remote read, and through its query API only (the same-run
+/// baseline), and the unit they count: the ready-made `generated_tokens`.
+fn both_ways(url: &str) -> anyhow::Result<(UnitSource, UnitSource, UnitDefinition)> {
     let source = UnitSource {
         url: url.to_owned(),
         auth: Auth::None,
@@ -430,6 +411,18 @@ async fn counters_of(args: &UnitsBenchArgs, url: &str) -> anyhow::Result<()> {
         remote_read: false,
         ..source.clone()
     };
+    let def = slicemeter::units::presets()
+        .into_iter()
+        .find(|p| p.name == "generated_tokens")
+        .context("the ready-made generated_tokens unit")?;
+    Ok((source, query_api, def))
+}
+
+/// `--counters-of`: the counters read and counted alone, round after round, both ways.
+async fn counters_of(args: &UnitsBenchArgs, url: &str) -> anyhow::Result<()> {
+    let month = Month::of(Utc::now()).minus(1);
+    let (from, to) = (month.start(), month.end());
+    let (source, query_api, def) = both_ways(url)?;
     for round in 1..=args.rounds {
         let t = Instant::now();
         let inc = service::increases(&source, &def, from, to, None).await?;
