@@ -20,6 +20,7 @@ use slicemeter::sim::prometheus::{LocalPrometheus, binary};
 use slicemeter::sim::vllm::{self, GENERATION_TOKENS};
 use slicemeter::units::UnitDefinition;
 use slicemeter::units::cost::UnitGroupBy;
+use slicemeter::units::count::Increases;
 use slicemeter::units::counts;
 use slicemeter::units::service::{self, UnitSource};
 
@@ -159,18 +160,8 @@ async fn run(args: &UnitsBenchArgs, pool: sqlx::PgPool) -> anyhow::Result<()> {
         .await
     };
     // Each part alone, then the whole, each on a cache of its own (nothing kept between them).
-    let t = Instant::now();
-    let inc = service::increases(&source, &def, from, to, None).await?;
-    let counters = t.elapsed();
-    let t = Instant::now();
-    let query_api_inc = service::increases(&query_api, &def, from, to, None).await?;
-    let query_api_counters = t.elapsed();
-    anyhow::ensure!(
-        query_api_inc.hours == inc.hours,
-        "the increases read through remote read ({} hour x pod) differ from the query API's ({})",
-        inc.hours.len(),
-        query_api_inc.hours.len()
-    );
+    let (inc, counters, query_api_counters) =
+        counters_both_ways(&source, &query_api, &def, from, to).await?;
     let dims: GroupBy = "team,namespace,workload,pod"
         .parse()
         .map_err(anyhow::Error::msg)?;
@@ -418,22 +409,37 @@ fn both_ways(url: &str) -> anyhow::Result<(UnitSource, UnitSource, UnitDefinitio
     Ok((source, query_api, def))
 }
 
+/// The counters of `[from, to)` read and counted through remote read (`source`), then through the
+/// query API only, each timed; fails unless both give the same increases.
+async fn counters_both_ways(
+    source: &UnitSource,
+    query_api: &UnitSource,
+    def: &UnitDefinition,
+    from: chrono::DateTime<Utc>,
+    to: chrono::DateTime<Utc>,
+) -> anyhow::Result<(Increases, Duration, Duration)> {
+    let t = Instant::now();
+    let inc = service::increases(source, def, from, to, None).await?;
+    let remote = t.elapsed();
+    let t = Instant::now();
+    let baseline = service::increases(query_api, def, from, to, None).await?;
+    let query = t.elapsed();
+    anyhow::ensure!(
+        baseline.hours == inc.hours,
+        "the increases read through remote read ({} hour x pod) differ from the query API's ({})",
+        inc.hours.len(),
+        baseline.hours.len()
+    );
+    Ok((inc, remote, query))
+}
+
 /// `--counters-of`: the counters read and counted alone, round after round, both ways.
 async fn counters_of(args: &UnitsBenchArgs, url: &str) -> anyhow::Result<()> {
     let month = Month::of(Utc::now()).minus(1);
     let (from, to) = (month.start(), month.end());
     let (source, query_api, def) = both_ways(url)?;
     for round in 1..=args.rounds {
-        let t = Instant::now();
-        let inc = service::increases(&source, &def, from, to, None).await?;
-        let remote = t.elapsed();
-        let t = Instant::now();
-        let baseline = service::increases(&query_api, &def, from, to, None).await?;
-        let query = t.elapsed();
-        anyhow::ensure!(
-            baseline.hours == inc.hours,
-            "the increases read through remote read differ from the query API's"
-        );
+        let (inc, remote, query) = counters_both_ways(&source, &query_api, &def, from, to).await?;
         println!(
             "round {round}: counters read and counted {:.2} s through remote read, {:.2} s through the query API ({} hour x pod increases, the same both ways)",
             remote.as_secs_f64(),

@@ -68,29 +68,6 @@ impl<'a> Bits<'a> {
         }
         None
     }
-
-    /// Go's `binary.ReadUvarint`, a byte at a time.
-    fn uvarint(&mut self) -> Option<u64> {
-        let mut x: u64 = 0;
-        for i in 0..10 {
-            let b = self.bits(8)?;
-            if b < 0x80 {
-                if i == 9 && b > 1 {
-                    return None;
-                }
-                return Some(x | (b << (7 * i)));
-            }
-            x |= (b & 0x7f) << (7 * i);
-        }
-        None
-    }
-
-    /// Go's `binary.ReadVarint` (zig-zag).
-    fn varint(&mut self) -> Option<i64> {
-        let u = self.uvarint()?;
-        let x = (u >> 1) as i64;
-        Some(if u & 1 != 0 { !x } else { x })
-    }
 }
 
 /// The samples of an XOR chunk (`tsdb/chunkenc/xor.go`) with a timestamp in `[from_ms, to_ms)`,
@@ -106,7 +83,6 @@ pub(super) fn xor_samples(
         return Err("without its sample count");
     };
     let count = u16::from_be_bytes(*count);
-    let mut r = Bits::new(stream);
     let mut push = |t: i64, v: u64| {
         if t >= from_ms && t < to_ms && v != STALE_NAN {
             out.push((t, f64::from_bits(v)));
@@ -115,15 +91,23 @@ pub(super) fn xor_samples(
     if count == 0 {
         return Ok(());
     }
-    let mut t = r.varint().ok_or(cut)?;
-    let mut v = r.bits(64).ok_or(cut)?;
+    // The first time (zig-zag), value and time delta are whole bytes, as Go writes them
+    // (`binary.PutVarint`, 64 bits, `binary.PutUvarint`); the rest a bit stream.
+    let mut rest = stream;
+    let zigzag = prost::encoding::decode_varint(&mut rest).map_err(|_| cut)?;
+    let mut t = (zigzag >> 1) as i64 ^ -((zigzag & 1) as i64);
+    let (first, after) = rest.split_first_chunk::<8>().ok_or(cut)?;
+    let mut v = u64::from_be_bytes(*first);
+    rest = after;
     push(t, v);
-    let (mut leading, mut trailing) = (0xffu32, 0u32);
     let mut delta: i64 = 0;
+    if count > 1 {
+        delta = prost::encoding::decode_varint(&mut rest).map_err(|_| cut)? as i64;
+    }
+    let mut r = Bits::new(rest);
+    let (mut leading, mut trailing) = (0xffu32, 0u32);
     for i in 1..count {
-        if i == 1 {
-            delta = r.uvarint().ok_or(cut)? as i64;
-        } else {
+        if i > 1 {
             let mut d = 0u8;
             for _ in 0..4 {
                 d <<= 1;
